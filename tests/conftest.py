@@ -1,0 +1,40 @@
+"""Shared pytest helpers: where the golden fixtures live, and skipping cleanly when they are absent."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The golden tensors are read in place from ../shared (never copied into the repo).
+SHARED_DIR = Path(os.environ.get("SDVG_SHARED_DIR", REPO_ROOT.parent / "shared"))
+FIXTURES_DIR = SHARED_DIR / "fixtures"
+DATA_DIR = SHARED_DIR / "data"
+
+
+def require_shared(sub: str) -> Path:
+    """Return ../shared/<sub>, or skip the test saying which folder is missing."""
+    path = SHARED_DIR / sub
+    if not path.exists():
+        pytest.skip(f"golden data not found at {path} (set SDVG_SHARED_DIR or place the shared/ folder next to the repo)")
+    return path
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return require_shared("fixtures")
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return require_shared("data")
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_cpu():
+    """Parity tests compare float32 numbers to 1e-4 or tighter: keep torch's CPU maths deterministic."""
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    yield
