@@ -1,0 +1,97 @@
+"""Few-step flow-matching schedule of Self-Forcing / Krea: shifted sigma table, warped steps, x0 and re-noising.
+
+Conventions (../shared/fixtures/schedule.json, Self-Forcing `utils/scheduler.py` FlowMatchScheduler with
+shift 5, sigma_min 0, extra_one_step): x_t = (1 - sigma) x0 + sigma eps, the model predicts v ~ eps - x0,
+so x0 = x_t - sigma v.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+NUM_TRAIN_TIMESTEPS = 1000  # Wan / Self-Forcing training schedule length
+DEFAULT_SHIFT = 5.0  # timestep_shift of every Self-Forcing and Krea config
+# Self-Forcing self_forcing_dmd.yaml denoising_step_list (warped through the shifted table).
+SELF_FORCING_NOMINAL = (1000, 750, 500, 250)
+
+
+@dataclass(frozen=True)
+class FlowMatchSchedule:
+    """The 1000-entry shifted flow-matching table and lookups into it."""
+
+    shift: float = DEFAULT_SHIFT
+    num_train_timesteps: int = NUM_TRAIN_TIMESTEPS
+
+    @cached_property
+    def table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(timesteps[1000], sigmas[1000]) in float32, exactly as the reference builds them."""
+        n = self.num_train_timesteps
+        s = torch.linspace(1.0, 0.0, n + 1, dtype=torch.float32)[:n]  # extra_one_step: drop the final 0
+        sigmas = self.shift * s / (1 + (self.shift - 1) * s)
+        return sigmas * n, sigmas
+
+    def warp(self, nominal: tuple[float, ...]) -> tuple[float, ...]:
+        """Map nominal steps (1000 = pure noise) onto the shifted table: t = table_t[N - n], with t[N] = 0."""
+        t_table, _ = self.table
+        extended = torch.cat([t_table, torch.zeros(1)])
+        return tuple(float(extended[self.num_train_timesteps - int(n)]) for n in nominal)
+
+    def sigma(self, t: float) -> float:
+        """sigma of the table entry whose timestep is nearest t (so t = 0 maps to the last entry, ~0.005)."""
+        t_table, sigmas = self.table
+        return float(sigmas[torch.argmin((t_table - t).abs())])
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The timesteps a block is denoised at, and how the block's latents are finalised.
+
+    `commit_clean` is Self-Forcing's extra forward on the final x0 at t = 0 that only writes clean keys and
+    values into the KV cache; Krea instead ends with a real 5th call near t = 0 and rebuilds its cache.
+    """
+
+    name: str
+    timesteps: tuple[float, ...]
+    commit_clean: bool
+    schedule: FlowMatchSchedule = FlowMatchSchedule()
+
+    @cached_property
+    def sigmas(self) -> tuple[float, ...]:
+        return tuple(self.schedule.sigma(t) for t in self.timesteps)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.timesteps)
+
+    @property
+    def num_renoise(self) -> int:
+        """Re-noising draws per block: one before every step but the first."""
+        return len(self.timesteps) - 1
+
+
+def self_forcing_plan(schedule: FlowMatchSchedule = FlowMatchSchedule()) -> StepPlan:
+    """Self-Forcing DMD: 4 warped steps [1000, 937.5, 833.33, 625] plus a clean commit forward at t = 0."""
+    return StepPlan("self_forcing", schedule.warp(SELF_FORCING_NOMINAL), commit_clean=True, schedule=schedule)
+
+
+def krea_plan(num_steps: int = 5, strength: float = 1.0, schedule: FlowMatchSchedule = FlowMatchSchedule()) -> StepPlan:
+    """Krea realtime server: linspace(1000*strength, 0, num_steps) truncated to ints, warped (default 5 calls)."""
+    nominal = torch.linspace(NUM_TRAIN_TIMESTEPS * strength, 0, num_steps).to(torch.int64).tolist()
+    return StepPlan(f"krea_{num_steps}", schedule.warp(tuple(nominal)), commit_clean=False, schedule=schedule)
+
+
+def flow_to_x0(x_t: torch.Tensor, flow: torch.Tensor, sigma: float) -> torch.Tensor:
+    """x0 = x_t - sigma * v, computed in float64 like the reference and returned in x_t's dtype."""
+    return (x_t.double() - sigma * flow.double()).to(x_t.dtype)
+
+
+def add_noise(x0: torch.Tensor, eps: torch.Tensor, sigma: float) -> torch.Tensor:
+    """x = (1 - sigma) x0 + sigma eps, with caller-given eps (drafter and target share it)."""
+    return (1 - sigma) * x0 + sigma * eps.to(x0.dtype)
+
+
+def timestep_tensor(t: float, batch: int, frames: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Per-frame timestep [B, F] in float32, the shape and dtype both references pass to the model."""
+    return torch.full((batch, frames), t, dtype=torch.float32, device=device)

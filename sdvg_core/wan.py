@@ -1,0 +1,460 @@
+"""Wan 2.1 text-to-video DiT: the modules (Wan parameter names) and a block-causal forward with a KV cache.
+
+The forward (`CausalWan`) only *calls* submodules (`block.self_attn.q(x)`, `block.norm3(x)`, ...) and never
+reads weight tensors, except the two `modulation` parameters that Wan itself adds to the time embedding.
+So the same forward drives this file's `WanDiT` and ComfyUI's loaded `WanModel` (fp8, GGUF or LoRA-patched
+layers keep working because their own `forward` runs).
+
+Conventions follow Wan 2.1 / Self-Forcing / Krea (see ../shared/fixtures/README.md §1.2): tokens are
+frame-major then row then column; RoPE pairs adjacent channels, split (t, h, w) = 22/21/21 pairs at
+head_dim 128, computed in float64; per-frame timestep modulation; no text padding mask.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import WanDiTConfig
+
+# ---------------------------------------------------------------------------------------------------------
+# Modules (parameter names identical to the official checkpoints and to ComfyUI's comfy/ldm/wan/model.py)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class WanRMSNorm(nn.Module):
+    """RMSNorm over the full width with a learned gain, computed in float32 (Wan's q/k norm)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return y.type_as(x) * self.weight.to(x.dtype)
+
+
+class WanLayerNorm(nn.LayerNorm):
+    """LayerNorm evaluated in float32 whatever the weight dtype (Wan's norm1/norm2/norm3/head norm)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight.float() if self.weight is not None else None
+        b = self.bias.float() if self.bias is not None else None
+        return F.layer_norm(x.float(), self.normalized_shape, w, b, self.eps).type_as(x)
+
+
+class WanAttention(nn.Module):
+    """q, k, v, o projections and q/k RMSNorm; used for both self- and cross-attention."""
+
+    def __init__(self, dim: int, eps: float, qk_norm: bool):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
+        self.norm_q = WanRMSNorm(dim, eps) if qk_norm else nn.Identity()
+        self.norm_k = WanRMSNorm(dim, eps) if qk_norm else nn.Identity()
+
+
+class WanBlock(nn.Module):
+    """One DiT block: modulated self-attention, cross-attention to text, modulated FFN."""
+
+    def __init__(self, cfg: WanDiTConfig):
+        super().__init__()
+        d = cfg.dim
+        self.norm1 = WanLayerNorm(d, eps=cfg.eps, elementwise_affine=False)
+        self.self_attn = WanAttention(d, cfg.eps, cfg.qk_norm)
+        self.norm3 = WanLayerNorm(d, eps=cfg.eps, elementwise_affine=True) if cfg.cross_attn_norm else nn.Identity()
+        self.cross_attn = WanAttention(d, cfg.eps, cfg.qk_norm)
+        self.norm2 = WanLayerNorm(d, eps=cfg.eps, elementwise_affine=False)
+        self.ffn = nn.Sequential(nn.Linear(d, cfg.ffn_dim), nn.GELU(approximate="tanh"), nn.Linear(cfg.ffn_dim, d))
+        self.modulation = nn.Parameter(torch.randn(1, 6, d) / d**0.5)  # shift/scale/gate x (attn, ffn)
+
+
+class WanHead(nn.Module):
+    """Final modulated LayerNorm + Linear to patch_volume * out_dim values per token."""
+
+    def __init__(self, cfg: WanDiTConfig):
+        super().__init__()
+        self.norm = WanLayerNorm(cfg.dim, eps=cfg.eps, elementwise_affine=False)
+        self.head = nn.Linear(cfg.dim, cfg.out_dim * cfg.patch_volume)
+        self.modulation = nn.Parameter(torch.randn(1, 2, cfg.dim) / cfg.dim**0.5)  # shift, scale
+
+
+class WanDiT(nn.Module):
+    """Wan 2.1 T2V DiT with the official parameter names; run it through `CausalWan`."""
+
+    def __init__(self, cfg: WanDiTConfig):
+        super().__init__()
+        self.config = cfg
+        d = cfg.dim
+        self.patch_embedding = nn.Conv3d(cfg.in_dim, d, kernel_size=cfg.patch_size, stride=cfg.patch_size)
+        self.text_embedding = nn.Sequential(nn.Linear(cfg.text_dim, d), nn.GELU(approximate="tanh"), nn.Linear(d, d))
+        self.time_embedding = nn.Sequential(nn.Linear(cfg.freq_dim, d), nn.SiLU(), nn.Linear(d, d))
+        self.time_projection = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
+        self.blocks = nn.ModuleList(WanBlock(cfg) for _ in range(cfg.num_layers))
+        self.head = WanHead(cfg)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Derived per-prompt and per-history data: text K/V and the self-attention KV cache
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextKV:
+    """Cross-attention keys/values of one prompt for every layer, [B, heads, text_len, head_dim] each.
+
+    Computed once per prompt and model, reused for every block and step (the text never changes).
+    """
+
+    k: tuple[torch.Tensor, ...]
+    v: tuple[torch.Tensor, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+
+class _KVBuffer:
+    """Preallocated per-layer key/value storage [L][B, heads, capacity, head_dim].
+
+    `frontier` is the end of the longest committed prefix built on this buffer. A view of length L may
+    write at [L, ...) only while frontier <= L; otherwise it forks (copy-on-write), so a committed view is
+    never overwritten by another branch.
+    """
+
+    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], frontier: int = 0):
+        self.k, self.v, self.frontier = k, v, frontier
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """An immutable view: the first `length` tokens of a buffer are this history's keys and values.
+
+    Keys are stored after q/k RMSNorm and RoPE (so their positions are baked in); values as projected.
+    Writing a new block never changes what this view reads: a forward writes its block into the slots
+    right after `length` (scratch) and a commit returns a *new* view that includes them.
+    """
+
+    buffer: _KVBuffer
+    length: int
+    tokens_per_frame: int
+
+    @staticmethod
+    def empty(cfg: WanDiTConfig, *, batch: int, window_frames: int, tokens_per_frame: int,
+              device: torch.device | str, dtype: torch.dtype) -> "KVCache":
+        """Allocate room for `window_frames` latent frames (e.g. 6 = 9360 tokens at 832x480, Krea's window)."""
+        shape = (batch, cfg.num_heads, window_frames * tokens_per_frame, cfg.head_dim)
+        k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        return KVCache(_KVBuffer(k, v), 0, tokens_per_frame)
+
+    @property
+    def frames(self) -> int:
+        return self.length // self.tokens_per_frame
+
+    @property
+    def capacity(self) -> int:
+        return self.buffer.capacity
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.nbytes
+
+    def keys(self, layer: int) -> torch.Tensor:
+        return self.buffer.k[layer][:, :, : self.length]
+
+    def values(self, layer: int) -> torch.Tensor:
+        return self.buffer.v[layer][:, :, : self.length]
+
+    def writable(self, new_tokens: int) -> "KVCache":
+        """A view with the same contents whose buffer may be written at [length, length + new_tokens).
+
+        Forks (copies the prefix into a fresh buffer) when another branch has committed past `length`.
+        When the window is full, the fork keeps only the newest tokens (a rolling window; keys keep the
+        absolute RoPE positions they were written with).
+        """
+        buf, n = self.buffer, self.length
+        if new_tokens > buf.capacity:
+            raise ValueError(f"a block of {new_tokens} tokens does not fit a KV window of {buf.capacity} tokens")
+        overflow = n + new_tokens - buf.capacity
+        if buf.frontier <= n and overflow <= 0:
+            return self
+        keep_from = max(overflow, 0)
+        # drop whole frames when rolling, so a view always holds frames
+        keep_from = -(-keep_from // self.tokens_per_frame) * self.tokens_per_frame
+        k = [torch.zeros_like(t) for t in buf.k]
+        v = [torch.zeros_like(t) for t in buf.v]
+        kept = n - keep_from
+        for src, dst in zip(buf.k + buf.v, k + v):
+            dst[:, :, :kept] = src[:, :, keep_from:n]
+        return KVCache(_KVBuffer(k, v, frontier=kept), kept, self.tokens_per_frame)
+
+    def commit(self, new_tokens: int) -> "KVCache":
+        """The view that also holds the `new_tokens` just written after `length` (call on a `writable` view)."""
+        end = self.length + new_tokens
+        self.buffer.frontier = max(self.buffer.frontier, end)
+        return KVCache(self.buffer, end, self.tokens_per_frame)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Numerics shared by every path
+# ---------------------------------------------------------------------------------------------------------
+
+
+def sinusoidal_embedding(freq_dim: int, t: torch.Tensor) -> torch.Tensor:
+    """[N] timesteps -> [N, freq_dim] as [cos | sin] with frequencies 10000^(-k/half), in float64."""
+    half = freq_dim // 2
+    freqs = torch.pow(10000.0, -torch.arange(half, dtype=torch.float64, device=t.device) / half)
+    angles = torch.outer(t.to(torch.float64), freqs)  # [N, half]
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1)
+
+
+def rope_table(cfg: WanDiTConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-axis complex rotations [max_positions, pairs] (float64 angles), Wan's `rope_params`."""
+    tables = []
+    for pairs in cfg.rope_pairs:
+        inv = 1.0 / torch.pow(cfg.rope_theta, torch.arange(pairs, dtype=torch.float64, device=device) * 2 / (2 * pairs))
+        angles = torch.outer(torch.arange(cfg.rope_max_positions, dtype=torch.float64, device=device), inv)
+        tables.append(torch.polar(torch.ones_like(angles), angles))
+    return tables[0], tables[1], tables[2]
+
+
+def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """Rotate adjacent channel pairs: x [B, S, N, D] by freqs [S, D/2] (complex128); returns x's dtype."""
+    b, s, n, d = x.shape
+    xc = torch.view_as_complex(x.to(torch.float64).reshape(b, s, n, d // 2, 2))  # [B, S, N, D/2]
+    return torch.view_as_real(xc * freqs[None, :, None, :]).reshape(b, s, n, d).to(x.dtype)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax attention, q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; 1/sqrt(D) scale, no dropout."""
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, N, Sq, D]
+    return out.transpose(1, 2).flatten(2)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The forward
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ForwardOutput:
+    flow: torch.Tensor | None  # [B, F, C, H, W] velocity prediction (None when only the cache was wanted)
+    kv: KVCache | None  # the cache view after the call (a commit extends it; otherwise unchanged)
+
+
+Hook = Callable[[str, torch.Tensor], None]
+
+
+class CausalWan:
+    """Block-causal inference over a Wan DiT network (ours or ComfyUI's), with explicit compute dtype.
+
+    The residual stream and the timestep modulation are kept in float32 (as the official Wan code does);
+    every submodule gets its input in `dtype`.
+    """
+
+    def __init__(self, net: nn.Module, cfg: WanDiTConfig, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None):
+        self.net = net
+        self.cfg = cfg
+        first = next(net.parameters())
+        self.device = torch.device(device) if device is not None else first.device
+        self.dtype = dtype or (first.dtype if first.dtype.is_floating_point and first.element_size() >= 2 else torch.float32)
+        self._rope = None
+        self.calls = 0  # forward calls made (counted work)
+
+    # -- per-prompt ----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_text(self, context: torch.Tensor, hook: Hook | None = None) -> TextKV:
+        """umT5 embeddings [B, L, text_dim] -> per-layer cross-attention K/V. No padding mask (as Wan)."""
+        cfg, net = self.cfg, self.net
+        if context.shape[-1] != cfg.text_dim:
+            raise ValueError(f"prompt embeddings have width {context.shape[-1]}, this model expects {cfg.text_dim} "
+                             f"(umT5-XXL gives 4096)")
+        ctx = net.text_embedding(context.to(self.device, self.dtype))  # [B, L, dim]
+        if hook:
+            hook("text_embedding_out", ctx)
+        b, n, d = ctx.shape[0], cfg.num_heads, cfg.head_dim
+        ks, vs = [], []
+        for block in net.blocks:
+            ca = block.cross_attn
+            ks.append(ca.norm_k(ca.k(ctx)).view(b, -1, n, d).transpose(1, 2).contiguous())  # [B, N, L, D]
+            vs.append(ca.v(ctx).view(b, -1, n, d).transpose(1, 2).contiguous())
+        return TextKV(tuple(ks), tuple(vs))
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    def _rope_freqs(self, frames: int, h: int, w: int, frame_offset: int) -> torch.Tensor:
+        """[F*h*w, D/2] complex rotations for a frame-major token grid starting at `frame_offset`."""
+        if self._rope is None:
+            self._rope = rope_table(self.cfg, self.device)
+        ft, fh, fw = self._rope
+        if frame_offset < 0 or frame_offset + frames > ft.shape[0]:
+            raise ValueError(f"RoPE frame positions {frame_offset}..{frame_offset + frames - 1} exceed the table")
+        grid = torch.cat([
+            ft[frame_offset:frame_offset + frames, None, None, :].expand(frames, h, w, -1),
+            fh[None, :h, None, :].expand(frames, h, w, -1),
+            fw[None, None, :w, :].expand(frames, h, w, -1),
+        ], dim=-1)
+        return grid.reshape(frames * h * w, -1)
+
+    def _embed_time(self, t: torch.Tensor, hook: Hook | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """t [B, F] -> e [B, F, dim] (head) and e0 [B, F, 6, dim] (blocks), both float32."""
+        b, f = t.shape
+        sin = sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(self.dtype)
+        e = self.net.time_embedding(sin)  # [B*F, dim]
+        e0 = self.net.time_projection(e)  # [B*F, 6*dim]
+        if hook:
+            hook("time_embedding_out", e)
+            hook("time_projection_out", e0)
+        return e.float().view(b, f, -1), e0.float().view(b, f, 6, -1)
+
+    def _patchify(self, x: torch.Tensor, hook: Hook | None) -> tuple[torch.Tensor, tuple[int, int, int]]:
+        """x [B, F, C, H, W] -> tokens [B, F*h*w, dim] (float32) and the token grid (F, h, w)."""
+        xc = x.permute(0, 2, 1, 3, 4).to(self.device, self.dtype)  # [B, C, F, H, W]
+        p = self.net.patch_embedding(xc)  # [B, dim, F', h, w]
+        if hook:
+            hook("patch_embedding_out", p)
+        grid = tuple(p.shape[2:])
+        return p.flatten(2).transpose(1, 2).float(), grid  # [B, S, dim]
+
+    def _unpatchify(self, y: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
+        """Head output [B, S, pt*ph*pw*C] (c fastest) -> [B, F, C, H, W]."""
+        f, h, w = grid
+        pt, ph, pw = self.cfg.patch_size
+        c = self.cfg.out_dim
+        y = y.view(y.shape[0], f, h, w, pt, ph, pw, c)
+        y = torch.einsum("bfhwtpqc->bftchpwq", y)
+        return y.reshape(y.shape[0], f * pt, c, h * ph, w * pw)
+
+    def _modulate(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, tpf: int) -> torch.Tensor:
+        """x [B, S, dim] * (1 + scale) + shift with per-frame [B, F, dim] modulation."""
+        b, s, d = x.shape
+        xf = x.view(b, s // tpf, tpf, d)
+        return (xf * (1 + scale[:, :, None]) + shift[:, :, None]).view(b, s, d)
+
+    def _gate(self, y: torch.Tensor, gate: torch.Tensor, tpf: int) -> torch.Tensor:
+        b, s, d = y.shape
+        return (y.float().view(b, s // tpf, tpf, d) * gate[:, :, None]).view(b, s, d)
+
+    def _param(self, p: torch.Tensor) -> torch.Tensor:
+        return p.to(self.device, torch.float32)
+
+    # -- main entry -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, *, frame_offset: int = 0,
+                kv: KVCache | None = None, commit: bool = False, block_mask_frames: int | None = None,
+                want_output: bool = True, hook: Hook | None = None) -> ForwardOutput:
+        """One model call on latent frames x [B, F, C, H, W] at per-frame timesteps t [B, F].
+
+        - kv=None: the frames attend to each other only (with `block_mask_frames`, block-causally: the
+          training-time full-sequence path).
+        - kv given: the frames' keys/values go right after the cache's prefix and the frames attend to
+          prefix + themselves (no mask). With commit=True the returned view includes them (a KV rebuild
+          or Self-Forcing's clean commit); otherwise they are scratch and the returned view is `kv`.
+        RoPE time positions are frame_offset .. frame_offset + F - 1 (absolute or window-relative: the
+        caller's recipe decides).
+        """
+        cfg, net = self.cfg, self.net
+        self.calls += 1
+        if x.shape[2] != cfg.in_dim:
+            raise ValueError(f"latents have {x.shape[2]} channels, the model expects {cfg.in_dim}")
+        tokens, grid = self._patchify(x, hook)  # [B, S, dim]
+        f, h, w = grid
+        b, s, _ = tokens.shape
+        tpf = h * w
+        if t.shape != (b, f):
+            raise ValueError(f"timestep must be [B, F] = {(b, f)}, got {tuple(t.shape)}")
+        e, e0 = self._embed_time(t.to(self.device), hook)
+        freqs = self._rope_freqs(f, h, w, frame_offset)
+
+        mask = None
+        if block_mask_frames is not None:
+            block_of = torch.arange(s, device=self.device) // (tpf * block_mask_frames)
+            mask = block_of[None, :] <= block_of[:, None]  # [S, S] query sees its own and earlier blocks
+        start = 0
+        if kv is not None:
+            kv = kv.writable(s)
+            start = kv.length
+
+        n, d = cfg.num_heads, cfg.head_dim
+        x_res = tokens
+        for i, block in enumerate(net.blocks):
+            mod = e0 + self._param(block.modulation)[:, None]  # [B, F, 6, dim]
+            sh1, sc1, g1, sh2, sc2, g2 = mod.unbind(2)
+            sa = block.self_attn
+            hmod = self._modulate(block.norm1(x_res), sh1, sc1, tpf).to(self.dtype)
+            q = sa.norm_q(sa.q(hmod)).view(b, s, n, d)
+            k = sa.norm_k(sa.k(hmod)).view(b, s, n, d)
+            v = sa.v(hmod).view(b, s, n, d)
+            q = apply_rope(q, freqs).transpose(1, 2)  # [B, N, S, D]
+            k = apply_rope(k, freqs).transpose(1, 2)
+            v = v.transpose(1, 2)
+            if kv is not None:
+                kv.buffer.k[i][:, :, start:start + s] = k
+                kv.buffer.v[i][:, :, start:start + s] = v
+                k_all, v_all = kv.buffer.k[i][:, :, :start + s], kv.buffer.v[i][:, :, :start + s]
+            else:
+                k_all, v_all = k, v
+            y = sa.o(attention(q, k_all, v_all, mask))
+            if hook:
+                hook(f"block{i}_self_attn_out", y)
+            x_res = x_res + self._gate(y, g1, tpf)
+
+            if not want_output and i == len(net.blocks) - 1:
+                break  # the last block's cross-attention/FFN only feed the head
+            ca = block.cross_attn
+            hc = block.norm3(x_res).to(self.dtype) if not isinstance(block.norm3, nn.Identity) else x_res.to(self.dtype)
+            qc = ca.norm_q(ca.q(hc)).view(b, s, n, d).transpose(1, 2)
+            y = ca.o(attention(qc, text.k[i], text.v[i]))
+            if hook:
+                hook(f"block{i}_cross_attn_out", y)
+            x_res = x_res + y.float()
+            hf = self._modulate(block.norm2(x_res), sh2, sc2, tpf).to(self.dtype)
+            x_res = x_res + self._gate(block.ffn(hf), g2, tpf)
+            if hook:
+                hook(f"block{i}_out", x_res)
+
+        new_kv = kv.commit(s) if (kv is not None and commit) else (kv if kv is not None else None)
+        if not want_output:
+            return ForwardOutput(None, new_kv)
+        hm = self._param(net.head.modulation)[:, None] + e[:, :, None]  # [B, F, 2, dim]
+        hshift, hscale = hm.unbind(2)
+        out = net.head.head(self._modulate(net.head.norm(x_res), hshift, hscale, tpf).to(self.dtype))
+        if hook:
+            hook("head_out", out.view(b, f, tpf, -1))
+        return ForwardOutput(self._unpatchify(out.float(), grid), new_kv)
+
+
+def param_count(net: nn.Module) -> int:
+    return sum(p.numel() for p in net.parameters())
+
+
+def build_random(cfg: WanDiTConfig, seed: int = 0, dtype: torch.dtype = torch.float32) -> WanDiT:
+    """A WanDiT with seeded random weights everywhere (non-zero heads and biases), for tests and the demo."""
+    gen = torch.Generator().manual_seed(seed)
+    net = WanDiT(cfg)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if name.endswith("norm_q.weight") or name.endswith("norm_k.weight") or name.endswith("norm3.weight"):
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif p.ndim == 1:
+                p.copy_(0.05 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("modulation"):
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(cfg.dim))
+            else:
+                fan_in = p[0].numel()
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
+    return net.to(dtype).eval()
