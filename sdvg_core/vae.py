@@ -1,0 +1,407 @@
+"""Wan 2.1 causal 3D VAE (encoder + decoder) with an explicit, immutable streaming decode cache.
+
+Compression is 4x8x8: T latent frames decode to 1 + 4(T-1) pixel frames, H x W latents to 8H x 8W pixels.
+Latents are in the normalised space the DiT works in; un/normalisation with the Wan 2.1 per-channel
+mean/std happens inside `decode` / `encode`.
+
+Streaming: `decode_stream(z_chunk, cache)` returns the chunk's pixels and a NEW `DecoderCache`; the old
+cache (and every tensor in it) is left untouched, so decoding a draft that is later rejected leaves
+nothing behind - the caller simply drops the returned cache. From an empty cache, decoding chunk by
+chunk equals one `decode` of the whole latent (both run one latent frame at a time internally).
+
+Decode rules (they differ only in the temporal upsamplers, see `vae_layers.RuleSpec`):
+- "standard": the Wan reference / Self-Forcing `decode` / ComfyUI VAEDecode.
+- "krea": Krea realtime-video's VAE (the one the published SDVG runs).
+- "selfforcing_demo": Self-Forcing's real-time demo (zero-filled initial cache; the first latent frame
+  gives 4 pixel frames, of which the demo shows the last one onwards).
+
+Parameter names equal those of the public `Wan2.1_VAE.pth` and of ComfyUI's `WanVAE`
+(`encoder.*`, `conv1.*`, `conv2.*`, `decoder.*`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .vae_layers import (
+    CONV_KERNEL,
+    CONV_PADDING,
+    RULES,
+    AttentionBlock,
+    CausalConv3d,
+    CausalStep,
+    DecodeRule,
+    ResidualBlock,
+    RMSNorm,
+    SpatialDownsample,
+    SpatialUpsample,
+    TemporalDownsample,
+    TemporalUpsample,
+    count_history_slots,
+    rule_spec,
+)
+
+__all__ = [
+    "WanVAEConfig", "VAE_PRESETS", "detect_vae_preset", "strip_vae_prefix", "DecoderCache", "WanVAE",
+    "DecodeRule", "RULES",
+]
+
+# The standard Wan 2.1 per-channel latent statistics. Source: Wan-AI/Wan2.1 `wan/modules/vae.py` (WanVAE
+# mean/std), repeated verbatim in Self-Forcing, Krea realtime-video and ComfyUI (`latent_formats.Wan21`);
+# also stored as `latent_mean` / `latent_std` in the shared wan_vae_tiny fixture.
+WAN21_LATENT_MEAN = (
+    -0.7571, -0.7089, -0.9113, 0.1075, -0.1745, 0.9653, -0.1517, 1.5508,
+    0.4134, -0.0715, 0.5517, -0.3632, -0.1922, -0.9497, 0.2503, -0.2921,
+)
+WAN21_LATENT_STD = (
+    2.8184, 1.4541, 2.3275, 2.6558, 1.2196, 1.7708, 2.6052, 2.0743,
+    3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
+)
+
+# A checkpoint wrapped by Self-Forcing (`model.`), some packagers (`vae.`) or a ComfyUI full-model dump
+# (`first_stage_model.`) carries one of these prefixes in front of the raw Wan2.1_VAE.pth names.
+KNOWN_PREFIXES = ("first_stage_model.", "model.", "vae.")
+# Keys whose shapes pin the preset: width (encoder.conv1), decoder width x latent channels, latent channels.
+PROBE_KEYS = ("encoder.conv1.weight", "decoder.conv1.weight", "conv2.weight")
+MAX_KEYS_LISTED = 5
+
+
+@dataclass(frozen=True)
+class WanVAEConfig:
+    """Shape hyper-parameters of the Wan 2.1 VAE (Wan-AI/Wan2.1 `_video_vae` defaults unless noted)."""
+
+    name: str
+    dim: int = 96  # base width; the real Wan2.1_VAE.pth uses 96
+    z_dim: int = 16  # latent channels
+    dim_mult: tuple[int, ...] = (1, 2, 4, 4)
+    num_res_blocks: int = 2
+    attn_scales: tuple[float, ...] = ()
+    temporal_downsample: tuple[bool, ...] = (False, True, True)  # the decoder upsamples in reverse order
+    image_channels: int = 3
+    eps: float = 1e-12  # RMS norm: the reference uses F.normalize's default eps
+    latent_mean: tuple[float, ...] = WAN21_LATENT_MEAN
+    latent_std: tuple[float, ...] = WAN21_LATENT_STD
+
+    @property
+    def temporal_upsample(self) -> tuple[bool, ...]:
+        return tuple(reversed(self.temporal_downsample))
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent along H and W (8 for Wan 2.1)."""
+        return 2 ** (len(self.dim_mult) - 1)
+
+    @property
+    def temporal_compression(self) -> int:
+        """Pixel frames per latent frame after the first (4 for Wan 2.1)."""
+        return 2 ** sum(self.temporal_downsample)
+
+    def pixel_frames(self, latent_frames: int, includes_first: bool = True) -> int:
+        """Pixel frames decoded from `latent_frames` (the sequence's first latent frame gives one)."""
+        if latent_frames <= 0:
+            return 0
+        return 1 + self.temporal_compression * (latent_frames - 1) if includes_first \
+            else self.temporal_compression * latent_frames
+
+
+VAE_PRESETS: dict[str, WanVAEConfig] = {
+    "wan2.1-vae": WanVAEConfig(name="wan2.1-vae", dim=96),  # Wan2.1_VAE.pth
+    "tiny": WanVAEConfig(name="tiny", dim=8),  # ../shared/fixtures/wan_vae_tiny
+}
+
+
+def _resolve_config(config: WanVAEConfig | str) -> WanVAEConfig:
+    if isinstance(config, WanVAEConfig):
+        return config
+    if config not in VAE_PRESETS:
+        raise ValueError(f"unknown VAE preset {config!r}; expected one of {sorted(VAE_PRESETS)}")
+    return VAE_PRESETS[config]
+
+
+def strip_vae_prefix(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Remove a leading `first_stage_model.` / `model.` / `vae.` shared by every key (repeatedly)."""
+    out = dict(sd)
+    changed = True
+    while changed and out:
+        changed = False
+        for prefix in KNOWN_PREFIXES:
+            if all(k.startswith(prefix) for k in out):
+                out = {k[len(prefix):]: v for k, v in out.items()}
+                changed = True
+                break
+    return out
+
+
+def _expected_shapes(config: WanVAEConfig) -> dict[str, tuple[int, ...]]:
+    """Parameter name -> shape of a model of this config (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = WanVAE(config)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def detect_vae_preset(sd: Mapping[str, torch.Tensor]) -> str:
+    """Name of the preset whose probe-key shapes match this (prefix-stripped) state dict; ValueError if none."""
+    sd = strip_vae_prefix(sd)
+    seen = {k: tuple(sd[k].shape) for k in PROBE_KEYS if k in sd}
+    for name, config in VAE_PRESETS.items():
+        expected = _expected_shapes(config)
+        if all(seen.get(k) == expected[k] for k in PROBE_KEYS):
+            return name
+    missing = [k for k in PROBE_KEYS if k not in sd]
+    raise ValueError(
+        "state dict does not look like a Wan 2.1 VAE of a known size: shapes seen "
+        + ", ".join(f"{k}={list(s)}" for k, s in seen.items())
+        + (f"; missing {missing}" if missing else "")
+        + f"; known presets {sorted(VAE_PRESETS)} (e.g. wan2.1-vae: encoder.conv1.weight=[96, 3, 3, 3, 3])")
+
+
+def _check_keys(sd: Mapping[str, torch.Tensor], expected: Mapping[str, tuple[int, ...]]) -> None:
+    """Raise ValueError naming missing/unexpected keys (first few + counts) and shape mismatches."""
+    missing = sorted(set(expected) - set(sd))
+    unexpected = sorted(set(sd) - set(expected))
+    mismatched = sorted(k for k in set(sd) & set(expected) if tuple(sd[k].shape) != expected[k])
+    if not (missing or unexpected or mismatched):
+        return
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing keys: {missing[:MAX_KEYS_LISTED]}")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected keys: {unexpected[:MAX_KEYS_LISTED]}")
+    if mismatched:
+        shown = [f"{k}: checkpoint {list(sd[k].shape)} vs model {list(expected[k])}"
+                 for k in mismatched[:MAX_KEYS_LISTED]]
+        parts.append(f"{len(mismatched)} shape mismatches: {shown}")
+    raise ValueError("Wan VAE state dict does not match the model: " + "; ".join(parts))
+
+
+@dataclass(frozen=True)
+class DecoderCache:
+    """What the streaming decoder remembers between chunks. Immutable: decoding returns a new one.
+
+    histories: one entry per causal conv of the decoder, in network order: the last (<= 2) input frames that
+        conv saw, [B, C, <=2, h, w], or None where it has seen nothing (or skipped the first frame).
+    frames_consumed: latent frames decoded so far (0 = the next frame is the sequence's first).
+    rule: the decode rule these histories were built with; continuing with another rule is refused.
+    """
+
+    histories: tuple[torch.Tensor | None, ...]
+    frames_consumed: int = 0
+    rule: str = "standard"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the history tensors (for a memory budget)."""
+        return sum(h.numel() * h.element_size() for h in self.histories if h is not None)
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "DecoderCache":
+        """A copy with every history moved/cast (e.g. to offload a committed cache to CPU)."""
+        moved = tuple(None if h is None else h.to(device=device, dtype=dtype) for h in self.histories)
+        return replace(self, histories=moved)
+
+
+class Encoder3d(nn.Module):
+    """Pixels [B, 3, T, H, W] -> [B, 2*z_dim, T', H/8, W/8] (mean and log-variance, before `conv1`)."""
+
+    def __init__(self, config: WanVAEConfig) -> None:
+        super().__init__()
+        c, eps = config, config.eps
+        dims = [c.dim * m for m in (1, *c.dim_mult)]  # [96, 96, 192, 384, 384] for the real VAE
+        self.conv1 = CausalConv3d(c.image_channels, dims[0], CONV_KERNEL, padding=CONV_PADDING)
+        blocks: list[nn.Module] = []
+        scale = 1.0
+        for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
+            for _ in range(c.num_res_blocks):
+                blocks.append(ResidualBlock(in_dim, out_dim, eps))
+                if scale in c.attn_scales:
+                    blocks.append(AttentionBlock(out_dim, eps))
+                in_dim = out_dim
+            if i != len(c.dim_mult) - 1:
+                blocks.append(TemporalDownsample(out_dim) if c.temporal_downsample[i] else SpatialDownsample(out_dim))
+                scale /= 2.0
+        self.downsamples = nn.Sequential(*blocks)
+        self.middle = nn.Sequential(ResidualBlock(dims[-1], dims[-1], eps), AttentionBlock(dims[-1], eps),
+                                    ResidualBlock(dims[-1], dims[-1], eps))
+        self.head = nn.Sequential(RMSNorm(dims[-1], images=False, eps=eps), nn.SiLU(),
+                                  CausalConv3d(dims[-1], 2 * c.z_dim, CONV_KERNEL, padding=CONV_PADDING))
+
+    def forward(self, x: torch.Tensor, step: CausalStep) -> torch.Tensor:
+        """One chunk (the first frame, or 4 frames) -> its latent frame(s), advancing `step`'s histories."""
+        x = step.conv(self.conv1, x)
+        for block in (*self.downsamples, *self.middle):
+            x = block(x, step)
+        norm, act, conv = self.head
+        return step.conv(conv, act(norm(x)))
+
+
+class Decoder3d(nn.Module):
+    """Latents [B, z_dim, T, h, w] (after `conv2`) -> pixels [B, 3, T', 8h, 8w], unclamped."""
+
+    def __init__(self, config: WanVAEConfig) -> None:
+        super().__init__()
+        c, eps = config, config.eps
+        dims = [c.dim * m for m in (c.dim_mult[-1], *reversed(c.dim_mult))]  # [384, 384, 384, 192, 96] real
+        self.conv1 = CausalConv3d(c.z_dim, dims[0], CONV_KERNEL, padding=CONV_PADDING)
+        self.middle = nn.Sequential(ResidualBlock(dims[0], dims[0], eps), AttentionBlock(dims[0], eps),
+                                    ResidualBlock(dims[0], dims[0], eps))
+        blocks: list[nn.Module] = []
+        scale = 1.0 / 2 ** (len(c.dim_mult) - 2)
+        for i, (in_dim, out_dim) in enumerate(zip(dims[:-1], dims[1:])):
+            if i > 0:
+                in_dim //= 2  # the upsampler ending the previous stage halved the channels
+            for _ in range(c.num_res_blocks + 1):
+                blocks.append(ResidualBlock(in_dim, out_dim, eps))
+                if scale in c.attn_scales:
+                    blocks.append(AttentionBlock(out_dim, eps))
+                in_dim = out_dim
+            if i != len(c.dim_mult) - 1:
+                blocks.append(TemporalUpsample(out_dim) if c.temporal_upsample[i] else SpatialUpsample(out_dim))
+                scale *= 2.0
+        self.upsamples = nn.Sequential(*blocks)
+        self.head = nn.Sequential(RMSNorm(dims[-1], images=False, eps=eps), nn.SiLU(),
+                                  CausalConv3d(dims[-1], c.image_channels, CONV_KERNEL, padding=CONV_PADDING))
+
+    def forward(self, x: torch.Tensor, step: CausalStep) -> torch.Tensor:
+        """One latent frame [B, z_dim, 1, h, w] -> its pixel frames, advancing `step`'s histories."""
+        x = step.conv(self.conv1, x)
+        for block in (*self.middle, *self.upsamples):
+            x = block(x, step)
+        norm, act, conv = self.head
+        return step.conv(conv, act(norm(x)))
+
+
+class WanVAE(nn.Module):
+    """The Wan 2.1 VAE: `encoder` + `conv1` (moments) and `conv2` + `decoder`, as in Wan2.1_VAE.pth."""
+
+    def __init__(self, config: WanVAEConfig | str = "wan2.1-vae") -> None:
+        super().__init__()
+        self.config = _resolve_config(config)
+        z = self.config.z_dim
+        self.encoder = Encoder3d(self.config)
+        self.conv1 = CausalConv3d(2 * z, 2 * z, 1)
+        self.conv2 = CausalConv3d(z, z, 1)
+        self.decoder = Decoder3d(self.config)
+        self.decoder_slots = count_history_slots(self.decoder)  # 32 for Wan 2.1
+        self.encoder_slots = count_history_slots(self.encoder)
+
+    # ----------------------------------------------------------------------------------------- loading
+    @classmethod
+    def from_state_dict(cls, sd: Mapping[str, torch.Tensor], config: WanVAEConfig | str | None = None,
+                        dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> "WanVAE":
+        """Build a VAE from a raw / `model.` / `vae.` / `first_stage_model.` state dict, loading strictly.
+
+        The preset is detected from the shapes unless `config` is given. Tensors are copied to
+        `device`/`dtype` (the caller's state dict is not aliased). Raises ValueError naming missing,
+        unexpected and mis-shaped keys.
+        """
+        sd = strip_vae_prefix(sd)
+        config = _resolve_config(config) if config is not None else VAE_PRESETS[detect_vae_preset(sd)]
+        with torch.device("meta"):
+            model = cls(config)
+        _check_keys(sd, {k: tuple(v.shape) for k, v in model.state_dict().items()})
+        weights = {k: v.to(device=device, dtype=dtype, copy=True) for k, v in sd.items()}
+        model.load_state_dict(weights, strict=True, assign=True)
+        return model.eval().requires_grad_(False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.conv2.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.conv2.weight.device
+
+    def _stats(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, 1/std) as float32 [1, C, 1, 1, 1]; 1/std is the float32 reciprocal, as in the reference."""
+        mean = torch.tensor(self.config.latent_mean, dtype=torch.float32, device=device)
+        inv_std = 1.0 / torch.tensor(self.config.latent_std, dtype=torch.float32, device=device)
+        return mean.view(1, -1, 1, 1, 1), inv_std.view(1, -1, 1, 1, 1)
+
+    # ----------------------------------------------------------------------------------------- decode
+    def empty_decoder_cache(self, rule: DecodeRule = "standard") -> DecoderCache:
+        """The cache before any latent frame: every history empty."""
+        rule_spec(rule)
+        return DecoderCache(histories=(None,) * self.decoder_slots, frames_consumed=0, rule=rule)
+
+    @torch.no_grad()
+    def decode_stream(self, z_chunk: torch.Tensor, cache: DecoderCache | None = None,
+                      rule: DecodeRule = "standard") -> tuple[torch.Tensor, DecoderCache]:
+        """Decode the next latent frames, continuing from `cache` (None = start of the video).
+
+        z_chunk: [B, z_dim, T, h, w], normalised latents. Returns (pixels [B, 3, T', 8h, 8w] unclamped,
+        new cache), T' = 4T, or 1 + 4(T-1) for the video's first chunk under the standard/Krea rules.
+        Neither `cache` nor any tensor it holds is modified.
+        """
+        spec = rule_spec(rule)
+        cache = self.empty_decoder_cache(rule) if cache is None else cache
+        self._validate_cache(cache, z_chunk, rule)
+        mean, inv_std = self._stats(z_chunk.device)
+        z = z_chunk.to(device=self.device, dtype=torch.float32) / inv_std + mean  # [B, C, T, h, w] raw latents
+        z = z.to(self.dtype)
+        histories, consumed, frames = cache.histories, cache.frames_consumed, []
+        for t in range(z.shape[2]):  # one latent frame at a time: bounded memory, same bits for any chunking
+            step = CausalStep(old=histories, first=consumed == 0, rule=spec)
+            x = self.conv2(z[:, :, t:t + 1])  # [B, C, 1, h, w], 1x1x1 conv
+            frames.append(self.decoder(x, step))  # [B, 3, 1 or 4, 8h, 8w]
+            histories, consumed = step.finish(), consumed + 1
+        return torch.cat(frames, dim=2), DecoderCache(histories=histories, frames_consumed=consumed, rule=rule)
+
+    def decode(self, z: torch.Tensor, rule: DecodeRule = "standard") -> torch.Tensor:
+        """Decode a whole latent video [B, z_dim, T, h, w] -> [B, 3, 1 + 4(T-1), 8h, 8w], unclamped."""
+        pixels, _ = self.decode_stream(z, None, rule)
+        return pixels
+
+    def _validate_cache(self, cache: DecoderCache, z_chunk: torch.Tensor, rule: str) -> None:
+        if z_chunk.dim() != 5 or z_chunk.shape[1] != self.config.z_dim or z_chunk.shape[2] == 0:
+            raise ValueError(f"expected latents [B, {self.config.z_dim}, T>0, h, w], got {list(z_chunk.shape)}")
+        if cache.rule != rule:
+            raise ValueError(f"decoder cache was built with rule {cache.rule!r}, cannot continue with {rule!r}")
+        if len(cache.histories) != self.decoder_slots:
+            raise ValueError(f"decoder cache has {len(cache.histories)} slots, this VAE has {self.decoder_slots}")
+        first = cache.histories[0]  # decoder.conv1's input history: [B, z_dim, <=2, h, w]
+        b, _, _, h, w = z_chunk.shape
+        if first is not None and (first.shape[0], *first.shape[3:]) != (b, h, w):
+            raise ValueError(f"decoder cache is for batch/size {[first.shape[0], *first.shape[3:]]}, "
+                             f"latents are {[b, h, w]}")
+
+    # ----------------------------------------------------------------------------------------- encode
+    @torch.no_grad()
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """Pixels [B, 3, T, H, W] in [-1, 1] -> normalised latent mean [B, z_dim, 1 + (T-1)//4, H/8, W/8].
+
+        As in the reference, the first frame is encoded alone and the rest in chunks of 4 with causal
+        histories; trailing frames that do not fill a chunk of 4 are ignored.
+        """
+        c = self.config
+        f, tc = c.spatial_compression, c.temporal_compression
+        if video.dim() != 5 or video.shape[1] != c.image_channels or video.shape[2] == 0:
+            raise ValueError(f"expected video [B, {c.image_channels}, T>0, H, W], got {list(video.shape)}")
+        if video.shape[3] % f or video.shape[4] % f:
+            raise ValueError(f"video height/width {list(video.shape[3:])} must be multiples of {f}")
+        x = video.to(device=self.device, dtype=self.dtype)
+        chunks = [x[:, :, :1]] + [x[:, :, s:s + tc] for s in range(1, 1 + tc * ((x.shape[2] - 1) // tc), tc)]
+        histories: tuple[torch.Tensor | None, ...] = (None,) * self.encoder_slots
+        outs = []
+        for i, chunk in enumerate(chunks):
+            step = CausalStep(old=histories, first=i == 0)
+            outs.append(self.encoder(chunk, step))  # [B, 2 z_dim, 1, H/8, W/8]
+            histories = step.finish()
+        moments = self.conv1(torch.cat(outs, dim=2))  # [B, 2 z_dim, T', H/8, W/8]
+        mu = moments[:, :c.z_dim]  # the second half is the log-variance, unused
+        mean, inv_std = self._stats(mu.device)
+        return ((mu.float() - mean) * inv_std).to(self.dtype)
+
+    def encode_anchor_frame(self, frame: torch.Tensor, target_hw: tuple[int, int]) -> torch.Tensor:
+        """Krea's anchor: one pixel frame [B, 3, H, W] in [-1, 1] -> normalised latent [B, z_dim, 1, h, w].
+
+        The frame is bicubically resized to (target_h//8*8, target_w//8*8) when its size differs (Krea
+        resizes to the session size rounded down to the VAE stride), then encoded as a one-frame video.
+        """
+        f = self.config.spatial_compression
+        size = (target_hw[0] // f * f, target_hw[1] // f * f)
+        if tuple(frame.shape[-2:]) != size:
+            frame = F.interpolate(frame.float(), size=size, mode="bicubic", align_corners=False)
+        return self.encode(frame.unsqueeze(2))
