@@ -267,8 +267,9 @@ class CausalWan:
     """
 
     def __init__(self, net: nn.Module, cfg: WanDiTConfig, dtype: torch.dtype | None = None,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None, key: str | None = None):
         self.net = net
+        self.key = key  # identity for derived-data caches (weights file + dtype); None = this object
         self.cfg = cfg
         first = next(net.parameters())
         self.device = torch.device(device) if device is not None else first.device

@@ -13,6 +13,10 @@ SHARED_DIR = Path(os.environ.get("SDVG_SHARED_DIR", REPO_ROOT.parent / "shared")
 FIXTURES_DIR = SHARED_DIR / "fixtures"
 DATA_DIR = SHARED_DIR / "data"
 
+# Tiny models gain nothing from intra-op threads, and on a busy 2-core machine OpenMP spin-waiting makes
+# them several times slower; the golden fixtures were also made with 1 thread.
+torch.set_num_threads(1)
+
 
 def require_shared(sub: str) -> Path:
     """Return ../shared/<sub>, or skip the test saying which folder is missing."""

@@ -1,0 +1,36 @@
+"""Per-block noise as a pure function of (seed, block): drafter and target share it, re-runs reproduce it.
+
+Every draw is made on the CPU in float32 from a generator seeded only by (seed, block), so the noise of a
+block does not depend on what was decided (or computed) for earlier blocks, nor on the device.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class BlockNoise:
+    """initial [B, F, C, h, w] at t = 1000 and one re-noising draw per later step [S-1, B, F, C, h, w]."""
+
+    initial: torch.Tensor
+    renoise: torch.Tensor
+
+    def to(self, device: torch.device | str) -> "BlockNoise":
+        return BlockNoise(self.initial.to(device), self.renoise.to(device))
+
+
+def block_seed(seed: int, block: int) -> int:
+    """A 63-bit generator seed for (seed, block), well mixed so nearby seeds give unrelated noise."""
+    digest = hashlib.blake2b(f"sdvg-noise:{seed}:{block}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def block_noise(seed: int, block: int, shape: tuple[int, int, int, int, int], num_renoise: int) -> BlockNoise:
+    """Draw the block's starting noise first, then its re-noising tensors, from one seeded CPU generator."""
+    gen = torch.Generator(device="cpu").manual_seed(block_seed(seed, block))
+    initial = torch.randn(shape, generator=gen, dtype=torch.float32)
+    renoise = torch.randn((num_renoise, *shape), generator=gen, dtype=torch.float32)
+    return BlockNoise(initial, renoise)

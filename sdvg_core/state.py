@@ -1,0 +1,157 @@
+"""Immutable generation state: what was committed, by whom, why, and at what cost.
+
+A `GenerationState` never changes after creation; every engine operation returns a new one. Its `lineage`
+(a hash chain over the committed blocks) names the history, and derived data (KV caches, decoder caches)
+is looked up by it, never stored in the state.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import torch
+
+Producer = Literal["drafter", "target"]
+Decision = Literal["accepted", "rejected", "forced"]  # forced: rejected without drafting (block 0 / target-only)
+
+LATENT_SPATIAL = 8  # Wan 2.1 VAE: 8x8 pixels per latent
+PATCH_SPATIAL = 2  # Wan 2.1 DiT patch (1, 2, 2)
+SIZE_MULTIPLE = LATENT_SPATIAL * PATCH_SPATIAL  # width/height must be multiples of 16
+
+
+@dataclass(frozen=True)
+class PromptConditioning:
+    """The prompt text (for ImageReward) and its umT5 embeddings [1, L, text_dim] (for both DiTs).
+
+    `key` identifies the embeddings (a content hash) so per-prompt caches can be shared; the tensor is a
+    handle, never copied by the state.
+    """
+
+    text: str
+    embeddings: torch.Tensor
+    key: str
+
+    @staticmethod
+    def make(text: str, embeddings: torch.Tensor) -> "PromptConditioning":
+        if embeddings.dim() == 2:
+            embeddings = embeddings[None]
+        if embeddings.dim() != 3 or embeddings.shape[0] != 1:
+            raise ValueError(f"prompt embeddings must be [1, L, D], got {list(embeddings.shape)}")
+        if not torch.isfinite(embeddings).all():
+            raise ValueError("prompt embeddings contain NaN or Inf")
+        return PromptConditioning(text, embeddings, _tensor_digest(embeddings, text))
+
+
+def _tensor_digest(t: torch.Tensor, *extra: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    c = t.detach().to("cpu").contiguous()
+    h.update(str((c.dtype, tuple(c.shape))).encode())
+    h.update(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+    for e in extra:
+        h.update(e.encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """What to generate: prompt, pixel size, number of blocks, seed, frames per block."""
+
+    prompt: PromptConditioning
+    width: int
+    height: int
+    num_blocks: int
+    seed: int
+    frames_per_block: int = 3  # latent frames per block (Self-Forcing / Krea)
+
+    def __post_init__(self):
+        if self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks}")
+        if self.frames_per_block < 1:
+            raise ValueError(f"frames_per_block must be >= 1, got {self.frames_per_block}")
+        for name, v in (("width", self.width), ("height", self.height)):
+            if v <= 0 or v % SIZE_MULTIPLE:
+                raise ValueError(f"{name} {v} is not a positive multiple of {SIZE_MULTIPLE} "
+                                 f"(8x VAE downsampling x 2x DiT patch); try {max(SIZE_MULTIPLE, round(v / SIZE_MULTIPLE) * SIZE_MULTIPLE)}")
+
+    @property
+    def latent_hw(self) -> tuple[int, int]:
+        return self.height // LATENT_SPATIAL, self.width // LATENT_SPATIAL
+
+    @property
+    def num_latent_frames(self) -> int:
+        return self.num_blocks * self.frames_per_block
+
+    def identity(self) -> str:
+        return f"{self.prompt.key}|{self.width}x{self.height}|{self.num_blocks}x{self.frames_per_block}|seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class BlockRecord:
+    """One committed block: latents [1, F, C, h, w] (float32), who made it and the evidence for the decision."""
+
+    index: int
+    latents: torch.Tensor
+    producer: Producer
+    decision: Decision
+    score: float | None  # aggregated (min or mean) draft score, None when nothing was scored
+    frame_scores: tuple[float, ...]
+    work: dict[str, int]  # counted work: drafter_forwards, target_forwards, vae_decode_frames, ...
+    seconds: dict[str, float]  # per phase: context, draft, decode, score, target
+    reused: tuple[str, ...]  # derived results taken from the memo instead of recomputed
+    lineage: str  # lineage after committing this block
+
+
+@dataclass(frozen=True)
+class PendingBlock:
+    """A draft in flight (between the draft, decode, score and route operations)."""
+
+    index: int
+    latents: torch.Tensor | None = None  # drafter output [1, F, C, h, w]
+    frames: torch.Tensor | None = None  # decoded draft frames [T, H, W, 3] in 0..1
+    frame_scores: tuple[float, ...] | None = None
+    work: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    reused: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationState:
+    spec: GenerationSpec
+    blocks: tuple[BlockRecord, ...] = ()
+    pending: PendingBlock | None = None
+
+    @property
+    def lineage(self) -> str:
+        return self.blocks[-1].lineage if self.blocks else root_lineage(self.spec)
+
+    @property
+    def next_block(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def done(self) -> bool:
+        return len(self.blocks) >= self.spec.num_blocks
+
+    def lineage_at(self, b: int) -> str:
+        """Lineage of the history before block b (the first b committed blocks)."""
+        return self.blocks[b - 1].lineage if b > 0 else root_lineage(self.spec)
+
+    def committed_latents(self) -> torch.Tensor:
+        """All committed latents [1, T, C, h, w]."""
+        return torch.cat([b.latents for b in self.blocks], dim=1)
+
+    def with_pending(self, pending: PendingBlock | None) -> "GenerationState":
+        return replace(self, pending=pending)
+
+    def commit(self, record: BlockRecord) -> "GenerationState":
+        return GenerationState(self.spec, self.blocks + (record,), None)
+
+
+def root_lineage(spec: GenerationSpec) -> str:
+    return hashlib.blake2b(("sdvg-root|" + spec.identity()).encode(), digest_size=16).hexdigest()
+
+
+def extend_lineage(parent: str, latents: torch.Tensor, producer: str) -> str:
+    """Hash chain: the parent lineage, who produced the block and the block's latent bytes."""
+    return _tensor_digest(latents, parent, producer)

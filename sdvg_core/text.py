@@ -1,0 +1,89 @@
+"""Prompt embeddings for the DiTs: saved .safetensors files, a local umT5 folder, or tiny demo embeddings.
+
+Wan conditions on umT5-XXL hidden states [1, 512, 4096]; rows past the prompt's tokens are zero (Wan's
+text encoder cuts each sequence to its length and pads with zeros). One encoder pass serves both models.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+
+from .loading import CheckpointError, check_path
+
+EMBEDDINGS_KEY = "prompt_embeds"  # tensor name in this pack's embedding files
+PROMPT_META_KEY = "prompt"  # safetensors metadata field holding the prompt text
+WAN_TEXT_LEN = 512  # umT5 sequence length Wan pads to (Wan2.1 configs: text_len)
+
+
+def save_embeddings(path: str | os.PathLike, prompt: str, embeddings: torch.Tensor) -> Path:
+    """Write [1, L, D] embeddings and the prompt text (metadata) to a .safetensors file."""
+    from safetensors.torch import save_file
+
+    p = Path(path)
+    if p.suffix != ".safetensors":
+        raise ValueError(f"{p}: prompt embeddings are saved as .safetensors")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    save_file({EMBEDDINGS_KEY: embeddings.detach().to("cpu").contiguous()}, str(p), metadata={PROMPT_META_KEY: prompt})
+    return p
+
+
+def load_embeddings(path: str | os.PathLike) -> tuple[str, torch.Tensor]:
+    """Read (prompt, embeddings [1, L, D]) from a file written by `save_embeddings` (or any file with one tensor)."""
+    from safetensors import SafetensorError, safe_open
+
+    p = check_path(path, "prompt embeddings")
+    try:
+        with safe_open(str(p), framework="pt", device="cpu") as f:
+            keys = list(f.keys())
+            key = EMBEDDINGS_KEY if EMBEDDINGS_KEY in keys else (keys[0] if len(keys) == 1 else None)
+            if key is None:
+                raise CheckpointError(f"{p}: expected a '{EMBEDDINGS_KEY}' tensor, found {keys[:5]}")
+            emb = f.get_tensor(key)
+            prompt = (f.metadata() or {}).get(PROMPT_META_KEY, "")
+    except SafetensorError as e:
+        raise CheckpointError(f"{p} is not a readable .safetensors file: {e}") from e
+    if emb.dim() == 2:
+        emb = emb[None]
+    if emb.dim() != 3:
+        raise CheckpointError(f"{p}: embeddings must be [1, L, D], got {list(emb.shape)}")
+    return prompt, emb.float()
+
+
+def encode_umt5(folder: str | os.PathLike, prompt: str, device: str | torch.device = "cpu",
+                dtype: torch.dtype = torch.float32, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:
+    """Encode with a local Hugging Face umT5 folder (config.json, weights, spiece/tokenizer files).
+
+    Returns [1, text_len, hidden] with rows after the prompt's tokens set to zero, as Wan does.
+    Only local files are read (local_files_only=True): no download.
+    """
+    from transformers import AutoTokenizer, UMT5EncoderModel
+
+    f = Path(folder)
+    if not f.is_dir():
+        raise CheckpointError(f"umT5 folder not found: {f} (a local copy of google/umt5-xxl or Wan's umT5 with "
+                              f"config.json, tokenizer files and weights)")
+    tok = AutoTokenizer.from_pretrained(str(f), local_files_only=True)
+    model = UMT5EncoderModel.from_pretrained(str(f), local_files_only=True, torch_dtype=dtype).to(device).eval()
+    ids = tok([prompt], padding="max_length", truncation=True, max_length=text_len, return_tensors="pt",
+              add_special_tokens=True)
+    with torch.no_grad():
+        hidden = model(input_ids=ids.input_ids.to(device), attention_mask=ids.attention_mask.to(device)).last_hidden_state
+    hidden = hidden.float() * ids.attention_mask.to(device)[..., None]
+    return hidden.cpu()
+
+
+def demo_embeddings(prompt: str, text_dim: int, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:
+    """Deterministic stand-in embeddings for tiny random models: one row per word, zero padding.
+
+    Each word maps to a fixed pseudo-random vector (seeded by the word), so equal prompts give equal
+    embeddings and the tiny DiTs see a prompt-dependent context, as with umT5.
+    """
+    words = prompt.lower().split()[: text_len - 1]
+    out = torch.zeros(1, text_len, text_dim)
+    for i, w in enumerate(words + ["</s>"]):
+        seed = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") & ((1 << 63) - 1)
+        out[0, i] = torch.randn(text_dim, generator=torch.Generator().manual_seed(seed)) * 0.5
+    return out

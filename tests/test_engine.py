@@ -1,0 +1,326 @@
+"""SDVG engine: Krea recipe parity, baselines, reproducibility, re-run reuse, compute-only-what-is-needed."""
+from __future__ import annotations
+
+import gc
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sdvg_core.config import PRESETS, detect_preset
+from sdvg_core.engine import Engine, EngineConfig, ProgressEvent
+from sdvg_core.noise import BlockNoise
+from sdvg_core.policy import DraftOnly, FixedPattern, RandomPolicy, TargetOnly, ThresholdPolicy
+from sdvg_core.recipes import KreaRecipe, SelfForcingRecipe
+from sdvg_core.report import build_report, reference_forwards
+from sdvg_core.state import GenerationSpec, PromptConditioning
+from sdvg_core.text import demo_embeddings
+from sdvg_core.tiny import DEMO_PROMPT, tiny_models
+from sdvg_core.vae import WanVAE
+from sdvg_core.wan import CausalWan, WanDiT, build_random
+
+TOL = 1e-4
+W, H, BLOCKS = 48, 32, 4  # the fixture geometry: latent 4x6, 6 tokens per frame
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return tiny_models(seed=0, workdir=tmp_path_factory.mktemp("vocab"))
+
+
+def _spec(blocks: int = BLOCKS, seed: int = 42, prompt: str = DEMO_PROMPT, w: int = W, h: int = H) -> GenerationSpec:
+    return GenerationSpec(PromptConditioning.make(prompt, demo_embeddings(prompt, 32)), w, h, blocks, seed)
+
+
+def _engine(m, recipe=None, **kw) -> Engine:
+    cfg = EngineConfig(recipe=recipe or KreaRecipe(), **kw)
+    return Engine(m.target, m.vae, m.drafter, m.scorer, cfg)
+
+
+def _latents(state) -> torch.Tensor:
+    return state.committed_latents()
+
+
+RECIPES = [KreaRecipe(), SelfForcingRecipe()]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Parity with the Krea reference loop (../shared/fixtures/krea_recipe_tiny)
+# ---------------------------------------------------------------------------------------------------------
+
+def test_krea_recipe_matches_reference(fixtures_dir):
+    w = load_file(fixtures_dir / "causal_wan_tiny" / "weights.safetensors")
+    cfg = detect_preset(w)
+    net = WanDiT(cfg).eval()
+    net.load_state_dict(w)
+    vae = WanVAE.from_state_dict(load_file(fixtures_dir / "wan_vae_tiny" / "weights.safetensors"))
+    T = load_file(fixtures_dir / "krea_recipe_tiny" / "tensors.safetensors")
+
+    def noise(spec, b):  # the fixture's pre-drawn noise, [steps-1, B, F, C, h, w] for re-noising
+        return BlockNoise(T["initial_noise"][:, 3 * b:3 * b + 3], T["renoise_noise"][b][:, None])
+
+    traced: dict[str, torch.Tensor] = {}
+    engine = Engine(CausalWan(net, cfg), vae, config=EngineConfig(recipe=KreaRecipe(), decode_rule="krea"),
+                    noise_fn=noise, tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
+    spec = GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), 48, 32, 4, seed=0)
+    state = engine.generate(spec, TargetOnly())
+
+    worst: dict[str, float] = {}
+    matched = 0
+    for name, got in traced.items():
+        ref_name = name.removeprefix("target/").replace("/context", "/recompute/model_input")
+        assert ref_name in T, f"traced {name} has no reference tensor"
+        d = (got.float() - T[ref_name].float().reshape(got.shape)).abs().max().item()
+        group = ref_name.split("/", 1)[1].split("/")[0] if "/" in ref_name else ref_name
+        group = "step_calls" if group.startswith("step") else group
+        worst[group] = max(worst.get(group, 0.0), d)
+        matched += 1
+    worst["output_latents"] = (_latents(state) - T["output_latents"]).abs().max().item()
+    # 4 blocks x 5 calls x (input, flow, x0), 3 rebuild inputs, 2 anchors x (pixel, latent),
+    # rebuilt caches (3 blocks x 2 layers x k/v) and caches after the last call (4 x 2 x 2)
+    assert matched == 4 * 5 * 3 + 3 + 2 * 2 + 3 * 2 * 2 + 4 * 2 * 2
+    print(f"\n[parity krea_recipe_tiny] {matched} tensors; " + ", ".join(f"{k} {v:.2e}" for k, v in sorted(worst.items())))
+    assert max(worst.values()) <= TOL, worst
+    # the model calls: block 0 makes 5, later blocks 1 rebuild + 5 (23 in all, as the reference)
+    assert [b.work["target_forwards"] for b in state.blocks] == [5, 6, 6, 6]
+    assert engine.frames(state).shape == (45, 32, 48, 3)
+
+
+def test_self_forcing_recipe_matches_reference(fixtures_dir):
+    """Target-only under the Self-Forcing recipe is the causal_wan_tiny pipeline (3 blocks, commit at t=0)."""
+    w = load_file(fixtures_dir / "causal_wan_tiny" / "weights.safetensors")
+    cfg = detect_preset(w)
+    net = WanDiT(cfg).eval()
+    net.load_state_dict(w)
+    vae = WanVAE.from_state_dict(load_file(fixtures_dir / "wan_vae_tiny" / "weights.safetensors"))
+    T = load_file(fixtures_dir / "causal_wan_tiny" / "tensors.safetensors")
+
+    def noise(spec, b):
+        return BlockNoise(T["initial_noise"][:, 3 * b:3 * b + 3], T["renoise_noise"][b][:, None])
+
+    engine = Engine(CausalWan(net, cfg), vae, config=EngineConfig(recipe=SelfForcingRecipe()), noise_fn=noise)
+    spec = GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), 48, 32, 3, seed=0)
+    state = engine.generate(spec, TargetOnly())
+    d = (_latents(state) - T["output_latents"]).abs().max().item()
+    print(f"\n[parity causal_wan_tiny via engine] output_latents {d:.2e}")
+    assert d <= TOL
+    assert [b.work["target_forwards"] for b in state.blocks] == [4, 5, 5]  # commits are lazy: none after the last
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Baselines and invariants (both recipes)
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_tau_inf_is_target_only_bit_for_bit(models, recipe):
+    a = _engine(models, recipe).generate(_spec(), TargetOnly())
+    e = _engine(models, recipe)
+    b = e.generate(_spec(), ThresholdPolicy(tau=math.inf))
+    assert torch.equal(_latents(a), _latents(b))
+    assert torch.equal(_engine(models, recipe).frames(a), e.frames(b))
+    assert all(r.producer == "target" and r.work["drafter_forwards"] == 0 and r.work["scored_frames"] == 0 for r in b.blocks)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_tau_minus_inf_is_drafter_with_block0_from_target(models, recipe):
+    e = _engine(models, recipe)
+    s = e.generate(_spec(), ThresholdPolicy(tau=-math.inf))
+    assert [r.producer for r in s.blocks] == ["target"] + ["drafter"] * (BLOCKS - 1)
+    assert all(r.work["scored_frames"] == 0 for r in s.blocks)  # accept-all needs no score
+    ref = _engine(models, recipe).generate(_spec(), DraftOnly(force_reject_first=True))
+    assert torch.equal(_latents(s), _latents(ref))
+    # block 0 is the target's block 0, the rest are the drafter's continuations
+    t0 = _engine(models, recipe).generate(_spec(), TargetOnly())
+    assert torch.equal(s.blocks[0].latents, t0.blocks[0].latents)
+
+
+def test_same_seed_same_bits_and_different_seed_differs(models):
+    pol = ThresholdPolicy(tau=-0.5)
+    a = _engine(models).generate(_spec(seed=7), pol)
+    b = _engine(models).generate(_spec(seed=7), pol)
+    c = _engine(models).generate(_spec(seed=8), pol)
+    assert torch.equal(_latents(a), _latents(b))
+    assert [r.frame_scores for r in a.blocks] == [r.frame_scores for r in b.blocks]
+    assert not torch.equal(_latents(a), _latents(c))
+
+
+def _scores_all_accepted(models, recipe):
+    e = _engine(models, recipe)
+    s = e.generate(_spec(), ThresholdPolicy(tau=-1e9))  # finite tau: every draft scored, all accepted
+    return [r.score for r in s.blocks]
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_rerun_with_new_tau_reuses_prefix_and_equals_fresh_run(models, recipe):
+    scores = _scores_all_accepted(models, recipe)
+    # choose tau2 so the lowest-scoring block k >= 1 flips to reject and every block before it stays accepted
+    later = sorted(scores[1:])
+    k = scores.index(later[0])
+    tau2 = (later[0] + later[1]) / 2 if later[1] > later[0] else later[0] + 1e-6
+    e = _engine(models, recipe)
+    first = e.generate(_spec(), ThresholdPolicy(tau=-1e9))
+    second = e.generate(_spec(), ThresholdPolicy(tau=tau2))
+    fresh = _engine(models, recipe).generate(_spec(), ThresholdPolicy(tau=tau2))
+    assert torch.equal(_latents(second), _latents(fresh))
+    assert [r.decision for r in second.blocks] == [r.decision for r in fresh.blocks]
+    assert second.blocks[k].decision == "rejected" and all(r.decision == "accepted" for r in second.blocks[1:k])
+    # forward counts prove the reuse: nothing is recomputed before block k, and block k reuses its draft
+    for r in second.blocks[:k]:
+        assert r.work["drafter_forwards"] == 0 and r.work["target_forwards"] == 0 and r.work["scored_frames"] == 0, r
+    assert second.blocks[k].work["drafter_forwards"] == 0 and second.blocks[k].work["target_forwards"] > 0
+    assert "drafter" in second.blocks[k].reused
+    if k + 1 < BLOCKS:  # after the flip, the history is new: real work again
+        assert second.blocks[k + 1].work["drafter_forwards"] > 0
+    assert first.blocks[k].decision == "accepted"
+    # and a third run at tau1 again reuses everything
+    third = e.generate(_spec(), ThresholdPolicy(tau=-1e9))
+    assert torch.equal(_latents(third), _latents(first))
+    assert sum(r.work["drafter_forwards"] + r.work["target_forwards"] for r in third.blocks) == 0
+
+
+def test_rejected_draft_decode_leaves_no_trace(models):
+    """Drafts decoded + scored + rejected (tau huge but finite) give exactly the target-only video."""
+    e = _engine(models)
+    s = e.generate(_spec(), ThresholdPolicy(tau=1e9))
+    assert all(r.work["scored_frames"] > 0 for r in s.blocks[1:])  # the drafts really were decoded and scored
+    t = _engine(models).generate(_spec(), TargetOnly())
+    assert torch.equal(_latents(s), _latents(t))
+    assert torch.equal(e.frames(s), _engine(models).frames(t))
+
+
+def test_lazy_saves_work_and_is_bit_identical_to_reference_mode(models):
+    pol = ThresholdPolicy(tau=-0.5)
+    lazy_e, ref_e = _engine(models), _engine(models, lazy=False)
+    lazy = lazy_e.generate(_spec(), pol)
+    ref = ref_e.generate(_spec(), pol)
+    assert torch.equal(_latents(lazy), _latents(ref))
+    assert torch.equal(lazy_e.frames(lazy), ref_e.frames(ref))
+    steps = lazy_e.plan.num_steps
+    rl, rr = build_report(lazy, "", lazy_e.recipe, steps), build_report(ref, "", ref_e.recipe, steps)
+    rejected = [r.producer == "target" for r in ref.blocks]
+    assert (rr.drafter_forwards, rr.target_forwards) == reference_forwards(KreaRecipe(), rejected, steps)
+    assert rl.drafter_forwards == rr.drafter_forwards - steps  # no draft of block 0
+    accepted = sum(not x for x in rejected)
+    assert rl.target_forwards == rr.target_forwards - accepted  # no target rebuild on accepted blocks
+    assert lazy.blocks[0].work["scored_frames"] == 0 and ref.blocks[0].work["scored_frames"] > 0
+
+
+def _live_tensors() -> int:
+    import warnings
+
+    gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # touching some torch module objects emits deprecation warnings
+        return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
+
+
+def test_memory_does_not_grow_over_repeated_runs(models):
+    e = _engine(models, memo_bytes=64 << 20)
+    pol = ThresholdPolicy(tau=-0.5)
+    e.generate(_spec(), pol)
+    base_bytes, base_len = e.memo.bytes, len(e.memo)
+    base_tensors = _live_tensors()
+    for _ in range(20):
+        e.generate(_spec(), pol)
+    tensors = _live_tensors()
+    assert (e.memo.bytes, len(e.memo)) == (base_bytes, base_len)
+    assert tensors <= base_tensors + 8, (base_tensors, tensors)
+    # new histories (other seeds) are bounded by the byte budget
+    for seed in range(20):
+        e.generate(_spec(seed=100 + seed), pol)
+        assert e.memo.bytes <= e.memo.max_bytes
+    assert e.memo.stats.evictions > 0
+
+
+def test_force_reject_first_off_lets_block0_be_accepted(models):
+    s = _engine(models).generate(_spec(), ThresholdPolicy(tau=-1e9, force_reject_first=False))
+    assert s.blocks[0].producer == "drafter" and s.blocks[0].decision == "accepted"
+    assert s.blocks[0].work["target_forwards"] == 0
+
+
+def test_operations_one_by_one_equal_generate(models):
+    """The nodes' path: draft -> decode -> score -> route per block gives generate()'s output."""
+    pol = ThresholdPolicy(tau=-0.5)
+    e = _engine(models)
+    state = e.start(_spec())
+    events: list[ProgressEvent] = []
+    e.callbacks.progress = events.append
+    while not state.done:
+        if not pol.forced(state.next_block):
+            state = e.score_draft(e.decode_draft(e.draft(state)))
+            assert state.pending.frames.shape[1:] == (H, W, 3) and len(state.pending.frame_scores) == state.pending.frames.shape[0]
+        state = e.route(state, pol)
+    ref = _engine(models).generate(_spec(), pol)
+    assert torch.equal(_latents(state), _latents(ref))
+    assert [r.decision for r in state.blocks] == [r.decision for r in ref.blocks]
+    blocks = [ev for ev in events if ev.kind == "block"]
+    assert [ev.block for ev in blocks] == list(range(BLOCKS)) and blocks[-1].preview.shape == (H, W, 3)
+
+
+def test_random_policy_and_patterns(models):
+    s = _engine(models).generate(_spec(), RandomPolicy(0.5, seed=3))
+    assert s.blocks[0].producer == "target" and all(r.work["scored_frames"] == 0 for r in s.blocks)
+    again = _engine(models).generate(_spec(), RandomPolicy(0.5, seed=3))
+    assert [r.decision for r in s.blocks] == [r.decision for r in again.blocks]
+    p = _engine(models).generate(_spec(), FixedPattern((False, True, False, True)))
+    assert [r.decision for r in p.blocks] == ["forced", "accepted", "rejected", "accepted"]
+    assert p.blocks[2].work["drafter_forwards"] > 0  # a rejected block was drafted first
+
+
+def test_interrupt_cancels_between_steps(models):
+    e = _engine(models)
+    calls = {"n": 0}
+
+    class Cancelled(Exception):
+        pass
+
+    def interrupt():
+        calls["n"] += 1
+        if calls["n"] > 7:
+            raise Cancelled()
+
+    e.callbacks.interrupt = interrupt
+    state = e.start(_spec())
+    with pytest.raises(Cancelled):
+        e.generate(_spec(), ThresholdPolicy(tau=-0.5))
+    assert state.blocks == () and calls["n"] == 8
+
+
+def test_report_json_and_acceptance(models):
+    e = _engine(models)
+    s = e.generate(_spec(), FixedPattern((False, True, True, False)))
+    r = build_report(s, "pattern", e.recipe, e.plan.num_steps)
+    assert r.acceptance_blocks_1_to_n == pytest.approx(2 / 3) and r.acceptance_all_blocks == pytest.approx(0.5)
+    import json
+
+    d = json.loads(r.to_json())
+    assert d["blocks"][1]["producer"] == "drafter" and d["drafter_forwards"] == 3 * 6
+    assert r.counted_speedup == pytest.approx(r.target_only_cost / (r.drafter_forwards + 7.4 * r.target_forwards))
+    assert "acceptance blocks 1..N-1: 66.7%" in r.table()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad inputs
+# ---------------------------------------------------------------------------------------------------------
+
+def test_bad_inputs_give_clear_errors(models):
+    with pytest.raises(ValueError, match="tau must be a number"):
+        ThresholdPolicy(tau=float("nan"))
+    with pytest.raises(ValueError, match="num_blocks must be >= 1"):
+        _spec(blocks=0)
+    with pytest.raises(ValueError, match="width 50 is not a positive multiple of 16"):
+        _spec(w=50)
+    with pytest.raises(ValueError, match="height 40 is not a positive multiple of 16"):
+        _spec(h=40)
+    other = PRESETS["tiny"].__class__(**{**PRESETS["tiny"].__dict__, "name": "x", "in_dim": 32, "out_dim": 32})
+    with pytest.raises(ValueError, match="drafter and target disagree on latent channels"):
+        Engine(models.target, models.vae, CausalWan(build_random(other), other))
+    bad = GenerationSpec(PromptConditioning.make("p", torch.zeros(1, 512, 4096)), W, H, 2, 0)
+    with pytest.raises(ValueError, match="prompt embeddings have width 4096 but the target expects 32"):
+        _engine(models).start(bad)
+    with pytest.raises(ValueError, match="NaN"):
+        PromptConditioning.make("p", torch.full((1, 4, 32), float("nan")))
+    e = _engine(models)
+    with pytest.raises(ValueError, match="draft the block first"):
+        e.decode_draft(e.start(_spec()))
