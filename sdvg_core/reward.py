@@ -1,0 +1,299 @@
+"""ImageReward-v1.0 scorer (the SDVG router): BLIP ViT-L + BERT cross-encoder + MLP head on transformers' BLIP classes.
+
+The PyPI `image-reward` package is deliberately not used (old timm/fairscale pins, undeclared `clip`, breaks on
+transformers >= 4.56, strict=False loading, hub downloads). Its numerics are reproduced here and checked against
+golden fixtures produced by that package (../shared/fixtures/imagereward_tiny).
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Mapping
+
+import torch
+from torch import nn
+
+from .reward_config import (
+    HEAD_LINEAR_INDICES, IMAGEREWARD_V1, PRESETS, TINY, ImageRewardConfig, get_preset,
+)
+from .reward_io import (
+    ImageRewardCheckpointError, ImageRewardError, ImageRewardFileNotFound, ImageRewardVocabError,
+    check_base_tokenizer, check_weights_path, detect_config, find_vocab, load_tokenizer, read_state_dict,
+    remap_state_dict, synthetic_tiny_config, unmap_model_key, write_synthetic_vocab,
+)
+from .reward_preprocess import UINT8_MODES, Uint8Mode, frames_to_uint8, normalize_pixels, preprocess_uint8
+
+__all__ = [
+    "IMAGEREWARD_V1", "TINY", "PRESETS", "ImageRewardConfig", "get_preset",
+    "ImageRewardError", "ImageRewardFileNotFound", "ImageRewardCheckpointError", "ImageRewardVocabError",
+    "ImageRewardModel", "ImageRewardScorer", "TextInputs", "build_blip_config", "build_model",
+    "export_state_dict", "load_model", "find_vocab", "load_tokenizer", "check_base_tokenizer",
+    "write_synthetic_vocab", "synthetic_tiny_config",
+]
+
+Aggregation = Literal["min", "mean"]
+# Random-weight init (same recipe as the fixture's generator, meta.json "weight_init"): gains 1 + 0.1 N,
+# biases 0.1 N, embeddings and class token N(0, 1), ViT position table 0.5 N, Linear/Conv N(0, 1) / sqrt(fan_in).
+_INIT_GAIN_STD = 0.1
+_INIT_BIAS_STD = 0.1
+_INIT_VIT_POS_STD = 0.5
+# Default number of prompts whose token ids are kept (one prompt per video; a few for A/B graphs).
+_TEXT_CACHE_SIZE = 16
+# torch's CPU allocator aligns storages to 64 bytes; safetensors hands out tensors aligned to only 16, and CPU BLAS
+# picks kernels by alignment (measured: head outputs 6e-8 apart for equal weights). Loaded tensors are re-homed.
+_CPU_ALIGN_BYTES = 64
+
+
+def build_blip_config(cfg: ImageRewardConfig):
+    """transformers BlipConfig for ImageReward's backbone, built in code (never from the hub)."""
+    from transformers import BlipConfig
+
+    return BlipConfig(
+        vision_config=dict(
+            hidden_size=cfg.vision_width, intermediate_size=cfg.vision_mlp, num_hidden_layers=cfg.vision_layers,
+            num_attention_heads=cfg.vision_heads, image_size=cfg.image_size, patch_size=cfg.patch_size,
+            layer_norm_eps=cfg.vision_eps, hidden_act="gelu"),
+        text_config=dict(
+            vocab_size=cfg.vocab_size, hidden_size=cfg.text_width, encoder_hidden_size=cfg.vision_width,
+            intermediate_size=cfg.text_ffn, num_hidden_layers=cfg.text_layers, num_attention_heads=cfg.text_heads,
+            max_position_embeddings=cfg.max_positions, layer_norm_eps=cfg.text_eps, hidden_act="gelu",
+            bos_token_id=cfg.dec_token_id,
+            is_decoder=True),  # is_decoder=True creates the cross-attention; the forward stays bidirectional
+        image_text_hidden_size=cfg.projection_dim,
+    )
+
+
+class ImageRewardModel(nn.Module):
+    """BLIP vision + text cross-encoder (transformers' BlipForImageTextRetrieval, ITM head removed) + reward MLP."""
+
+    def __init__(self, cfg: ImageRewardConfig):
+        super().__init__()
+        from transformers import BlipForImageTextRetrieval
+
+        self.cfg = cfg
+        self.blip = BlipForImageTextRetrieval(build_blip_config(cfg))
+        del self.blip.itm_head  # ImageReward has no ITM head; removing it keeps every weight loaded from the file
+        widths = (cfg.text_width, *cfg.head_widths)
+        layers: list[nn.Module] = []
+        for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:])):
+            while len(layers) < HEAD_LINEAR_INDICES[i]:
+                layers.append(nn.Identity())  # the original's Dropout slots (inactive at inference)
+            layers.append(nn.Linear(w_in, w_out))
+        self.head = nn.Sequential(*layers)
+
+    def encode_image(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """[B, 3, 224, 224] normalised -> [B, 197, D] ViT tokens after the final LayerNorm."""
+        return self.blip.vision_model(pixel_values=pixel_values).last_hidden_state
+
+    def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    image_embeds: torch.Tensor) -> torch.Tensor:
+        """Token ids [B, T] + mask [B, T] cross-attending to image tokens [B, 197, D] -> [CLS] feature [B, H]."""
+        out = self.blip.text_encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                     encoder_hidden_states=image_embeds)
+        return out.last_hidden_state[:, 0, :]  # [B, H]
+
+    def head_output(self, feature: torch.Tensor) -> torch.Tensor:
+        """[B, H] feature -> [B] raw head output in float32 (the head is kept in float32)."""
+        w = self.head[0].weight
+        return self.head(feature.to(device=w.device, dtype=w.dtype)).float().squeeze(-1)  # [B]
+
+    def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> torch.Tensor:
+        """Normalised pixels [B, 3, 224, 224] + tokens [B, T] -> normalised reward [B] float32."""
+        feature = self.encode_text(input_ids, attention_mask, self.encode_image(pixel_values))  # [B, H]
+        return (self.head_output(feature) - self.cfg.reward_mean) / self.cfg.reward_std  # [B]
+
+
+def _on_meta(cfg: ImageRewardConfig) -> ImageRewardModel:
+    """Build the module structure without allocating or initialising weights."""
+    with torch.device("meta"):
+        return ImageRewardModel(cfg)
+
+
+def _reset_position_ids(model: ImageRewardModel, device: torch.device | str = "cpu") -> None:
+    """Re-create the non-persistent arange buffer (meta / to_empty leave it undefined)."""
+    emb = model.blip.text_encoder.embeddings
+    emb.position_ids = torch.arange(model.cfg.max_positions, device=device).unsqueeze(0)  # [1, 512] int64
+
+
+def _finish(model: ImageRewardModel, device: torch.device | str, dtype: torch.dtype) -> ImageRewardModel:
+    """Inference mode: eval, no grads, backbone in dtype on device, head in float32."""
+    model.eval().requires_grad_(False)
+    model.blip.to(device=device, dtype=dtype)
+    model.head.to(device=device, dtype=torch.float32)
+    return model
+
+
+def build_model(cfg: ImageRewardConfig, seed: int = 0, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32) -> ImageRewardModel:
+    """Random-weight model of any preset (demos, benchmarks): seeded, no download, no transformers init pass."""
+    model = _on_meta(cfg).to_empty(device="cpu")
+    gen = torch.Generator().manual_seed(seed)
+    emb = model.blip.vision_model.embeddings
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.copy_(1.0 + _INIT_GAIN_STD * torch.randn(module.weight.shape, generator=gen))
+            elif isinstance(module, nn.Embedding):
+                module.weight.copy_(torch.randn(module.weight.shape, generator=gen))
+            elif isinstance(module, (nn.Linear, nn.Conv2d)):
+                fan_in = math.prod(module.weight.shape[1:])
+                module.weight.copy_(torch.randn(module.weight.shape, generator=gen) / math.sqrt(fan_in))
+            else:
+                continue
+            if getattr(module, "bias", None) is not None:
+                module.bias.copy_(_INIT_BIAS_STD * torch.randn(module.bias.shape, generator=gen))
+        emb.class_embedding.copy_(torch.randn(emb.class_embedding.shape, generator=gen))
+        emb.position_embedding.copy_(_INIT_VIT_POS_STD * torch.randn(emb.position_embedding.shape, generator=gen))
+    _reset_position_ids(model)
+    return _finish(model, device, dtype)
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """The tensor if its data is 64-byte aligned, else an aligned copy (same numbers from .pt and .safetensors)."""
+    return t if t.data_ptr() % _CPU_ALIGN_BYTES == 0 else t.clone()
+
+
+def load_model(weights: str | Path | Mapping[str, torch.Tensor], cfg: ImageRewardConfig | None = None,
+               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+               source: str | None = None) -> ImageRewardModel:
+    """Model from an ImageReward state dict or file (.pt weights_only / .safetensors), keys mapped strictly."""
+    if isinstance(weights, Mapping):
+        state_dict, src = dict(weights), source or "<state dict>"
+    else:
+        state_dict, src = read_state_dict(weights), source or str(weights)
+    cfg = cfg or detect_config(state_dict, src)
+    model = _on_meta(cfg)
+    mapped = remap_state_dict(state_dict, {k: v.shape for k, v in model.state_dict().items()}, src)
+    # Every parameter comes from the file; assign=True adopts the loaded tensors (no second 1.8 GB copy).
+    model.load_state_dict({k: _aligned(v.float()) for k, v in mapped.items()}, strict=True, assign=True)
+    _reset_position_ids(model)
+    return _finish(model, device, dtype)
+
+
+def export_state_dict(model: ImageRewardModel) -> dict[str, torch.Tensor]:
+    """Our model's weights under ImageReward.pt names (plus position_ids), e.g. to write a demo checkpoint."""
+    out = {unmap_model_key(k): v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    out["blip.text_encoder.embeddings.position_ids"] = torch.arange(model.cfg.max_positions).unsqueeze(0)
+    return out
+
+
+@dataclass(frozen=True)
+class TextInputs:
+    """A prompt tokenized the ImageReward way: ids and mask, int64 [1, max_tokens], on CPU."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+
+
+class ImageRewardScorer:
+    """Scores video frames against a prompt: batched vision + cross-encoder passes, cached prompt tokens."""
+
+    def __init__(self, model: ImageRewardModel, tokenizer, micro_batch: int = 16, uint8_mode: Uint8Mode = "truncate",
+                 text_cache_size: int = _TEXT_CACHE_SIZE):
+        if micro_batch < 1 or text_cache_size < 1:
+            raise ValueError(f"micro_batch and text_cache_size must be >= 1, got {micro_batch}, {text_cache_size}")
+        if uint8_mode not in UINT8_MODES:
+            raise ValueError(f"uint8_mode must be one of {UINT8_MODES}, got {uint8_mode!r}")
+        check_base_tokenizer_full(tokenizer, model.cfg)
+        self.model = model
+        self.cfg = model.cfg
+        self.tokenizer = tokenizer
+        self.micro_batch = micro_batch
+        self.uint8_mode = uint8_mode
+        self._text_cache: OrderedDict[str, TextInputs] = OrderedDict()
+        self._text_cache_size = text_cache_size
+
+    # --- construction ---------------------------------------------------------------------------------------------
+    @classmethod
+    def from_files(cls, weights_path: str | Path, vocab_path: str | Path | None = None,
+                   device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, micro_batch: int = 16,
+                   config: ImageRewardConfig | str | None = None, uint8_mode: Uint8Mode = "truncate",
+                   ) -> "ImageRewardScorer":
+        """Load ImageReward.pt / .safetensors and the BERT vocab (explicit path, else next to the weights)."""
+        cfg = get_preset(config) if isinstance(config, str) else config
+        check_weights_path(weights_path)  # the weights error first: it is the bigger download
+        vocab = find_vocab(weights_path, vocab_path)  # then the vocab, before reading 1.8 GB
+        model = load_model(weights_path, cfg, device=device, dtype=dtype)
+        return cls(model, load_tokenizer(vocab, model.cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
+
+    @classmethod
+    def random(cls, cfg: ImageRewardConfig, vocab_path: str | Path, seed: int = 0,
+               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, micro_batch: int = 16,
+               uint8_mode: Uint8Mode = "truncate") -> "ImageRewardScorer":
+        """Random-weight scorer (demo / benchmark); cfg.vocab_size must fit the vocab file (+2)."""
+        model = build_model(cfg, seed=seed, device=device, dtype=dtype)
+        return cls(model, load_tokenizer(vocab_path, cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the backbone currently lives (follows the model if a memory manager moves it)."""
+        return next(self.model.blip.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Backbone dtype (the head and the rewards stay float32)."""
+        return next(self.model.blip.parameters()).dtype
+
+    # --- text --------------------------------------------------------------------------------------------------------
+    def text_inputs(self, prompt: str) -> TextInputs:
+        """Prompt -> ids/mask [1, 35] (pad to max_length, truncate, [CLS] kept at 0), memoised in a small LRU."""
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+        hit = self._text_cache.get(prompt)
+        if hit is not None:
+            self._text_cache.move_to_end(prompt)
+            return hit
+        enc = self.tokenizer(prompt, padding="max_length", truncation=True, max_length=self.cfg.max_tokens,
+                             return_tensors="pt")
+        item = TextInputs(enc["input_ids"].to(torch.int64), enc["attention_mask"].to(torch.int64))  # [1, 35] each
+        self._text_cache[prompt] = item
+        while len(self._text_cache) > self._text_cache_size:
+            self._text_cache.popitem(last=False)
+        return item
+
+    # --- images ------------------------------------------------------------------------------------------------------
+    def preprocess(self, frames: torch.Tensor) -> torch.Tensor:
+        """ComfyUI IMAGE [F, H, W, C] (float 0..1 or uint8; [H, W, C] for one frame) -> uint8 [F, 3, 224, 224]."""
+        if frames.ndim == 3:
+            frames = frames.unsqueeze(0)
+        if frames.ndim != 4:
+            raise ValueError(f"frames must be [F, H, W, C] (ComfyUI IMAGE layout), got shape {tuple(frames.shape)}")
+        return preprocess_uint8(frames_to_uint8(frames, self.uint8_mode).cpu(), self.cfg.image_size)
+
+    @torch.inference_mode()
+    def score_pixels(self, pixels_u8: torch.Tensor, prompt: str) -> torch.Tensor:
+        """Preprocessed uint8 crops [F, 3, 224, 224] -> rewards [F] float32 on CPU, micro-batched."""
+        text = self.text_inputs(prompt)
+        device, dtype = self.device, self.dtype
+        ids = text.input_ids.to(device)  # [1, 35]
+        mask = text.attention_mask.to(device)  # [1, 35]
+        out = []
+        for start in range(0, pixels_u8.shape[0], self.micro_batch):
+            chunk = pixels_u8[start:start + self.micro_batch].to(device)  # [B, 3, 224, 224] uint8
+            px = normalize_pixels(chunk, self.cfg.clip_mean, self.cfg.clip_std).to(dtype)  # [B, 3, 224, 224]
+            b = px.shape[0]
+            out.append(self.model(px, ids.expand(b, -1), mask.expand(b, -1)).cpu())  # [B] float32
+        return torch.cat(out) if out else torch.empty(0, dtype=torch.float32)  # [F]
+
+    def score_frames(self, frames: torch.Tensor, prompt: str) -> torch.Tensor:
+        """Frames [F, H, W, C] (float 0..1 or uint8) -> ImageReward rewards [F] float32 on CPU."""
+        return self.score_pixels(self.preprocess(frames), prompt)
+
+    def score_block(self, frames: torch.Tensor, prompt: str,
+                    aggregation: Aggregation = "min") -> tuple[float, torch.Tensor]:
+        """Block score for routing: min (default: one bad frame must not hide) or mean of the per-frame rewards."""
+        if aggregation not in ("min", "mean"):
+            raise ValueError(f"aggregation must be 'min' or 'mean', got {aggregation!r}")
+        rewards = self.score_frames(frames, prompt)  # [F]
+        if rewards.numel() == 0:
+            raise ValueError("score_block needs at least one frame")
+        return float(rewards.min() if aggregation == "min" else rewards.mean()), rewards
+
+
+def check_base_tokenizer_full(tokenizer, cfg: ImageRewardConfig) -> None:
+    """A scorer's tokenizer must cover the model's whole word table (base vocab + [DEC] + [ENC])."""
+    if len(tokenizer) != cfg.vocab_size:
+        check_base_tokenizer(tokenizer, cfg.vocab_size, "the tokenizer given to ImageRewardScorer")
