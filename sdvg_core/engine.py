@@ -109,12 +109,13 @@ class Engine:
 
     def __init__(self, target: CausalWan, vae, drafter: CausalWan | None = None, scorer: Scorer | None = None,
                  config: EngineConfig = EngineConfig(), noise_fn: Callable[[GenerationSpec, int], BlockNoise] | None = None,
-                 tracer: Callable[[str, torch.Tensor], None] | None = None):
+                 tracer: Callable[[str, torch.Tensor], None] | None = None, memo: Memo | None = None):
         self.target, self.drafter, self.vae, self.scorer = target, drafter, vae, scorer
         self.config = config
         self.recipe: Recipe = config.recipe
         self.plan = self.recipe.plan
-        self.memo = Memo(config.memo_bytes)
+        # a host may share one memo between engines built per call (keys hold every model's identity)
+        self.memo = memo if memo is not None else Memo(config.memo_bytes)
         self.noise_fn = noise_fn
         self.tracer = tracer
         self.callbacks = Callbacks()
