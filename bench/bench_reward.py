@@ -112,7 +112,7 @@ def main() -> None:
     ref = rows[0].rewards
     print(f"\n{args.frames} frames {args.width}x{args.height} -> 224x224 crops, prompt of "
           f"{int(scorer.text_inputs(PROMPT).attention_mask.sum())} tokens")
-    print(f"| mode | total s | per frame s | preprocess s | preprocess share | GFLOP/s | max |dR| vs batched |")
+    print("| mode | total s | per frame s | preprocess s | preprocess share | GFLOP/s | max |dR| vs batched |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         gflops = GFLOP_PER_IMAGE * r.frames / max(r.total_s - r.preprocess_s, 1e-9)

@@ -140,9 +140,11 @@ class FixedPattern:
     """Benchmark: a given accept/reject decision per block (e.g. the reference's ~73% acceptance).
 
     Rejected blocks are drafted first, as SDVG would; only a rejected block 0 skips the draft (forced).
+    With `score_drafts` (default) every draft is also decoded and scored, so the work matches SDVG's.
     """
 
     decisions: tuple[bool, ...]  # True = accept the draft
+    score_drafts: bool = True
     aggregation: Aggregation = "min"
 
     def describe(self) -> str:
@@ -152,7 +154,7 @@ class FixedPattern:
         return block == 0 and not self.decisions[0]
 
     def needs_score(self, block: int) -> bool:
-        return False
+        return self.score_drafts and not self.forced(block)
 
     def accept(self, block: int, score: float | None) -> bool:
         return self.decisions[block]
