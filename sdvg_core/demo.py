@@ -32,6 +32,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
 TINY_SIZE = (96, 64)
 TINY_BLOCKS = 6
+# The tiny random ImageReward's rewards are not on the real model's scale: at the paper's tau = -0.7
+# it rejects every draft of the demo prompt. -0.8 lets the demo show both outcomes (1 of 5 rejected).
+TINY_DEMO_TAU = -0.8
 REAL_SIZE = (832, 480)  # Self-Forcing / Krea / SDVG paper resolution
 REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
 
@@ -48,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--policy", choices=["sdvg", "target-only", "draft-only", "accept-all", "random"], default="sdvg",
                    help="sdvg = ImageReward threshold; accept-all = block 0 from the target, every other draft kept")
-    p.add_argument("--tau", type=float, default=DEFAULT_TAU, help="accept a draft when its score >= tau")
+    p.add_argument("--tau", type=float, default=None,
+                   help=f"accept a draft when its score >= tau (default {DEFAULT_TAU}; {TINY_DEMO_TAU} for the tiny models)")
     p.add_argument("--aggregation", choices=["min", "mean"], default="min")
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
     p.add_argument("--accept-rate", type=float, default=0.73, help="for --policy random")
@@ -73,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _real_models(a: argparse.Namespace, dtype: torch.dtype):
     """Load the real files; one message lists everything missing."""
     needs_draft = a.policy != "target-only"
-    needs_score = a.policy == "sdvg" and not math.isinf(a.tau)
+    needs_score = a.policy == "sdvg" and not math.isinf(a.tau if a.tau is not None else DEFAULT_TAU)
     missing = [flag for flag, need in (("--target", True), ("--vae", True), ("--drafter", needs_draft),
                                        ("--reward", needs_score)) if need and not getattr(a, flag[2:])]
     if not (a.embeddings or a.umt5):
@@ -134,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             m = tiny_models(seed=0, workdir=Path(a.out) / "tiny_vocab")
             drafter, target, vae, scorer = m.drafter, m.target, m.vae, m.scorer
             size, blocks = TINY_SIZE, TINY_BLOCKS
+        if a.tau is None:
+            a.tau = DEFAULT_TAU if real else TINY_DEMO_TAU
         width, height = a.width or size[0], a.height or size[1]
         prompt = _prompt(a, target.cfg.text_dim, real)
         spec = GenerationSpec(prompt, width, height, a.blocks or blocks, a.seed)
@@ -151,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def progress(ev: ProgressEvent) -> None:
             if ev.kind == "step":
-                bar.set_postfix_str(f"block {ev.block} {ev.role} step {ev.step}/{ev.num_steps}")
+                bar.set_postfix_str(f"block {ev.block} {ev.role} step {ev.step}/{ev.num_steps}", refresh=False)
             elif ev.kind == "block":
                 bar.update(1)
                 bar.set_postfix_str(f"block {ev.block} -> {ev.record.producer} ({ev.record.decision})")
