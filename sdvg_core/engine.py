@@ -71,6 +71,7 @@ class Callbacks:
 class DecodeEntry:
     """One block's decoded pixels [1, 3, T, H, W] (clamped to [-1, 1]) and the decoder cache after it."""
 
+
     pixels: torch.Tensor
     cache: Any  # vae.DecoderCache
 
@@ -200,23 +201,44 @@ class Engine:
         pixels, new_cache = self.vae.decode_stream(z, cache, rule=self.config.decode_rule)
         return DecodeEntry(pixels.clamp(-1, 1), new_cache)
 
-    def committed_decode(self, state: GenerationState, b: int, tally: _Tally | None = None) -> DecodeEntry:
-        """Decoded pixels of committed block b and the decoder cache after it (memoised by lineage)."""
-        vkey = self._key(self.vae)
-        start = b
-        while start >= 0 and self.memo.get(("decode", vkey, state.blocks[start].lineage)) is None:
+    def _store_committed(self, state: GenerationState, b: int, entry: DecodeEntry) -> None:
+        """Keep block b's pixels (on the CPU) and the decoder cache after it; the newest cache is pinned."""
+        vkey, lineage = self._key(self.vae), state.blocks[b].lineage
+        self.memo.put(("pixels", vkey, self.config.decode_rule, lineage), entry.pixels.to("cpu"))
+        self.memo.pin("decoder_head", ("dcache", vkey, self.config.decode_rule, lineage), entry.cache)
+
+    def _decoder_cache_after(self, state: GenerationState, b: int, tally: _Tally | None) -> Any:
+        """Decoder cache after committed block b (None for b < 0), decoding forward from the newest kept one."""
+        vkey, rule = self._key(self.vae), self.config.decode_rule
+        start, cache = b, None
+        while start >= 0:
+            cache = self.memo.get(("dcache", vkey, rule, state.blocks[start].lineage))
+            if cache is not None:
+                break
             start -= 1
-        entry = self.memo.get(("decode", vkey, state.blocks[start].lineage)) if start >= 0 else None
         for k in range(start + 1, b + 1):
-            cache = entry.cache if entry is not None else None
             entry = self._decode_latents(state.blocks[k].latents, cache)
-            self.memo.put(("decode", vkey, state.blocks[k].lineage), entry)
+            self._store_committed(state, k, entry)
+            cache = entry.cache
             if tally is not None:
                 tally.work["vae_decode_frames"] += state.blocks[k].latents.shape[1]
-        return entry
+        return cache
+
+    def committed_pixels(self, state: GenerationState, b: int, tally: _Tally | None = None) -> torch.Tensor:
+        """Decoded pixels of committed block b, [1, 3, T, H, W] in [-1, 1] on the CPU (memoised by lineage)."""
+        key = ("pixels", self._key(self.vae), self.config.decode_rule, state.blocks[b].lineage)
+        pixels = self.memo.get(key)
+        if pixels is None:
+            before = self._decoder_cache_after(state, b - 1, tally)
+            entry = self._decode_latents(state.blocks[b].latents, before)
+            self._store_committed(state, b, entry)
+            pixels = entry.pixels.to("cpu")
+            if tally is not None:
+                tally.work["vae_decode_frames"] += state.blocks[b].latents.shape[1]
+        return pixels
 
     def _decoder_cache_before(self, state: GenerationState, b: int, tally: _Tally):
-        return None if b == 0 else self.committed_decode(state, b - 1, tally).cache
+        return self._decoder_cache_after(state, b - 1, tally)
 
     # ------------------------------------------------------------------------------------------ context
     def _anchor(self, state: GenerationState, b: int, tally: _Tally) -> torch.Tensor:
@@ -230,7 +252,8 @@ class Engine:
         history = self.recipe.pixel_history(self.vae.config.temporal_compression)
         g = self._pixels_before(b, spec) - history  # global index of the oldest kept frame
         k = max(j for j in range(b) if self._pixels_before(j, spec) <= g)
-        frame = self.committed_decode(state, k, tally).pixels[:, :, g - self._pixels_before(k, spec)]  # [1, 3, H, W]
+        frame = self.committed_pixels(state, k, tally)[:, :, g - self._pixels_before(k, spec)]  # [1, 3, H, W]
+        frame = frame.to(self.vae.device)
         self._trace(f"block{b}/anchor/pixel_frame", frame)
         latent = self.vae.encode_anchor_frame(frame, (spec.height, spec.width))  # [1, C, 1, h, w]
         tally.work["vae_encodes"] += 1
@@ -285,7 +308,7 @@ class Engine:
                                  frame_offset=k * F, kv=kv, commit=True, want_output=False)
             tally.work[f"{role}_forwards"] += 1
             tally.work[f"{role}_context_forwards"] += 1
-            kv = self.memo.put(("kv", mkey, "sf", state.lineage_at(k + 1)), out.kv)
+            kv = self.memo.pin(f"kv_head:{mkey}", ("kv", mkey, "sf", state.lineage_at(k + 1)), out.kv)
         return kv, b * F
 
     # ------------------------------------------------------------------------------------------ generation
@@ -397,22 +420,22 @@ class Engine:
             decision = "forced" if forced else "rejected"
         lineage = extend_lineage(state.lineage, latents, producer)
         vkey = self._key(self.vae)
-        with tally.phase("decode"):
-            if accepted and p.frames is not None:
-                draft_entry = self.memo.get(("draft_decode", vkey, self.config.decode_rule, self._key(self.drafter), state.lineage))
-                if draft_entry is not None:
-                    self.memo.put(("decode", vkey, lineage), draft_entry)  # the draft's decode is the committed one
+        draft_entry = None
+        if accepted and p.frames is not None:  # the draft's decode is the committed one: no second decode
+            draft_entry = self.memo.get(("draft_decode", vkey, self.config.decode_rule, self._key(self.drafter), state.lineage))
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
                              frame_scores=tuple(p.frame_scores or ()), work=dict(tally.work), seconds=dict(tally.seconds),
                              reused=tuple(tally.reused), lineage=lineage)
         new_state = state.commit(record)
         # decode the committed block now (needed for anchors, previews and the output anyway)
         with tally.phase("decode"):
-            self.committed_decode(new_state, b, tally)
+            if draft_entry is not None:
+                self._store_committed(new_state, b, draft_entry)
+            self.committed_pixels(new_state, b, tally)
         record = replace(record, work=dict(tally.work), seconds=dict(tally.seconds))
         new_state = GenerationState(new_state.spec, state.blocks + (record,), None)
         if self.callbacks.progress is not None:
-            preview = to_image(self.committed_decode(new_state, b).pixels[:, :, -1:])[0]
+            preview = to_image(self.committed_pixels(new_state, b)[:, :, -1:])[0]
             self.callbacks.progress(ProgressEvent("block", b, state.spec.num_blocks, producer, preview=preview, record=record))
         return new_state
 
@@ -431,7 +454,7 @@ class Engine:
         """All committed frames [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout)."""
         if not state.blocks:
             raise ValueError("no block committed yet")
-        return torch.cat([to_image(self.committed_decode(state, b).pixels).cpu() for b in range(len(state.blocks))])
+        return torch.cat([to_image(self.committed_pixels(state, b)) for b in range(len(state.blocks))])
 
     def _need_pending(self, state: GenerationState, what: str) -> PendingBlock:
         p = state.pending

@@ -42,11 +42,17 @@ class MemoStats:
 
 
 class Memo:
-    """Least-recently-used store whose entries' tensor bytes stay under `max_bytes`."""
+    """Least-recently-used store whose entries' tensor bytes stay under `max_bytes`.
+
+    A few named *pinned* slots sit outside the budget: each holds one entry (the newest put replaces it),
+    so the head of a generation (e.g. the decoder cache after the last committed block) is never evicted
+    however large it is, and a sequential run never has to recompute from the start.
+    """
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._pinned: dict[str, tuple[Hashable, Any]] = {}
         self.bytes = 0
         self.stats = MemoStats()
 
@@ -54,16 +60,29 @@ class Memo:
         return len(self._data)
 
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._data
+        return key in self._data or any(k == key for k, _ in self._pinned.values())
 
     def get(self, key: Hashable) -> Any | None:
         item = self._data.get(key)
         if item is None:
+            for k, v in self._pinned.values():
+                if k == key:
+                    self.stats.hits += 1
+                    return v
             self.stats.misses += 1
             return None
         self._data.move_to_end(key)
         self.stats.hits += 1
         return item[0]
+
+    def pin(self, slot: str, key: Hashable, value: Any) -> Any:
+        """Keep `value` under `key` in the pinned `slot` (replacing the slot's previous entry) and in the LRU."""
+        self._pinned[slot] = (key, value)
+        return self.put(key, value)
+
+    @property
+    def pinned_bytes(self) -> int:
+        return sum(nbytes_of(v) for _, v in self._pinned.values())
 
     def put(self, key: Hashable, value: Any) -> Any:
         """Store and return `value`; a value larger than the whole budget is returned but not kept."""
@@ -82,7 +101,21 @@ class Memo:
 
     def clear(self) -> None:
         self._data.clear()
+        self._pinned.clear()
         self.bytes = 0
+
+    def resize(self, max_bytes: int) -> None:
+        """Change the budget, evicting least-recently-used entries down to it."""
+        self.max_bytes = max_bytes
+        while self.bytes > self.max_bytes and self._data:
+            _, (_, old) = self._data.popitem(last=False)
+            self.bytes -= old
+            self.stats.evictions += 1
+
+    def _drop(self, key: Hashable) -> None:
+        item = self._data.pop(key, None)
+        if item is not None:
+            self.bytes -= item[1]
 
     def kinds(self) -> dict[str, int]:
         """Entry count per key kind (the first element of tuple keys), for reports and tests."""
@@ -90,4 +123,63 @@ class Memo:
         for k in self._data:
             kind = k[0] if isinstance(k, tuple) else str(k)
             out[kind] = out.get(kind, 0) + 1
+        return out
+
+
+class TieredMemo:
+    """Two LRU memos: small entries (drafts, target blocks, scores, anchors) apart from big ones (KV/decoder caches).
+
+    With one byte-budgeted LRU, a single multi-GB cache at 832x480 evicts every small entry of the earlier
+    blocks, and a re-run after moving tau recomputes from block 0. Keeping the small entries in their own budget
+    means a re-run always finds the decisions' inputs of the unchanged prefix; big caches are only recomputed.
+    Same interface as `Memo` (an Engine accepts either).
+    """
+
+    def __init__(self, large_bytes: int, small_bytes: int = 1 << 30, small_entry_max: int = 64 << 20):
+        self.small = Memo(small_bytes)
+        self.large = Memo(large_bytes)
+        self.small_entry_max = small_entry_max
+
+    @property
+    def max_bytes(self) -> int:
+        return self.small.max_bytes + self.large.max_bytes
+
+    @property
+    def bytes(self) -> int:
+        return self.small.bytes + self.large.bytes
+
+    @property
+    def stats(self) -> MemoStats:
+        a, b = self.small.stats, self.large.stats
+        return MemoStats(a.hits + b.hits, a.misses + b.misses, a.evictions + b.evictions)
+
+    def __len__(self) -> int:
+        return len(self.small) + len(self.large)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.small or key in self.large
+
+    def get(self, key: Hashable) -> Any | None:
+        if key in self.small:
+            return self.small.get(key)
+        return self.large.get(key)
+
+    def put(self, key: Hashable, value: Any) -> Any:
+        small = nbytes_of(value) <= self.small_entry_max
+        (self.large if small else self.small)._drop(key)
+        return (self.small if small else self.large).put(key, value)
+
+    def resize(self, large_bytes: int, small_bytes: int | None = None) -> None:
+        self.large.resize(large_bytes)
+        if small_bytes is not None:
+            self.small.resize(small_bytes)
+
+    def clear(self) -> None:
+        self.small.clear()
+        self.large.clear()
+
+    def kinds(self) -> dict[str, int]:
+        out = self.small.kinds()
+        for k, v in self.large.kinds().items():
+            out[k] = out.get(k, 0) + v
         return out

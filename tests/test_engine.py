@@ -324,3 +324,14 @@ def test_bad_inputs_give_clear_errors(models):
     e = _engine(models)
     with pytest.raises(ValueError, match="draft the block first"):
         e.decode_draft(e.start(_spec()))
+
+
+def test_zero_memo_budget_still_decodes_each_block_once(models):
+    """The decoder cache after the newest block is pinned outside the budget: no re-decoding from the start."""
+    e = _engine(models, SelfForcingRecipe(), memo_bytes=0)
+    s = e.generate(_spec(), TargetOnly())
+    assert len(e.memo) == 0 and e.memo.pinned_bytes > 0
+    assert sum(r.work["vae_decode_frames"] for r in s.blocks) == BLOCKS * 3
+    ref = _engine(models, SelfForcingRecipe()).generate(_spec(), TargetOnly())
+    assert torch.equal(_latents(s), _latents(ref))
+    assert sum(r.work["target_forwards"] for r in s.blocks) == sum(r.work["target_forwards"] for r in ref.blocks)
