@@ -164,10 +164,25 @@ class TieredMemo:
             return self.small.get(key)
         return self.large.get(key)
 
-    def put(self, key: Hashable, value: Any) -> Any:
+    def _tiers(self, value: Any) -> tuple[Memo, Memo]:
+        """(the tier this value belongs to, the other one)."""
         small = nbytes_of(value) <= self.small_entry_max
-        (self.large if small else self.small)._drop(key)
-        return (self.small if small else self.large).put(key, value)
+        return (self.small, self.large) if small else (self.large, self.small)
+
+    def put(self, key: Hashable, value: Any) -> Any:
+        tier, other = self._tiers(value)
+        other._drop(key)
+        return tier.put(key, value)
+
+    def pin(self, slot: str, key: Hashable, value: Any) -> Any:
+        tier, other = self._tiers(value)
+        other._drop(key)
+        other._pinned.pop(slot, None)
+        return tier.pin(slot, key, value)
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self.small.pinned_bytes + self.large.pinned_bytes
 
     def resize(self, large_bytes: int, small_bytes: int | None = None) -> None:
         self.large.resize(large_bytes)

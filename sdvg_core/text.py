@@ -87,3 +87,19 @@ def demo_embeddings(prompt: str, text_dim: int, text_len: int = WAN_TEXT_LEN) ->
         seed = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") & ((1 << 63) - 1)
         out[0, i] = torch.randn(text_dim, generator=torch.Generator().manual_seed(seed)) * 0.5
     return out
+
+
+def fit_text_len(embeddings: torch.Tensor, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:
+    """[1, L, D] -> [1, text_len, D]: cut after text_len rows or pad with zero rows, as Wan's encoder does.
+
+    ComfyUI's `wan` CLIP gives L = max(512, tokens + 1) with zeroed padding rows; Wan itself truncates at 512.
+    """
+    if embeddings.dim() == 2:
+        embeddings = embeddings[None]
+    n = embeddings.shape[1]
+    if n == text_len:
+        return embeddings
+    if n > text_len:
+        return embeddings[:, :text_len]
+    pad = embeddings.new_zeros(embeddings.shape[0], text_len - n, embeddings.shape[2])
+    return torch.cat([embeddings, pad], dim=1)

@@ -1,0 +1,449 @@
+"""ComfyUI host glue: model folders, memory management, stable model keys, progress and Cancel.
+
+Every model the engine calls lives under ComfyUI's memory manager (a ModelPatcher) and is loaded with
+`load_models_gpu` right before it is used, one model at a time, so the 14B target and the 1.3B drafter are
+never both forced onto a GPU that cannot hold them. Each hosted model has a stable `key` (file path + mtime +
+dtype, or the ComfyUI model object + patch uuid) so the engine's shared memo survives node re-execution.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import uuid
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+import comfy.model_management as mm
+import comfy.model_patcher
+import comfy.utils
+import folder_paths
+
+from ..sdvg_core.config import WanDiTConfig, shape_signature
+from ..sdvg_core.engine import Engine, EngineConfig, ProgressEvent
+from ..sdvg_core.memo import TieredMemo
+from ..sdvg_core.reward import ImageRewardScorer
+from ..sdvg_core.state import GenerationState
+from ..sdvg_core.vae import WanVAE
+from ..sdvg_core.wan import CausalWan
+
+LOG = logging.getLogger("SDVG")
+
+DIFFUSION_FOLDER = "diffusion_models"
+REWARD_FOLDER = "image_reward"
+PROMPTS_FOLDER = "sdvg_prompts"
+REWARD_EXTENSIONS = {".pt", ".pth", ".safetensors"}
+PROMPT_EXTENSIONS = {".safetensors"}
+
+# Where each file comes from (named in every "not found" error and in the README).
+SOURCES = {
+    "drafter": "Self-Forcing (Wan 2.1 1.3B, block-causal): https://huggingface.co/gdhe17/Self-Forcing, file "
+               "checkpoints/self_forcing_dmd.pt",
+    "target": "Krea Realtime Video 14B (Wan 2.1 14B, block-causal): https://huggingface.co/krea/krea-realtime-video, "
+              "file krea-realtime-video-14b.safetensors",
+    "image_reward": "ImageReward v1.0: https://huggingface.co/THUDM/ImageReward, file ImageReward.pt, plus the BERT "
+                    "vocabulary vocab.txt from https://huggingface.co/google-bert/bert-base-uncased next to it",
+    "prompts": "written by the 'SDVG Save Prompt Embeddings' node",
+}
+
+DEFAULT_CACHE_GB = 4.0
+# One memo for every engine built by any node (keys hold model identities and lineages). Small entries (drafts,
+# target blocks, scores) have their own 1 GB so a multi-GB KV/decoder cache never evicts them.
+MEMO = TieredMemo(int(DEFAULT_CACHE_GB * 2**30))
+
+
+class SDVGError(RuntimeError):
+    """A user-facing error: what is wrong and how to fix it."""
+
+
+# ------------------------------------------------------------------------------------------------ folders
+def register_folders() -> None:
+    """Add models/image_reward and models/sdvg_prompts to ComfyUI's registry (keeping yaml-configured paths)."""
+    for name, exts in ((REWARD_FOLDER, REWARD_EXTENSIONS), (PROMPTS_FOLDER, PROMPT_EXTENSIONS)):
+        default = os.path.join(folder_paths.models_dir, name)
+        paths, old_exts = folder_paths.folder_names_and_paths.get(name, ([], set()))
+        paths = list(paths) + ([default] if default not in paths else [])
+        folder_paths.folder_names_and_paths[name] = (paths, set(old_exts) | exts)
+
+
+def file_list(folder: str) -> list[str]:
+    try:
+        return folder_paths.get_filename_list(folder)
+    except KeyError:
+        return []
+
+
+def resolve_file(folder: str, name: str, what: str, source: str) -> str:
+    """Full path of a file picked in a combo, or an error naming the folders searched and the file's source."""
+    path = folder_paths.get_full_path(folder, name) if name else None
+    if path is not None:
+        return path
+    try:
+        searched = folder_paths.get_folder_paths(folder)
+    except KeyError:
+        searched = []
+    present = file_list(folder)
+    raise SDVGError(
+        f"{what}: file {name!r} not found in models/{folder} (searched: {', '.join(searched) or 'no folder registered'}; "
+        f"files there: {', '.join(present[:8]) or 'none'}). Get it from {source}, put it in one of those folders, "
+        f"then press R in ComfyUI to refresh the file lists.")
+
+
+# ------------------------------------------------------------------------------------------------ dtypes
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def auto_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on GPUs that have it, fp16 on other GPUs, fp32 on the CPU."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type in ("mps", "xpu"):
+        return torch.float16
+    return torch.float32
+
+
+def pick_dtype(option: str, device: torch.device) -> torch.dtype:
+    return auto_dtype(device) if option == "auto" else DTYPES[option]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def file_key(path: str, *extra: str) -> str:
+    """Identity of weights read from a file: a changed file (mtime/size) or dtype gives a new key."""
+    st = os.stat(path)
+    return "|".join(("file", os.path.realpath(path), str(st.st_mtime_ns), str(st.st_size), *extra))
+
+
+_TOKENS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def object_token(obj: Any) -> str:
+    """A uuid per live host object (never reused, unlike id()), for memo keys of ComfyUI-loaded models."""
+    tok = _TOKENS.get(obj)
+    if tok is None:
+        tok = _TOKENS[obj] = uuid.uuid4().hex
+    return tok
+
+
+# ------------------------------------------------------------------------------------------------ models
+class HostedWan(CausalWan):
+    """CausalWan whose every model call first asks ComfyUI to load this model (and only this one)."""
+
+    def __init__(self, net: torch.nn.Module, cfg: WanDiTConfig, patcher, *, dtype: torch.dtype, key: str,
+                 full_load: bool, work_bytes: int = 0):
+        super().__init__(net, cfg, dtype=dtype, device=patcher.load_device, key=key)
+        self.patcher, self.full_load, self.work_bytes = patcher, full_load, work_bytes
+
+    def ensure_loaded(self) -> None:
+        mm.load_models_gpu([self.patcher], memory_required=self.work_bytes, force_full_load=self.full_load)
+
+    def encode_text(self, *args, **kwargs):
+        self.ensure_loaded()
+        return super().encode_text(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        self.ensure_loaded()
+        return super().forward(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class DiTHandle:
+    """What a loader node outputs (SDVG_MODEL): the hosted runner and a line saying what was loaded."""
+
+    role: str  # drafter / target
+    runner: HostedWan
+    info: str
+
+    @property
+    def key(self) -> str:
+        return self.runner.key
+
+
+def work_bytes(cfg: WanDiTConfig, dtype: torch.dtype, tokens: int = 9360) -> int:
+    """GPU memory a model call needs beside the weights: the KV window (2 x layers x tokens x dim) + activations.
+
+    Default tokens = Krea's 6-frame window at 832x480 (9360).
+    """
+    size = torch.finfo(dtype).bits // 8
+    kv = 2 * cfg.num_layers * tokens * cfg.dim * size
+    block_tokens = tokens // 2
+    activations = 4 * block_tokens * (cfg.ffn_dim + 8 * cfg.dim) * 4  # fp32 residual + FFN hidden, generous
+    return kv + activations
+
+
+def host_file_dit(net: torch.nn.Module, cfg: WanDiTConfig, dtype: torch.dtype, key: str) -> HostedWan:
+    """Our own WanDiT (plain torch layers) under a ModelPatcher; loaded whole (it cannot be split like comfy ops)."""
+    patcher = _patcher(net, mm.get_torch_device(), mm.unet_offload_device())
+    return HostedWan(net, cfg, patcher, dtype=dtype, key=key, full_load=True, work_bytes=work_bytes(cfg, dtype))
+
+
+def wan_config_from_module(net: torch.nn.Module) -> WanDiTConfig:
+    """The Wan 2.1 T2V config of a loaded network: ours (`.config`), ComfyUI's WanModel (attributes) or shapes."""
+    cfg = getattr(net, "config", None)
+    if isinstance(cfg, WanDiTConfig):
+        return cfg
+    kind = type(net).__name__
+    model_type = getattr(net, "model_type", "t2v")
+    if not hasattr(net, "blocks") or not hasattr(net, "head"):
+        raise SDVGError(f"the MODEL input holds a {kind}, not a Wan 2.1 network. Load a Wan 2.1 text-to-video "
+                        f"checkpoint (e.g. {SOURCES['target']}) with 'Load Diffusion Model' and connect it.")
+    if all(hasattr(net, a) for a in ("dim", "ffn_dim", "num_heads", "num_layers", "in_dim", "out_dim")):
+        p = getattr(net, "patch_size", (1, 2, 2))
+        cfg = WanDiTConfig(name=f"comfy-{kind}-{net.dim}x{net.num_layers}", dim=int(net.dim), ffn_dim=int(net.ffn_dim),
+                           num_heads=int(net.num_heads), num_layers=int(net.num_layers),
+                           text_dim=int(getattr(net, "text_dim", 4096)), text_len=int(getattr(net, "text_len", 512)),
+                           in_dim=int(net.in_dim), out_dim=int(net.out_dim), freq_dim=int(getattr(net, "freq_dim", 256)),
+                           patch_size=tuple(int(v) for v in p), eps=float(getattr(net, "eps", 1e-6)),
+                           qk_norm=bool(getattr(net, "qk_norm", True)),
+                           cross_attn_norm=bool(getattr(net, "cross_attn_norm", True)))
+    else:
+        sig = shape_signature(net.state_dict())
+        cfg = WanDiTConfig(name=f"comfy-{kind}-{sig['dim']}x{sig['num_layers']}", num_heads=sig["dim"] // 128, **sig)
+    if model_type != "t2v" or cfg.in_dim != 16 or cfg.out_dim != 16:
+        raise SDVGError(f"the MODEL input is a Wan '{model_type}' network with {cfg.in_dim} latent channels; SDVG needs "
+                        f"Wan 2.1 text-to-video (16 channels), e.g. {SOURCES['target']}")
+    return cfg
+
+
+class _Fp32Input(torch.nn.Module):
+    """ComfyUI keeps Wan's patch embedding in fp32 and feeds it fp32 input (`patch_embedding(x.float())`)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.float()).to(x.dtype)
+
+
+class _CastInput(torch.nn.Module):
+    """Feed a ComfyUI layer its input in the compute dtype (its weights may not be cast for fp32 input)."""
+
+    def __init__(self, inner: torch.nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.inner, self.dtype = inner, dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x.to(self.dtype))
+
+
+class _View:
+    """Attribute view of a module with a few children swapped; everything else is the original object."""
+
+    def __init__(self, inner: Any, **swapped: Any):
+        self._inner, self._swapped = inner, swapped
+
+    def __getattr__(self, name: str) -> Any:
+        swapped = self.__dict__.get("_swapped", {})
+        if name in swapped:
+            return swapped[name]
+        return getattr(self.__dict__["_inner"], name)
+
+
+def comfy_wan_view(net: torch.nn.Module, dtype: torch.dtype) -> Any:
+    """ComfyUI's WanModel as CausalWan sees it: fp32 patch embedding and norm3 fed in the compute dtype.
+
+    CausalWan keeps the residual stream in fp32; ComfyUI's layers with non-fp32 weights (not manual-cast) would
+    refuse fp32 input, so the two layers that receive the raw residual/latents get an adapter.
+    """
+    blocks = [_View(b, norm3=_CastInput(b.norm3, dtype)) for b in net.blocks]
+    return _View(net, patch_embedding=_Fp32Input(net.patch_embedding), blocks=blocks)
+
+
+def host_comfy_model(model: Any, role: str) -> DiTHandle:
+    """Wrap a ComfyUI MODEL (UNETLoader, GGUF, LoRA-patched...) holding a Wan 2.1 T2V network."""
+    base = getattr(model, "model", None)
+    net = getattr(base, "diffusion_model", None)
+    if net is None:
+        raise SDVGError(f"the MODEL connected to the SDVG {role} loader is a {type(model).__name__} without "
+                        f"`model.diffusion_model`; connect the output of 'Load Diffusion Model' (UNETLoader).")
+    cfg = wan_config_from_module(net)
+    weight = base.get_dtype() if hasattr(base, "get_dtype") else next(net.parameters()).dtype
+    dtype = getattr(base, "manual_cast_dtype", None) or weight
+    if dtype not in DTYPES.values():
+        dtype = auto_dtype(torch.device(model.load_device))
+    key = f"comfy|{object_token(base)}|{getattr(model, 'patches_uuid', '')}|{dtype_name(dtype)}"
+    view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
+    runner = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype))
+    runner.net_module = net
+    info = (f"{role}: ComfyUI MODEL ({type(net).__name__}, dim {cfg.dim}, {cfg.num_layers} layers, weights "
+            f"{dtype_name(weight)}, compute {dtype_name(dtype)})")
+    return DiTHandle(role, runner, info)
+
+
+# ------------------------------------------------------------------------------------------------ VAE
+class _Holder(torch.nn.Module):
+    """A plain parent module for ModelPatcher, which sets `.device` on the model (WanVAE has a read-only one)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+
+def _patcher(module: torch.nn.Module, load_device, offload_device):
+    holder = _Holder(module)
+    return comfy.model_patcher.ModelPatcher(holder, load_device=load_device, offload_device=offload_device,
+                                            size=mm.module_size(holder))
+
+
+class HostedVAE:
+    """Our streaming Wan VAE (explicit immutable decoder cache) built from a ComfyUI VAE's weights."""
+
+    def __init__(self, vae: WanVAE, key: str):
+        self.inner, self.key = vae, key
+        self.patcher = _patcher(vae, mm.vae_device(), mm.vae_offload_device())
+
+    def ensure_loaded(self) -> None:
+        mm.load_models_gpu([self.patcher], force_full_load=True)
+
+    def decode_stream(self, *args, **kwargs):
+        self.ensure_loaded()
+        return self.inner.decode_stream(*args, **kwargs)
+
+    def encode_anchor_frame(self, *args, **kwargs):
+        self.ensure_loaded()
+        return self.inner.encode_anchor_frame(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["inner"], name)
+
+
+_VAES: "weakref.WeakKeyDictionary[Any, HostedVAE]" = weakref.WeakKeyDictionary()
+
+
+def host_vae(comfy_vae: Any) -> HostedVAE:
+    """Convert a ComfyUI VAE (VAELoader) once per VAE object; later calls return the same hosted VAE."""
+    hosted = _VAES.get(comfy_vae)
+    if hosted is not None:
+        return hosted
+    inner = getattr(comfy_vae, "first_stage_model", None)
+    if inner is None:
+        raise SDVGError(f"the VAE input is a {type(comfy_vae).__name__}; connect ComfyUI's 'Load VAE' with the "
+                        f"Wan 2.1 VAE (wan_2.1_vae.safetensors, https://huggingface.co/Comfy-Org/"
+                        f"Wan_2.1_ComfyUI_repackaged, split_files/vae/)")
+    dtype = getattr(comfy_vae, "vae_dtype", None) or torch.float32
+    try:
+        ours = WanVAE.from_state_dict(inner.state_dict(), dtype=dtype, device=mm.vae_offload_device())
+    except ValueError as e:
+        raise SDVGError(f"the VAE is not the Wan 2.1 VAE SDVG needs ({e}). Load wan_2.1_vae.safetensors "
+                        f"(https://huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged, split_files/vae/) with "
+                        f"'Load VAE'. The Wan 2.2 VAE does not fit Wan 2.1 models.") from e
+    hosted = _VAES[comfy_vae] = HostedVAE(ours, f"vae|{object_token(comfy_vae)}|{dtype_name(dtype)}")
+    return hosted
+
+
+# ------------------------------------------------------------------------------------------------ ImageReward
+class HostedScorer:
+    """ImageReward under a ModelPatcher; scoring loads it (only it) first."""
+
+    def __init__(self, scorer: ImageRewardScorer, key: str, info: str):
+        self.scorer, self.key, self.info = scorer, key, info
+        self.patcher = _patcher(scorer.model, mm.get_torch_device(), mm.unet_offload_device())
+
+    def score_frames(self, frames: torch.Tensor, prompt: str) -> torch.Tensor:
+        mm.load_models_gpu([self.patcher], force_full_load=True)
+        return self.scorer.score_frames(frames, prompt)
+
+
+# ------------------------------------------------------------------------------------------------ session / state
+@dataclass(frozen=True)
+class Session:
+    """Everything a generation needs besides its state: models, VAE, scorer, engine options."""
+
+    target: DiTHandle
+    drafter: DiTHandle | None
+    vae: HostedVAE
+    scorer: HostedScorer | None
+    config: EngineConfig
+
+    def engine(self, progress: Callable[[ProgressEvent], None] | None = None) -> Engine:
+        """A light Engine over the shared memo, with ComfyUI's Cancel as interrupt callback."""
+        e = Engine(self.target.runner, self.vae, self.drafter.runner if self.drafter else None, self.scorer,
+                   self.config, memo=MEMO)
+        e.callbacks.interrupt = mm.throw_exception_if_processing_interrupted
+        e.callbacks.progress = progress
+        return e
+
+
+@dataclass(frozen=True)
+class Run:
+    """The SDVG_STATE value passed between nodes: the session plus an immutable GenerationState."""
+
+    session: Session
+    state: GenerationState
+    tau: float | None = None  # the tau of the last routing decision (for the report plot)
+    policy: str = ""  # description of the routing policy used
+
+    def with_state(self, state: GenerationState, **kw: Any) -> "Run":
+        return Run(self.session, state, kw.get("tau", self.tau), kw.get("policy", self.policy))
+
+
+def set_cache_budget(gb: float) -> None:
+    """Budget of the shared memo's big entries (KV and decoder caches), set from the Start/Generate nodes."""
+    MEMO.resize(int(gb * 2**30))
+
+
+# ------------------------------------------------------------------------------------------------ progress
+def to_pil(frame: torch.Tensor):
+    """[H, W, 3] 0..1 -> PIL image (truncating, as ComfyUI's savers do)."""
+    from PIL import Image
+
+    return Image.fromarray((frame.detach().float().clamp(0, 1) * 255).to(torch.uint8).cpu().numpy())
+
+
+class BlockProgress:
+    """ComfyUI progress bar over model calls, with the newest committed frame as preview per block."""
+
+    def __init__(self, num_blocks: int, steps_per_block: int, first_block: int = 0):
+        self.steps = max(steps_per_block, 1)
+        self.first = first_block
+        self.total = max(num_blocks - first_block, 1) * self.steps
+        self.bar = comfy.utils.ProgressBar(self.total)
+        self.value = 0
+
+    def __call__(self, ev: ProgressEvent) -> None:
+        base = (ev.block - self.first) * self.steps
+        if ev.kind == "step":
+            value = base + min(ev.step, self.steps - 1)
+            preview = None
+        else:
+            value = base + self.steps
+            preview = ("JPEG", to_pil(ev.preview), 512) if ev.preview is not None else None
+        self.value = max(self.value, value)
+        self.bar.update_absolute(self.value, self.total, preview)
+
+
+def check_interrupt() -> None:
+    mm.throw_exception_if_processing_interrupted()
+
+
+def to_image_batch(img) -> torch.Tensor:
+    """PIL image -> ComfyUI IMAGE [1, H, W, 3] float 0..1."""
+    import numpy as np
+
+    return torch.from_numpy(np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0)[None]
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+# ------------------------------------------------------------------------------------------------ starting a run
+def conditioning_embeddings(conditioning: Any) -> tuple[torch.Tensor, str]:
+    """CONDITIONING [[tensor [1, L, D], {...}], ...] -> (embeddings of the first entry, prompt text if it carries one)."""
+    try:
+        cond, extra = conditioning[0][0], conditioning[0][1]
+    except (TypeError, IndexError, KeyError) as e:
+        raise SDVGError("the conditioning input is empty or not ComfyUI CONDITIONING; connect CLIP Text Encode "
+                        "(with a 'wan' CLIP loader) or SDVG Load Prompt Embeddings") from e
+    if len(conditioning) > 1:
+        LOG.warning("SDVG: the conditioning holds %d prompts; only the first is used", len(conditioning))
+    if not isinstance(cond, torch.Tensor) or cond.dim() != 3:
+        raise SDVGError(f"the conditioning tensor must be [1, L, 4096] umT5 embeddings, got {type(cond).__name__} "
+                        f"{list(getattr(cond, 'shape', []))}")
+    return cond[:1].float().cpu(), str((extra or {}).get("sdvg_prompt", ""))

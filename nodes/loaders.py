@@ -1,0 +1,128 @@
+"""Loader nodes: drafter / target Wan DiT (file or ComfyUI MODEL) and the ImageReward scorer."""
+from __future__ import annotations
+
+from comfy_api.latest import io, ui
+
+import comfy.model_management as mm
+
+from ..sdvg_core.loading import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
+from ..sdvg_core.reward import ImageRewardScorer
+from ..sdvg_core.reward_io import ImageRewardError, find_vocab
+from . import host
+from .types import CAT_LOADERS, SDVGModel, SDVGReward
+
+DIT_DTYPES = ["auto", "bf16", "fp16", "fp32"]
+
+
+class _LoadDiT(io.ComfyNode):
+    """Shared body of the drafter and target loaders (they differ in role, defaults and texts)."""
+
+    ROLE = "drafter"
+
+    @classmethod
+    def _schema(cls, node_id: str, display_name: str, description: str) -> io.Schema:
+        role = cls.ROLE
+        return io.Schema(
+            node_id=node_id, display_name=display_name, category=CAT_LOADERS, description=description,
+            inputs=[
+                io.Combo.Input("model_name", options=host.file_list(host.DIFFUSION_FOLDER),
+                               tooltip=f"The {role} checkpoint in models/diffusion_models (.safetensors, or a "
+                                       f"Self-Forcing .pt). Source: {host.SOURCES[role]}. Ignored when 'model' is connected."),
+                io.Combo.Input("pt_entry", options=list(SELF_FORCING_ENTRIES), default=DEFAULT_PT_ENTRY,
+                               tooltip="Which network of a Self-Forcing .pt to use: generator_ema (recommended by "
+                                       "Self-Forcing) or generator (what the published SDVG code loaded). "
+                                       "Ignored for .safetensors files."),
+                io.Combo.Input("weight_dtype", options=DIT_DTYPES, default="auto",
+                               tooltip="Weights and compute dtype. auto: bf16 on GPUs that support it, fp16 on "
+                                       "other GPUs, fp32 on the CPU. For fp8 or GGUF use 'model' instead."),
+                io.Model.Input("model", optional=True,
+                               tooltip="Optional: a Wan 2.1 text-to-video MODEL from ComfyUI's loaders (Load "
+                                       "Diffusion Model with fp8, GGUF loaders, LoRA loaders). When connected, the "
+                                       "file options above are ignored and ComfyUI manages the weights (low VRAM "
+                                       "offloading works)."),
+            ],
+            outputs=[SDVGModel.Output(display_name=role, tooltip=f"the {role}, for SDVG Start / SDVG Generate"),
+                     io.String.Output(display_name="info", tooltip="what was loaded (file, preset, entry, dtype)")],
+        )
+
+    @classmethod
+    def execute(cls, model_name: str, pt_entry: str, weight_dtype: str, model=None) -> io.NodeOutput:
+        role = cls.ROLE
+        if model is not None:
+            handle = host.host_comfy_model(model, role)
+        else:
+            what = f"SDVG Load {role.title()}"
+            path = host.resolve_file(host.DIFFUSION_FOLDER, model_name, what, host.SOURCES[role])
+            dtype = host.pick_dtype(weight_dtype, mm.get_torch_device())
+            try:
+                net, cfg, rep = load_wan_dit(path, dtype=dtype, device=mm.unet_offload_device(), pt_entry=pt_entry)
+            except CheckpointError as e:
+                raise host.SDVGError(f"{what}: {e}. Expected a Wan 2.1 text-to-video checkpoint such as "
+                                     f"{host.SOURCES[role]}. For fp8 or GGUF files, load them with 'Load Diffusion "
+                                     f"Model' and connect its MODEL to this node's 'model' input.") from e
+            key = host.file_key(path, host.dtype_name(dtype), rep.entry or "")
+            handle = host.DiTHandle(role, host.host_file_dit(net, cfg, dtype, key), f"{role}: {rep.describe()}")
+        host.LOG.info("SDVG %s", handle.info)
+        return io.NodeOutput(handle, handle.info, ui=ui.PreviewText(handle.info))
+
+
+class SDVGLoadDrafter(_LoadDiT):
+    """The drafter: Self-Forcing's Wan 2.1 1.3B (.pt entry generator_ema by default) or a ComfyUI MODEL."""
+
+    ROLE = "drafter"
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return cls._schema("SDVGLoadDrafter", "SDVG Load Drafter (1.3B)",
+                           "Loads the block-causal drafter that proposes every block (Self-Forcing, Wan 2.1 1.3B).")
+
+
+class SDVGLoadTarget(_LoadDiT):
+    """The target: Krea Realtime Video's Wan 2.1 14B (.safetensors) or a ComfyUI MODEL (fp8, GGUF, LoRA)."""
+
+    ROLE = "target"
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return cls._schema("SDVGLoadTarget", "SDVG Load Target (14B)",
+                           "Loads the block-causal target that makes block 0 and redoes rejected blocks "
+                           "(Krea Realtime Video, Wan 2.1 14B).")
+
+
+class SDVGLoadImageReward(io.ComfyNode):
+    """ImageReward v1.0 from models/image_reward, with the BERT vocab.txt next to it."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="SDVGLoadImageReward", display_name="SDVG Load ImageReward", category=CAT_LOADERS,
+            description="Loads the ImageReward scorer that judges every drafted block (min over its frames).",
+            inputs=[
+                io.Combo.Input("reward_name", options=host.file_list(host.REWARD_FOLDER),
+                               tooltip=f"ImageReward weights in models/image_reward (.pt or .safetensors). "
+                                       f"Source: {host.SOURCES['image_reward']}."),
+                io.Combo.Input("dtype", options=["auto", "fp32", "fp16", "bf16"], default="auto",
+                               tooltip="Backbone dtype (the reward head stays fp32). auto: fp16 on GPUs (0.9 GB), "
+                                       "fp32 on the CPU (1.8 GB)."),
+                io.Int.Input("micro_batch", default=16, min=1, max=256,
+                             tooltip="Frames scored per forward pass; lower it if scoring runs out of memory."),
+            ],
+            outputs=[SDVGReward.Output(display_name="image_reward", tooltip="the scorer, for SDVG Start / Generate")],
+        )
+
+    @classmethod
+    def execute(cls, reward_name: str, dtype: str, micro_batch: int) -> io.NodeOutput:
+        path = host.resolve_file(host.REWARD_FOLDER, reward_name, "SDVG Load ImageReward", host.SOURCES["image_reward"])
+        device = mm.get_torch_device()
+        torch_dtype = (host.DTYPES["fp16"] if device.type != "cpu" else host.DTYPES["fp32"]) if dtype == "auto" \
+            else host.DTYPES[dtype]
+        try:
+            vocab = find_vocab(path)
+            scorer = ImageRewardScorer.from_files(path, vocab, device=mm.unet_offload_device(), dtype=torch_dtype,
+                                                  micro_batch=micro_batch)
+        except (ImageRewardError, ValueError) as e:
+            raise host.SDVGError(f"SDVG Load ImageReward: {e}") from e
+        key = host.file_key(path, host.dtype_name(torch_dtype), f"mb{micro_batch}") + "|" + host.file_key(str(vocab))
+        info = f"ImageReward: {path} ({host.dtype_name(torch_dtype)}, vocab {vocab})"
+        host.LOG.info("SDVG %s", info)
+        return io.NodeOutput(host.HostedScorer(scorer, key, info), ui=ui.PreviewText(info))

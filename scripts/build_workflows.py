@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Write the example workflows (UI format 0.4) in workflows/ from a compact description.
+
+    .venv/bin/python scripts/build_workflows.py            # node specs from the pack + the test fakes of core nodes
+    .venv/bin/python scripts/build_workflows.py --check    # only compare with the files on disk (exit 1 if stale)
+
+Input/output lists follow the frontend's layout (socket inputs first, then widget inputs with "widget"),
+widgets_values follow the input order with "fixed" after every control_after_generate widget, and every file a
+workflow needs is listed in the node's properties.models (the frontend offers the download when it is missing).
+tests/test_comfy_host.py loads each file in the real frontend (chromium) to check nothing is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+PROMPT = ("A corgi puppy runs through a sunny meadow full of yellow flowers, its ears flapping, the camera tracking it "
+          "at ground level, shallow depth of field, warm late-afternoon light, cinematic.")
+HF = "https://huggingface.co"
+MODELS = {
+    "target": {"name": "krea-realtime-video-14b.safetensors", "directory": "diffusion_models",
+               "url": f"{HF}/krea/krea-realtime-video/resolve/main/krea-realtime-video-14b.safetensors"},
+    "drafter": {"name": "self_forcing_dmd.pt", "directory": "diffusion_models",
+                "url": f"{HF}/gdhe17/Self-Forcing/resolve/main/checkpoints/self_forcing_dmd.pt"},
+    "reward": {"name": "ImageReward.pt", "directory": "image_reward",
+               "url": f"{HF}/THUDM/ImageReward/resolve/main/ImageReward.pt"},
+    "vae": {"name": "wan_2.1_vae.safetensors", "directory": "vae",
+            "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/vae/wan_2.1_vae.safetensors"},
+    "umt5": {"name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "directory": "text_encoders",
+             "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/text_encoders/"
+                    "umt5_xxl_fp8_e4m3fn_scaled.safetensors"},
+}
+FILES_NOTE = """**Files** (nothing is downloaded at run time):
+- `models/diffusion_models/self_forcing_dmd.pt`: drafter, [gdhe17/Self-Forcing](https://huggingface.co/gdhe17/Self-Forcing) `checkpoints/self_forcing_dmd.pt`
+- `models/diffusion_models/krea-realtime-video-14b.safetensors`: target, [krea/krea-realtime-video](https://huggingface.co/krea/krea-realtime-video)
+- `models/image_reward/ImageReward.pt` + `vocab.txt`: [THUDM/ImageReward](https://huggingface.co/THUDM/ImageReward) and [google-bert/bert-base-uncased](https://huggingface.co/google-bert/bert-base-uncased) `vocab.txt`
+- `models/vae/wan_2.1_vae.safetensors`, `models/text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors`: [Comfy-Org/Wan_2.1_ComfyUI_repackaged](https://huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged)
+
+Low VRAM: load the 14B with **Load Diffusion Model** (weight_dtype fp8_e4m3fn) and connect its MODEL to the target loader's `model` input.
+Skip the 11 GB text encoder on later runs: **SDVG Save Prompt Embeddings** once, then **SDVG Load Prompt Embeddings**."""
+
+
+def specs() -> dict:
+    """Node specs of the pack and of the core nodes used, from the classes (fake host; no ComfyUI needed)."""
+    import tempfile
+
+    import fake_host  # tests/fake_host.py
+    import workflow_tools
+
+    with fake_host.installed(Path(tempfile.mkdtemp(prefix="sdvg-wf-"))) as pack:
+        return workflow_tools.object_info_from_classes(list(pack.nodes.NODES) + list(pack.core_nodes.CORE_NODES))
+
+
+class Graph:
+    """Builds the frontend's JSON: nodes with input/output slots, links, groups."""
+
+    def __init__(self, specs: dict, wid: str):
+        self.specs, self.wid = specs, wid
+        self.nodes: list[dict] = []
+        self.links: list[list] = []
+        self.groups: list[dict] = []
+
+    def node(self, type_: str, pos: tuple[int, int], widgets: dict | None = None, title: str | None = None,
+             size: tuple[int, int] | None = None, models: list[str] | None = None) -> dict:
+        import workflow_tools as wt
+
+        spec = self.specs[type_]
+        inputs, wvals = [], []
+        ordered = wt._inputs(spec)
+        for name, t, opts, optional in ordered:  # sockets first
+            if not wt.is_widget(t, opts):
+                inputs.append({"localized_name": name, "name": name, "type": t, "link": None})
+        for name, t, opts, optional in ordered:  # then widgets (in input order)
+            if wt.is_widget(t, opts):
+                typ = "COMBO" if isinstance(t, list) else t
+                inputs.append({"localized_name": name, "name": name, "type": typ, "widget": {"name": name}, "link": None})
+                value = (widgets or {}).get(name, opts.get("default"))
+                if value is None and typ == "COMBO":
+                    value = (t if isinstance(t, list) else opts.get("options") or [""])[0]
+                wvals.append(value)
+                if opts.get("control_after_generate"):
+                    wvals.append("fixed")
+        outputs = [{"localized_name": n, "name": n, "type": t, "links": []}
+                   for t, n in zip(spec["output"], spec["output_name"])]
+        n_slots = max(len([i for i in inputs if "widget" not in i]), len(outputs)) + len(wvals)
+        node = {"id": len(self.nodes) + 1, "type": type_, "pos": list(pos),
+                "size": list(size or (340, 46 + 24 * n_slots)), "flags": {}, "order": len(self.nodes), "mode": 0,
+                "inputs": inputs, "outputs": outputs,
+                "properties": {"Node name for S&R": type_, **({"models": [MODELS[m] for m in models]} if models else {})},
+                "widgets_values": wvals}
+        if title:
+            node["title"] = title
+        self.nodes.append(node)
+        return node
+
+    def note(self, pos: tuple[int, int], text: str, size: tuple[int, int] = (420, 300)) -> dict:
+        node = {"id": len(self.nodes) + 1, "type": "MarkdownNote", "pos": list(pos), "size": list(size), "flags": {},
+                "order": len(self.nodes), "mode": 0, "inputs": [], "outputs": [], "properties": {},
+                "widgets_values": [text], "color": "#432", "bgcolor": "#653"}
+        self.nodes.append(node)
+        return node
+
+    def link(self, src: dict, out_name: str, dst: dict, in_name: str) -> None:
+        si = next(i for i, o in enumerate(src["outputs"]) if o["name"] == out_name)
+        di = next(i for i, o in enumerate(dst["inputs"]) if o["name"] == in_name)
+        lid = len(self.links) + 1
+        typ = src["outputs"][si]["type"]
+        self.links.append([lid, src["id"], si, dst["id"], di, typ])
+        src["outputs"][si]["links"].append(lid)
+        dst["inputs"][di]["link"] = lid
+
+    def group(self, title: str, bounding: tuple[int, int, int, int], color: str = "#3f789e") -> None:
+        self.groups.append({"id": len(self.groups) + 1, "title": title, "bounding": list(bounding), "color": color,
+                            "font_size": 24, "flags": {}})
+
+    def to_json(self) -> dict:
+        for n in self.nodes:
+            for o in n["outputs"]:
+                if not o["links"]:
+                    o["links"] = None
+        return {"id": self.wid, "revision": 0, "last_node_id": len(self.nodes), "last_link_id": len(self.links),
+                "nodes": self.nodes, "links": self.links, "groups": self.groups, "config": {},
+                "extra": {"ds": {"scale": 0.75, "offset": [40, 40]}}, "version": 0.4}
+
+
+def loaders(g: Graph, x: int = 0, y: int = 0) -> dict:
+    """The shared left column: target, drafter, ImageReward, VAE, text encoder and the prompt."""
+    target = g.node("SDVGLoadTarget", (x, y), {"model_name": MODELS["target"]["name"]}, models=["target"])
+    drafter = g.node("SDVGLoadDrafter", (x, y + 200), {"model_name": MODELS["drafter"]["name"]}, models=["drafter"])
+    reward = g.node("SDVGLoadImageReward", (x, y + 400), {"reward_name": MODELS["reward"]["name"]}, models=["reward"])
+    vae = g.node("VAELoader", (x, y + 560), {"vae_name": MODELS["vae"]["name"]}, models=["vae"], size=(340, 60))
+    clip = g.node("CLIPLoader", (x, y + 660), {"clip_name": MODELS["umt5"]["name"], "type": "wan", "device": "default"},
+                  models=["umt5"], size=(340, 110))
+    text = g.node("PrimitiveStringMultiline", (x + 380, y + 560), {"value": PROMPT}, title="Prompt", size=(360, 150))
+    enc = g.node("CLIPTextEncode", (x + 380, y + 750), {"text": PROMPT}, size=(360, 100))
+    g.link(clip, "CLIP", enc, "clip")
+    g.link(text, "STRING", enc, "text")
+    return {"target": target, "drafter": drafter, "reward": reward, "vae": vae, "text": text, "enc": enc}
+
+
+def wire_run(g: Graph, m: dict, node: dict) -> None:
+    g.link(m["target"], "target", node, "target")
+    g.link(m["drafter"], "drafter", node, "drafter")
+    g.link(m["reward"], "image_reward", node, "image_reward")
+    g.link(m["vae"], "VAE", node, "vae")
+    g.link(m["enc"], "CONDITIONING", node, "positive")
+    g.link(m["text"], "STRING", node, "prompt")
+
+
+def save_video(g: Graph, frames_src: dict, pos: tuple[int, int], prefix: str) -> None:
+    cv = g.node("CreateVideo", pos, {"fps": 16.0}, size=(270, 80))
+    sv = g.node("SaveVideo", (pos[0], pos[1] + 120), {"filename_prefix": prefix}, size=(420, 480))
+    g.link(frames_src, "frames", cv, "images")
+    g.link(cv, "VIDEO", sv, "video")
+
+
+def loop_workflow(sp: dict) -> dict:
+    g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000001")
+    m = loaders(g)
+    start = g.node("SDVGStart", (800, 0), {"num_blocks": 9})
+    wire_run(g, m, start)
+    ls = g.node("SDVGLoopStart", (800, 560), size=(240, 70))
+    draft = g.node("SDVGDraftBlock", (1080, 560), size=(240, 50))
+    dec = g.node("SDVGDecodeBlock", (1360, 560), size=(260, 260))
+    score = g.node("SDVGScoreBlock", (1660, 560), size=(280, 120))
+    route = g.node("SDVGRoute", (1360, 860), {"tau": -0.7, "force_reject_first": True}, size=(340, 150))
+    le = g.node("SDVGLoopEnd", (1760, 860), size=(240, 70))
+    fin = g.node("SDVGFinish", (2060, 0), size=(300, 120))
+    g.link(start, "state", ls, "state")
+    g.link(ls, "state", draft, "state")
+    g.link(draft, "state", dec, "state")
+    g.link(dec, "state", score, "state")
+    g.link(ls, "state", route, "state")
+    g.link(score, "state", route, "scored")
+    g.link(ls, "loop", le, "loop")
+    g.link(route, "state", le, "state")
+    g.link(le, "state", fin, "state")
+    save_video(g, fin, (2400, 0), "video/SDVG")
+    plot = g.node("PreviewImage", (2060, 600), title="Scores vs tau", size=(660, 420))
+    g.link(fin, "plot", plot, "images")
+    g.group("One block (repeated by SDVG Loop End until every block is committed)", (780, 480, 1240, 560))
+    g.note((2060, 180), "## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE "
+                        "decodes it, **ImageReward** scores every frame and **SDVG Route** keeps the draft when the "
+                        "lowest frame score is >= **tau**; otherwise the 14B **target** redoes the block from the "
+                        "same noise. Block 0 always comes from the target (its draft is never computed: the route's "
+                        "`scored` input is lazy).\n\nMove **tau** and queue again: only the blocks from the first "
+                        "changed decision are recomputed.\n\n" + FILES_NOTE, size=(300, 380))
+    return g.to_json()
+
+
+def generate_workflow(sp: dict) -> dict:
+    g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000002")
+    m = loaders(g)
+    gen = g.node("SDVGGenerate", (800, 0), {"num_blocks": 9, "policy": "sdvg", "tau": -0.7})
+    wire_run(g, m, gen)
+    save_video(g, gen, (1180, 0), "video/SDVG")
+    plot = g.node("PreviewImage", (1640, 0), title="Scores vs tau", size=(660, 420))
+    g.link(gen, "plot", plot, "images")
+    rep = g.node("PreviewAny", (1640, 460), title="Report", size=(660, 300))
+    g.link(gen, "report", rep, "source")
+    g.note((800, 760), "## SDVG Generate (all in one)\n\nThe drafter proposes each block, ImageReward scores its frames "
+                       "(min over frames) and the target redoes the block when the score < **tau** (block 0 always "
+                       "from the target). Higher tau: closer to the 14B, slower. Paper: tau -0.7 gives 1.59x at ~98% "
+                       "of the target's quality.\n\n" + FILES_NOTE, size=(600, 360))
+    return g.to_json()
+
+
+def baseline_workflow(sp: dict) -> dict:
+    g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000003")
+    m = loaders(g)
+    runs = []
+    for i, (policy, title, prefix) in enumerate((("target_only", "Target only (14B every block)", "video/target_only"),
+                                                 ("sdvg", "SDVG (tau -0.7)", "video/SDVG"))):
+        y = i * 820
+        gen = g.node("SDVGGenerate", (800, y), {"num_blocks": 9, "policy": policy, "tau": -0.7}, title=title)
+        wire_run(g, m, gen)
+        save_video(g, gen, (1180, y), prefix)
+        rep = g.node("PreviewAny", (1640, y), title=f"Report: {policy}", size=(620, 300))
+        g.link(gen, "report", rep, "source")
+        plot = g.node("PreviewImage", (1640, y + 340), title=f"Scores: {policy}", size=(620, 400))
+        g.link(gen, "plot", plot, "images")
+        runs.append(gen)
+    g.group("Baseline: the 14B target makes every block", (780, -80, 1500, 800), "#8A8")
+    g.group("SDVG: drafter + ImageReward + target on rejected blocks", (780, 740, 1500, 800), "#88A")
+    g.note((0, 920), "## Target-only vs SDVG\n\nSame prompt, seed and noise. The target-only run and SDVG share "
+                     "block 0 (both from the target), so the second run reuses it. Compare the two videos and the "
+                     "reports: counted forwards, acceptance, counted speedup.\n\n" + FILES_NOTE, size=(740, 360))
+    return g.to_json()
+
+
+WORKFLOWS = {"sdvg_loop_step_by_step.json": loop_workflow, "sdvg_generate.json": generate_workflow,
+             "sdvg_vs_target_only.json": baseline_workflow}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="compare with workflows/ instead of writing")
+    a = ap.parse_args()
+    sp = specs()
+    stale = []
+    for name, build in WORKFLOWS.items():
+        text = json.dumps(build(sp), indent=2) + "\n"
+        path = REPO / "workflows" / name
+        if a.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            path.write_text(text, encoding="utf-8")
+            print("wrote", path)
+    if stale:
+        print("stale workflows:", stale)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Fake `comfy` package (tests only)."""

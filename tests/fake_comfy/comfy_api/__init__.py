@@ -1,0 +1,1 @@
+"""Fake ComfyUI API package (tests only)."""

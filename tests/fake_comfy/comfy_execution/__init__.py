@@ -1,0 +1,1 @@
+"""Fake `comfy_execution` package (tests only)."""

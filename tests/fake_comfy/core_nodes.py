@@ -1,0 +1,170 @@
+"""Stand-ins for the core ComfyUI nodes the example workflows use, with the real input names and widget specs
+(ComfyUI v0.3.64 /object_info; `tests/test_comfy_host.py` checks they still match a real server).
+
+They run on the tiny test models: VAELoader builds the VAE from a file in models/vae, UNETLoader wraps a Wan
+DiT file into a ComfyUI-like MODEL, the video/preview nodes only record what they were given. CLIPLoader and
+CLIPTextEncode refuse to run (the umT5-XXL encoder cannot be loaded in tests); tests swap them for
+SDVG Load Prompt Embeddings, as the real-host test does.
+"""
+from __future__ import annotations
+
+import torch
+from comfy_api.latest import io, ui
+
+import comfy.model_management as mm
+import comfy.model_patcher
+import folder_paths
+
+CLIP_TYPES = ["stable_diffusion", "stable_cascade", "sd3", "stable_audio", "mochi", "ltxv", "pixart", "cosmos",
+              "lumina2", "wan", "hidream", "chroma", "ace", "omnigen2", "qwen_image", "hunyuan_image"]
+UNET_DTYPES = ["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]
+SDVG_CORE = None  # set by the test: the pack's sdvg_core package (the same module objects the nodes use)
+
+
+class FakeComfyVAE:
+    """Like comfy.sd.VAE: the network as `first_stage_model`, plus its dtype."""
+
+    def __init__(self, first_stage_model: torch.nn.Module, dtype: torch.dtype = torch.float32):
+        self.first_stage_model, self.vae_dtype = first_stage_model, dtype
+
+
+class FakeWanModel(torch.nn.Module):
+    """ComfyUI's WanModel as the node layer sees it: the Wan submodules and size attributes, no `.config`."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        cfg = net.config
+        for name in ("patch_embedding", "text_embedding", "time_embedding", "time_projection", "blocks", "head"):
+            setattr(self, name, getattr(net, name))
+        self.model_type = "t2v"
+        for a in ("dim", "ffn_dim", "num_heads", "num_layers", "text_dim", "text_len", "in_dim", "out_dim",
+                  "freq_dim", "eps", "qk_norm", "cross_attn_norm", "patch_size"):
+            setattr(self, a, getattr(cfg, a))
+
+
+class FakeBaseModel(torch.nn.Module):
+    def __init__(self, diffusion_model: torch.nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.diffusion_model, self._dtype, self.manual_cast_dtype = diffusion_model, dtype, None
+
+    def get_dtype(self) -> torch.dtype:
+        return self._dtype
+
+
+class CLIPLoader(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="CLIPLoader", category="advanced/loaders", inputs=[
+            io.Combo.Input("clip_name", options=folder_paths.get_filename_list("text_encoders")),
+            io.Combo.Input("type", options=CLIP_TYPES),
+            io.Combo.Input("device", options=["default", "cpu"], optional=True)],
+            outputs=[io.Clip.Output()])
+
+    @classmethod
+    def execute(cls, **kw):
+        raise RuntimeError("the umT5-XXL text encoder cannot be loaded in tests: swap in SDVG Load Prompt Embeddings")
+
+
+class CLIPTextEncode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="CLIPTextEncode", category="conditioning", inputs=[
+            io.String.Input("text", multiline=True, dynamic_prompts=True), io.Clip.Input("clip")],
+            outputs=[io.Conditioning.Output()])
+
+    @classmethod
+    def execute(cls, **kw):
+        raise RuntimeError("the umT5-XXL text encoder cannot be loaded in tests: swap in SDVG Load Prompt Embeddings")
+
+
+class VAELoader(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="VAELoader", category="loaders", inputs=[
+            io.Combo.Input("vae_name", options=folder_paths.get_filename_list("vae") + ["pixel_space"])],
+            outputs=[io.Vae.Output()])
+
+    @classmethod
+    def execute(cls, vae_name):
+        from safetensors.torch import load_file
+        sd = load_file(folder_paths.get_full_path_or_raise("vae", vae_name))
+        return io.NodeOutput(FakeComfyVAE(SDVG_CORE.vae.WanVAE.from_state_dict(sd)))
+
+
+class UNETLoader(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="UNETLoader", category="advanced/loaders", inputs=[
+            io.Combo.Input("unet_name", options=folder_paths.get_filename_list("diffusion_models")),
+            io.Combo.Input("weight_dtype", options=UNET_DTYPES)],
+            outputs=[io.Model.Output()])
+
+    @classmethod
+    def execute(cls, unet_name, weight_dtype):
+        net, cfg, _ = SDVG_CORE.loading.load_wan_dit(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
+        base = FakeBaseModel(FakeWanModel(net), torch.float32)
+        return io.NodeOutput(comfy.model_patcher.ModelPatcher(base, mm.get_torch_device(), mm.unet_offload_device()))
+
+
+class CreateVideo(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="CreateVideo", category="image/video", inputs=[
+            io.Image.Input("images"), io.Float.Input("fps", default=30.0, min=1.0, max=120.0, step=1.0),
+            io.Custom("AUDIO").Input("audio", optional=True)], outputs=[io.Video.Output()])
+
+    @classmethod
+    def execute(cls, images, fps, audio=None):
+        return io.NodeOutput({"images": images, "fps": fps})
+
+
+class SaveVideo(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="SaveVideo", category="image/video", is_output_node=True, inputs=[
+            io.Video.Input("video"), io.String.Input("filename_prefix", default="video/ComfyUI"),
+            io.Combo.Input("format", options=["auto", "mp4"], default="auto"),
+            io.Combo.Input("codec", options=["auto", "h264"], default="auto")], outputs=[])
+
+    @classmethod
+    def execute(cls, video, filename_prefix, format, codec):
+        return io.NodeOutput(ui={"images": [{"filename": f"{filename_prefix}_00001.mp4", "frames": int(video["images"].shape[0]),
+                                             "fps": video["fps"]}], "animated": (True,)})
+
+
+class PreviewImage(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="PreviewImage", category="image", is_output_node=True,
+                         inputs=[io.Image.Input("images")], outputs=[])
+
+    @classmethod
+    def execute(cls, images):
+        return io.NodeOutput(ui=ui.PreviewImage(images))
+
+
+class PreviewAny(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="PreviewAny", category="utils", is_output_node=True,
+                         inputs=[io.AnyType.Input("source")], outputs=[])
+
+    @classmethod
+    def execute(cls, source):
+        return io.NodeOutput(ui=ui.PreviewText(str(source)))
+
+
+class PrimitiveStringMultiline(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="PrimitiveStringMultiline", category="utils/primitive",
+                         inputs=[io.String.Input("value", multiline=True)], outputs=[io.String.Output()])
+
+    @classmethod
+    def execute(cls, value):
+        return io.NodeOutput(value)
+
+
+CORE_NODES = [CLIPLoader, CLIPTextEncode, VAELoader, UNETLoader, CreateVideo, SaveVideo, PreviewImage, PreviewAny,
+              PrimitiveStringMultiline]
+FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}

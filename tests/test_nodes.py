@@ -1,0 +1,373 @@
+"""The ComfyUI node layer against a fake host (tests/fake_comfy): schemas, workflows, execution on tiny models.
+
+No ComfyUI here: `fake_host.installed` puts minimal fakes of the host modules into sys.modules for this module's
+tests and imports the repo root as the package `sdvg_pack` (never as `nodes`, ComfyUI's own module name).
+The example workflows are converted to the API format and run through the nodes by `mini_executor`, with the
+text encoder swapped for SDVG Load Prompt Embeddings (as in tests/test_comfy_host.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fake_host
+import workflow_tools as wt
+from mini_executor import MiniExecutor
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((REPO / "workflows").glob("*.json"))
+PROMPT = "a corgi puppy runs through a sunny meadow, slow motion, cinematic"
+EMB_FILE = "test_prompt.safetensors"
+SMALL = {"width": 64, "height": 48, "num_blocks": 4}
+
+
+def write_tiny_models(base: Path, core) -> None:
+    """Tiny random models under the file names the workflows use (the real files are GBs)."""
+    from safetensors.torch import save_file
+
+    from_tiny = __import__(core.__name__ + ".tiny", fromlist=["x"])
+    wan = __import__(core.__name__ + ".wan", fromlist=["x"])
+    cfgm = __import__(core.__name__ + ".config", fromlist=["x"])
+    reward = __import__(core.__name__ + ".reward", fromlist=["x"])
+    reward_io = __import__(core.__name__ + ".reward_io", fromlist=["x"])
+    text = __import__(core.__name__ + ".text", fromlist=["x"])
+    m = base / "models"
+    for d in ("diffusion_models", "vae", "image_reward", "sdvg_prompts", "text_encoders"):
+        (m / d).mkdir(parents=True, exist_ok=True)
+    drafter = {"model." + k: v for k, v in wan.build_random(cfgm.PRESETS["tiny-drafter"], seed=1).state_dict().items()}
+    ema = {"model." + k: v for k, v in wan.build_random(cfgm.PRESETS["tiny-drafter"], seed=5).state_dict().items()}
+    torch.save({"generator": drafter, "generator_ema": ema}, m / "diffusion_models" / "self_forcing_dmd.pt")
+    target = wan.build_random(cfgm.PRESETS["tiny-target"], seed=2).state_dict()
+    save_file({"model." + k: v.contiguous() for k, v in target.items()},
+              str(m / "diffusion_models" / "krea-realtime-video-14b.safetensors"))
+    save_file({k: v.contiguous() for k, v in from_tiny.random_vae(3).state_dict().items()},
+              str(m / "vae" / "wan_2.1_vae.safetensors"))
+    vocab = reward_io.write_synthetic_vocab(m / "image_reward" / "vocab.txt")
+    scorer = reward.ImageRewardScorer.random(reward_io.synthetic_tiny_config(vocab), vocab, seed=4)
+    torch.save(reward.export_state_dict(scorer.model), m / "image_reward" / "ImageReward.pt")
+    text.save_embeddings(m / "sdvg_prompts" / EMB_FILE, PROMPT, text.demo_embeddings(PROMPT, 32))
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("comfy")
+    with fake_host.installed(base) as pack:
+        write_tiny_models(base, pack.sdvg_core)
+        classes = {c.GET_SCHEMA().node_id: c for c in list(pack.nodes.NODES) + list(pack.core_nodes.CORE_NODES)}
+        yield pack, classes
+
+
+def api_for(wf_path: Path, classes: dict, **start) -> dict:
+    specs = wt.object_info_from_classes(classes.values())
+    api = wt.swap_text_encoder(wt.to_api(wt.load(wf_path), specs), EMB_FILE)
+    for ct in ("SDVGStart", "SDVGGenerate"):
+        api = wt.set_inputs(api, ct, **{**SMALL, **start})
+    return api
+
+
+def node_of(api: dict, class_type: str) -> str:
+    return next(k for k, v in api.items() if v["class_type"] == class_type)
+
+
+def report_of(pack, ex: MiniExecutor, api: dict, class_type: str = "SDVGFinish", nid: str | None = None) -> dict:
+    import json
+
+    nid = nid or node_of(api, class_type)
+    return json.loads(ex.values[nid][3])
+
+
+# ------------------------------------------------------------------------------------------------ schemas
+def test_schemas_ids_categories_tooltips(env):
+    pack, _ = env
+    ids = set()
+    for cls in pack.nodes.NODES:
+        s = cls.GET_SCHEMA()
+        assert s.node_id.startswith("SDVG") and s.node_id not in ids, s.node_id
+        ids.add(s.node_id)
+        assert s.category == "SDVG" or s.category.startswith("SDVG/"), (s.node_id, s.category)
+        assert s.display_name and s.display_name.startswith("SDVG") and s.description, s.node_id
+        for i in s.inputs:
+            assert i.tooltip and len(i.tooltip) > 10, (s.node_id, i.id)
+            if i.lazy:
+                assert i.optional, (s.node_id, i.id)
+        for o in s.outputs:
+            assert o.tooltip and o.display_name, (s.node_id, o.display_name)
+        assert cls.__doc__, s.node_id
+    assert pack.nodes.SDVGLoopEnd.GET_SCHEMA().enable_expand
+    ext = asyncio.run(pack.comfy_entrypoint())
+    assert asyncio.run(ext.get_node_list()) == list(pack.nodes.NODES)
+    assert len(ids) == 14
+
+
+def test_root_imports_without_comfyui():
+    code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('pack', sys.argv[1], "
+            "submodule_search_locations=[sys.argv[2]]); m = importlib.util.module_from_spec(s); sys.modules['pack'] = m; "
+            "s.loader.exec_module(m); print(hasattr(m, 'comfy_entrypoint'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO / "__init__.py"), str(REPO)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_folders_registered(env):
+    pack, _ = env
+    import folder_paths
+
+    assert "image_reward" in folder_paths.folder_names_and_paths
+    assert {".pt", ".safetensors"} <= folder_paths.folder_names_and_paths["image_reward"][1]
+    assert folder_paths.get_filename_list("image_reward") == ["ImageReward.pt"]  # vocab.txt is not a weights file
+    assert folder_paths.get_filename_list("sdvg_prompts") == [EMB_FILE]
+
+
+# ------------------------------------------------------------------------------------------------ workflows
+def test_workflows_valid(env):
+    _, classes = env
+    specs = wt.object_info_from_classes(classes.values())
+    assert len(WORKFLOWS) >= 3
+    for path in WORKFLOWS:
+        wf = wt.load(path)
+        assert wt.validate(wf, specs) == [], path.name
+        types = {n["type"] for n in wf["nodes"]}
+        assert types <= set(specs) | wt.FRONTEND_ONLY, path.name
+        assert any(t.startswith("SDVG") for t in types)
+        loaders = [n for n in wf["nodes"] if n["type"] in ("SDVGLoadTarget", "SDVGLoadDrafter", "SDVGLoadImageReward")]
+        assert loaders and all(n["properties"].get("models") for n in loaders), path.name
+        api = wt.to_api(wf, specs)
+        for nid, node in api.items():  # every link points at an existing node's existing output
+            for v in node["inputs"].values():
+                if isinstance(v, list):
+                    assert v[0] in api and v[1] < len(specs[api[v[0]]["class_type"]]["output"]), (path.name, nid)
+
+
+def test_workflow_files_match_builder():
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "build_workflows.py"), "--check"], capture_output=True,
+                         text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------------------------------------ execution
+def test_loop_workflow_lazy_and_requeue(env):
+    pack, classes = env
+    host = pack.nodes.host
+    host.MEMO.clear()
+    api = api_for(REPO / "workflows" / "sdvg_loop_step_by_step.json", classes)
+    route = node_of(api, "SDVGRoute")
+    api = wt.set_inputs(api, "SDVGRoute", tau=-5.0)
+    ex = MiniExecutor(classes)
+    ui = ex.run(api)
+    n = SMALL["num_blocks"]
+    # block 0 is forced: its draft/decode/score nodes never ran (lazy 'scored' input)
+    assert ex.count("SDVGDraftBlock") == ex.count("SDVGDecodeBlock") == ex.count("SDVGScoreBlock") == n - 1
+    assert ex.count("SDVGRoute") == n and ex.count("SDVGLoopStart") == n and ex.count("SDVGLoopEnd") == n
+    save = ui[node_of(api, "SaveVideo")]["images"][0]
+    assert save["frames"] == 1 + 4 * (3 * n - 1) and save["fps"] == 16.0
+    rep = report_of(pack, ex, api)
+    assert [b["decision"] for b in rep["blocks"]][0] == "forced"
+    scores = [b["score"] for b in rep["blocks"]]
+    assert scores[0] is None and all(s is not None and s >= -5 for s in scores[1:])
+    assert all(b["decision"] == "accepted" for b in rep["blocks"][1:])
+    plot = ex.values[node_of(api, "SDVGFinish")][2]
+    assert plot.shape[0] == 1 and plot.shape[-1] == 3 and plot.shape[1] >= 200
+
+    # re-queue with tau between the two lowest later scores: block k flips to rejected
+    later = sorted(scores[1:])
+    k = scores.index(later[0])
+    tau2 = round((later[0] + later[1]) / 2, 6) if later[1] > later[0] else later[0] + 1e-4
+    api2 = wt.set_inputs(api, "SDVGRoute", tau=tau2)
+    ex.run(api2)
+    ran = {c for _, c in ex.executed}
+    assert not ran & {"SDVGLoadTarget", "SDVGLoadDrafter", "SDVGLoadImageReward", "VAELoader", "SDVGStart",
+                      "SDVGLoadPromptEmbeddings"}, ran  # all cached by the executor
+    assert route in [nid for nid, _ in ex.executed]  # the node holding tau re-ran
+    rep2 = report_of(pack, ex, api2)
+    assert rep2["blocks"][k]["decision"] == "rejected"
+    for b in rep2["blocks"][:k]:
+        assert b["work"]["drafter_forwards"] == 0 and b["work"]["target_forwards"] == 0, b
+    assert rep2["blocks"][k]["work"]["drafter_forwards"] == 0 and rep2["blocks"][k]["work"]["target_forwards"] > 0
+    if k + 1 < n:
+        assert rep2["blocks"][k + 1]["work"]["drafter_forwards"] > 0
+    frames2 = ex.values[node_of(api, "SDVGFinish")][0]
+
+    # a fresh run at tau2 (empty memo, new executor) gives exactly the same video and decisions
+    host.MEMO.clear()
+    fresh = MiniExecutor(classes)
+    fresh.run(api2)
+    rep3 = report_of(pack, fresh, api2)
+    assert [b["decision"] for b in rep3["blocks"]] == [b["decision"] for b in rep2["blocks"]]
+    assert torch.equal(fresh.values[node_of(api, "SDVGFinish")][0], frames2)
+    assert rep3["meta"]["lineage"] == rep2["meta"]["lineage"]
+
+    # the same graph queued again: nothing runs
+    fresh.run(api2)
+    assert fresh.executed == []
+
+
+def test_generate_and_baseline_workflows(env):
+    pack, classes = env
+    ex = MiniExecutor(classes)
+    api = api_for(REPO / "workflows" / "sdvg_generate.json", classes, tau=-5.0)
+    ui = ex.run(api)
+    rep = report_of(pack, ex, api, "SDVGGenerate")
+    assert len(rep["blocks"]) == SMALL["num_blocks"] and rep["blocks"][0]["decision"] == "forced"
+    assert "counted speedup" in ui[node_of(api, "PreviewAny")]["text"][0]
+    frames_sdvg = ex.values[node_of(api, "SDVGGenerate")][0]
+    assert frames_sdvg.shape == (1 + 4 * (3 * SMALL["num_blocks"] - 1), 48, 64, 3)
+
+    api = api_for(REPO / "workflows" / "sdvg_vs_target_only.json", classes, tau=-5.0)
+    ex = MiniExecutor(classes)  # a new executor: the one above would serve the SDVG branch from its cache
+    ex.run(api)
+    gens = [k for k, v in api.items() if v["class_type"] == "SDVGGenerate"]
+    reps = {api[g]["inputs"]["policy"]: report_of(pack, ex, api, nid=g) for g in gens}
+    assert all(b["producer"] == "target" and b["decision"] == "forced" for b in reps["target_only"]["blocks"])
+    assert reps["target_only"]["drafter_forwards"] == 0
+    assert reps["sdvg"]["blocks"][0]["decision"] == "forced"
+    assert reps["sdvg"]["counted_speedup"] > 1.0
+    # SDVG at tau -5 equals the all-in-one graph above (same seed, same models)
+    sdvg_node = next(g for g in gens if api[g]["inputs"]["policy"] == "sdvg")
+    assert torch.equal(ex.values[sdvg_node][0], frames_sdvg)
+
+
+def test_model_input_path_equals_file_path(env):
+    """A ComfyUI MODEL (UNETLoader) wraps the same network: identical video to the pack's own file loader."""
+    pack, classes = env
+    api = api_for(REPO / "workflows" / "sdvg_generate.json", classes, policy="target_only", num_blocks=2)
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    by_file = ex.values[node_of(api, "SDVGGenerate")][0]
+    target = node_of(api, "SDVGLoadTarget")
+    api["900"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "krea-realtime-video-14b.safetensors",
+                                                         "weight_dtype": "default"}}
+    api[target]["inputs"]["model"] = ["900", 0]
+    ex.run(api)
+    by_model = ex.values[node_of(api, "SDVGGenerate")][0]
+    assert torch.equal(by_file, by_model)
+    info = ex.values[target][1]
+    assert "ComfyUI MODEL" in info and "FakeWanModel" in info
+
+
+def test_pt_entry_and_info(env):
+    pack, _ = env
+    n = pack.nodes
+    ema = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", "generator_ema", "auto")
+    gen = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", "generator", "auto")
+    assert "entry 'generator_ema'" in ema.args[1] and "entry 'generator'" in gen.args[1]
+    assert ema.args[0].key != gen.args[0].key
+    w_ema = ema.args[0].runner.net.blocks[0].self_attn.q.weight
+    assert not torch.equal(w_ema, gen.args[0].runner.net.blocks[0].self_attn.q.weight)
+    again = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", "generator_ema", "auto")
+    assert again.args[0].key == ema.args[0].key  # stable identity across re-execution: the memo keeps working
+
+
+def test_one_model_loaded_per_operation_and_progress(env):
+    pack, classes = env
+    import comfy.model_management as mm
+    import comfy.utils
+
+    api = api_for(REPO / "workflows" / "sdvg_generate.json", classes, tau=-5.0, seed=7)
+    mm.LOAD_CALLS.clear()
+    comfy.utils.PROGRESS.clear()
+    pack.nodes.host.MEMO.clear()
+    MiniExecutor(classes).run(api)
+    assert mm.LOAD_CALLS and all(len(c) == 1 for c in mm.LOAD_CALLS)  # never two models forced at once
+    holders = {type(p.model.inner).__name__ if hasattr(p.model, "inner") else type(p.model).__name__
+               for c in mm.LOAD_CALLS for p in c}
+    assert holders >= {"WanDiT", "WanVAE", "ImageRewardModel"}
+    previews = [p for p in comfy.utils.PROGRESS if p[2]]
+    assert len(previews) == SMALL["num_blocks"]
+    assert comfy.utils.PROGRESS[-1][0] == comfy.utils.PROGRESS[-1][1]
+
+
+def test_cancel_between_steps(env):
+    pack, classes = env
+    import comfy.model_management as mm
+
+    api = api_for(REPO / "workflows" / "sdvg_generate.json", classes, seed=11)
+    pack.nodes.host.MEMO.clear()
+    mm.interrupt_current_processing(True)
+    with pytest.raises(mm.InterruptProcessingException):
+        MiniExecutor(classes).run(api)
+    assert not mm.processing_interrupted()
+
+
+# ------------------------------------------------------------------------------------------------ errors
+def test_errors_name_file_folder_and_source(env):
+    pack, _ = env
+    n = pack.nodes
+    with pytest.raises(n.host.SDVGError) as e:
+        n.SDVGLoadTarget.execute("missing-14b.safetensors", "generator_ema", "auto")
+    msg = str(e.value)
+    assert "missing-14b.safetensors" in msg and "models/diffusion_models" in msg and "krea/krea-realtime-video" in msg
+    assert "self_forcing_dmd.pt" in msg  # the files that are there
+    with pytest.raises(n.host.SDVGError) as e:
+        n.SDVGLoadImageReward.execute("nope.pt", "auto", 16)
+    assert "THUDM/ImageReward" in str(e.value) and "models/image_reward" in str(e.value)
+    # a vocabulary missing next to the weights: the error lists where it looked and where to get it
+    import folder_paths
+
+    folder = Path(folder_paths.get_folder_paths("image_reward")[0])
+    vocab = folder / "vocab.txt"
+    vocab.rename(folder / "vocab.bak")
+    try:
+        with pytest.raises(n.host.SDVGError) as e:
+            n.SDVGLoadImageReward.execute("ImageReward.pt", "auto", 16)
+        assert "vocab.txt" in str(e.value) and "bert-base-uncased" in str(e.value)
+    finally:
+        (folder / "vocab.bak").rename(vocab)
+    with pytest.raises(n.host.SDVGError, match="not a Wan 2.1"):
+        n.host.host_comfy_model(type("M", (), {"model": type("B", (), {"diffusion_model": torch.nn.Linear(2, 2)})()})(),
+                                "target")
+
+
+def test_route_checks_its_inputs(env):
+    pack, classes = env
+    n = pack.nodes
+    target = n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema", "auto").args[0]
+    vae = pack.core_nodes.VAELoader.execute("wan_2.1_vae.safetensors").args[0]
+    cond, prompt = n.SDVGLoadPromptEmbeddings.execute(EMB_FILE).args
+    start = n.SDVGStart.execute(target, vae, cond, "", 64, 48, 2, 1, "krea", "standard", 1.0).args[0]
+    assert start.state.spec.prompt.text == PROMPT  # carried by the embeddings file
+    with pytest.raises(n.host.SDVGError, match="no drafter"):
+        n.SDVGDraftBlock.execute(start)
+    s1 = n.SDVGRoute.execute(start, -0.7, True).args[0]  # block 0 forced: target only, no drafter needed
+    assert s1.state.blocks[0].decision == "forced"
+    assert n.SDVGRoute.check_lazy_status(state=start, tau=-0.7, force_reject_first=True) == []
+    assert n.SDVGRoute.check_lazy_status(state=s1, tau=-0.7, force_reject_first=True) == ["scored"]
+    with pytest.raises(n.host.SDVGError, match="no drafter"):
+        n.SDVGRoute.execute(s1, -0.7, True)
+    with pytest.raises(n.host.SDVGError, match="not the draft of this block"):
+        n.SDVGRoute.execute(s1, -0.7, True, scored=start)
+    with pytest.raises(n.host.SDVGError, match="multiple of 16"):
+        n.SDVGStart.execute(target, vae, cond, "", 60, 48, 2, 1, "krea", "standard", 1.0)
+
+
+def test_prompt_embeddings_roundtrip(env):
+    pack, _ = env
+    n = pack.nodes
+    emb = torch.randn(1, 520, 32)  # longer than Wan's 512: Start cuts it, the file keeps it
+    path = n.SDVGSavePromptEmbeddings.execute([[emb, {"pooled_output": None}]], "a test prompt", "my test/prompt").args[0]
+    assert Path(path).name == "my_test_prompt.safetensors"
+    cond, prompt = n.SDVGLoadPromptEmbeddings.execute("my_test_prompt.safetensors").args
+    assert prompt == "a test prompt" and torch.equal(cond[0][0], emb) and cond[0][1]["sdvg_prompt"] == prompt
+    Path(path).unlink()
+
+
+def test_report_plot_renders(env):
+    pack, _ = env
+    core = pack.sdvg_core
+    plot = __import__(core.__name__ + ".plot", fromlist=["x"])
+    report = __import__(core.__name__ + ".report", fromlist=["x"])
+    blocks = [report.BlockReport(0, "target", "forced", None, [], {}, {}, []),
+              report.BlockReport(1, "drafter", "accepted", 0.4, [0.4, 0.9], {}, {}, []),
+              report.BlockReport(2, "target", "rejected", -1.2, [-1.2, 0.1], {}, {}, [])]
+    rep = report.RunReport("threshold tau=-0.7", "krea", 3, blocks, 0.5, 1 / 3, 10, 20, 7.4, 158.0, 200.0, 1.27)
+    img = plot.render_report_plot(rep, -0.7)
+    assert img.size == (640, 360) and img.mode == "RGB"
+    colors = {c for _, c in img.getcolors(1 << 20)}
+    assert {plot.COLORS["drafter"], plot.COLORS["target"], plot.COLORS["forced"], plot.COLORS["tau"]} <= colors
+    assert math.isfinite(rep.counted_speedup)
