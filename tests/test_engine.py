@@ -49,20 +49,25 @@ RECIPES = [KreaRecipe(), SelfForcingRecipe()]
 # Parity with the Krea reference loop (../shared/fixtures/krea_recipe_tiny)
 # ---------------------------------------------------------------------------------------------------------
 
-def test_krea_recipe_matches_reference(fixtures_dir):
+def _fixture_engine(fixtures_dir, tensors: str, config: EngineConfig, tracer=None):
+    """The fixture DiT as target and the fixture VAE, fed the fixture's pre-drawn noise."""
     w = load_file(fixtures_dir / "causal_wan_tiny" / "weights.safetensors")
     cfg = detect_preset(w)
     net = WanDiT(cfg).eval()
     net.load_state_dict(w)
     vae = WanVAE.from_state_dict(load_file(fixtures_dir / "wan_vae_tiny" / "weights.safetensors"))
-    T = load_file(fixtures_dir / "krea_recipe_tiny" / "tensors.safetensors")
+    T = load_file(fixtures_dir / tensors / "tensors.safetensors")
 
-    def noise(spec, b):  # the fixture's pre-drawn noise, [steps-1, B, F, C, h, w] for re-noising
+    def noise(spec, b):  # re-noising draws as [steps-1, B, F, C, h, w]
         return BlockNoise(T["initial_noise"][:, 3 * b:3 * b + 3], T["renoise_noise"][b][:, None])
 
+    return Engine(CausalWan(net, cfg), vae, config=config, noise_fn=noise, tracer=tracer), T
+
+
+def test_krea_recipe_matches_reference(fixtures_dir):
     traced: dict[str, torch.Tensor] = {}
-    engine = Engine(CausalWan(net, cfg), vae, config=EngineConfig(recipe=KreaRecipe(), decode_rule="krea"),
-                    noise_fn=noise, tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
+    engine, T = _fixture_engine(fixtures_dir, "krea_recipe_tiny", EngineConfig(recipe=KreaRecipe(), decode_rule="krea"),
+                                tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
     spec = GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), 48, 32, 4, seed=0)
     state = engine.generate(spec, TargetOnly())
 
@@ -89,17 +94,7 @@ def test_krea_recipe_matches_reference(fixtures_dir):
 
 def test_self_forcing_recipe_matches_reference(fixtures_dir):
     """Target-only under the Self-Forcing recipe is the causal_wan_tiny pipeline (3 blocks, commit at t=0)."""
-    w = load_file(fixtures_dir / "causal_wan_tiny" / "weights.safetensors")
-    cfg = detect_preset(w)
-    net = WanDiT(cfg).eval()
-    net.load_state_dict(w)
-    vae = WanVAE.from_state_dict(load_file(fixtures_dir / "wan_vae_tiny" / "weights.safetensors"))
-    T = load_file(fixtures_dir / "causal_wan_tiny" / "tensors.safetensors")
-
-    def noise(spec, b):
-        return BlockNoise(T["initial_noise"][:, 3 * b:3 * b + 3], T["renoise_noise"][b][:, None])
-
-    engine = Engine(CausalWan(net, cfg), vae, config=EngineConfig(recipe=SelfForcingRecipe()), noise_fn=noise)
+    engine, T = _fixture_engine(fixtures_dir, "causal_wan_tiny", EngineConfig(recipe=SelfForcingRecipe()))
     spec = GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), 48, 32, 3, seed=0)
     state = engine.generate(spec, TargetOnly())
     d = (_latents(state) - T["output_latents"]).abs().max().item()
