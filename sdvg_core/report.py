@@ -71,10 +71,10 @@ class RunReport:
 
 
 def target_only_forwards(recipe: Recipe, num_blocks: int, steps: int) -> int:
-    """Target forwards of the target-only baseline under the same recipe."""
-    if isinstance(recipe, KreaRecipe):
-        return num_blocks * steps + (num_blocks - 1)  # a cache rebuild before every block but the first
-    return num_blocks * steps + (num_blocks - 1)  # a clean commit after every block but the last
+    """Target forwards of the target-only baseline: the steps of every block plus one context forward per
+    block after the first (Krea: a cache rebuild before it; Self-Forcing: the clean commit of the block
+    before it, made lazily, so none follows the last block)."""
+    return num_blocks * steps + (num_blocks - 1)
 
 
 def reference_forwards(recipe: Recipe, rejected: list[bool], steps: int) -> tuple[int, int]:
@@ -83,6 +83,8 @@ def reference_forwards(recipe: Recipe, rejected: list[bool], steps: int) -> tupl
     The reference drafts every block (block 0 too), rebuilds both caches before every block but the
     first, and runs the target's steps on every rejected block. Only the Krea recipe has a reference.
     """
+    if not isinstance(recipe, KreaRecipe):
+        raise ValueError("the reference SDVG implementation exists for the Krea recipe only")
     n = len(rejected)
     drafter = n * steps + (n - 1)
     target = (n - 1) + steps * sum(rejected)
