@@ -283,7 +283,8 @@ def _finish_outputs(run: host.Run, wall: float | None):
     report = _report(run, wall)
     tau = run.tau if run.tau is not None and math.isfinite(run.tau) else None
     plot = host.to_image_batch(render_report_plot(report, tau))
-    table = report.table()
+    spec = run.state.spec
+    table = f"{frames.shape[0]} frames at {spec.width}x{spec.height} ({WAN_FPS} fps), seed {spec.seed}\n" + report.table()
     if not run.state.done:
         table = f"(partial: {len(run.state.blocks)} of {run.state.spec.num_blocks} blocks committed)\n" + table
     return frames, table, plot, report.to_json()

@@ -8,7 +8,6 @@ dtype, or the ComfyUI model object + patch uuid) so the engine's shared memo sur
 from __future__ import annotations
 
 import logging
-import math
 import os
 import uuid
 import weakref
@@ -49,7 +48,7 @@ SOURCES = {
     "prompts": "written by the 'SDVG Save Prompt Embeddings' node",
 }
 
-DEFAULT_CACHE_GB = 4.0
+DEFAULT_CACHE_GB = 2.0
 # One memo for every engine built by any node (keys hold model identities and lineages). Small entries (drafts,
 # target blocks, scores) have their own 1 GB so a multi-GB KV/decoder cache never evicts them.
 MEMO = TieredMemo(int(DEFAULT_CACHE_GB * 2**30))
@@ -131,6 +130,20 @@ def object_token(obj: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ models
+class _Holder(torch.nn.Module):
+    """A plain parent module for ModelPatcher, which sets `.device` on the model (WanVAE has a read-only one)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+
+def _patcher(module: torch.nn.Module, load_device, offload_device):
+    holder = _Holder(module)
+    return comfy.model_patcher.ModelPatcher(holder, load_device=load_device, offload_device=offload_device,
+                                            size=mm.module_size(holder))
+
+
 class HostedWan(CausalWan):
     """CausalWan whose every model call first asks ComfyUI to load this model (and only this one)."""
 
@@ -165,15 +178,15 @@ class DiTHandle:
 
 
 def work_bytes(cfg: WanDiTConfig, dtype: torch.dtype, tokens: int = 9360) -> int:
-    """GPU memory a model call needs beside the weights: the KV window (2 x layers x tokens x dim) + activations.
+    """GPU memory a model call needs beside the weights: its KV window (2 x layers x tokens x dim) + activations.
 
-    Default tokens = Krea's 6-frame window at 832x480 (9360).
+    Default tokens = Krea's 6-frame window at 832x480 (9360); a block is half of it. Activations: the fp32
+    residual stream and a few temporaries, plus the FFN hidden layer.
     """
     size = torch.finfo(dtype).bits // 8
     kv = 2 * cfg.num_layers * tokens * cfg.dim * size
-    block_tokens = tokens // 2
-    activations = 4 * block_tokens * (cfg.ffn_dim + 8 * cfg.dim) * 4  # fp32 residual + FFN hidden, generous
-    return kv + activations
+    block = tokens // 2
+    return kv + block * cfg.dim * 4 * 6 + block * cfg.ffn_dim * size * 2
 
 
 def host_file_dit(net: torch.nn.Module, cfg: WanDiTConfig, dtype: torch.dtype, key: str) -> HostedWan:
@@ -270,27 +283,12 @@ def host_comfy_model(model: Any, role: str) -> DiTHandle:
     key = f"comfy|{object_token(base)}|{getattr(model, 'patches_uuid', '')}|{dtype_name(dtype)}"
     view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
     runner = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype))
-    runner.net_module = net
     info = (f"{role}: ComfyUI MODEL ({type(net).__name__}, dim {cfg.dim}, {cfg.num_layers} layers, weights "
             f"{dtype_name(weight)}, compute {dtype_name(dtype)})")
     return DiTHandle(role, runner, info)
 
 
 # ------------------------------------------------------------------------------------------------ VAE
-class _Holder(torch.nn.Module):
-    """A plain parent module for ModelPatcher, which sets `.device` on the model (WanVAE has a read-only one)."""
-
-    def __init__(self, inner: torch.nn.Module):
-        super().__init__()
-        self.inner = inner
-
-
-def _patcher(module: torch.nn.Module, load_device, offload_device):
-    holder = _Holder(module)
-    return comfy.model_patcher.ModelPatcher(holder, load_device=load_device, offload_device=offload_device,
-                                            size=mm.module_size(holder))
-
-
 class HostedVAE:
     """Our streaming Wan VAE (explicit immutable decoder cache) built from a ComfyUI VAE's weights."""
 
@@ -418,19 +416,11 @@ class BlockProgress:
         self.bar.update_absolute(self.value, self.total, preview)
 
 
-def check_interrupt() -> None:
-    mm.throw_exception_if_processing_interrupted()
-
-
 def to_image_batch(img) -> torch.Tensor:
     """PIL image -> ComfyUI IMAGE [1, H, W, 3] float 0..1."""
     import numpy as np
 
     return torch.from_numpy(np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0)[None]
-
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 # ------------------------------------------------------------------------------------------------ starting a run

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]

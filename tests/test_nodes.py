@@ -63,12 +63,14 @@ def env(tmp_path_factory):
         yield pack, classes
 
 
-def api_for(wf_path: Path, classes: dict, **start) -> dict:
+def api_for(wf_path: Path, classes: dict, tau: float | None = None, **widgets) -> dict:
+    """API prompt of a workflow at the test size; tau goes to SDVG Route / SDVG Generate."""
     specs = wt.object_info_from_classes(classes.values())
     api = wt.swap_text_encoder(wt.to_api(wt.load(wf_path), specs), EMB_FILE)
-    for ct in ("SDVGStart", "SDVGGenerate"):
-        api = wt.set_inputs(api, ct, **{**SMALL, **start})
-    return api
+    start = {k: v for k, v in {**SMALL, **widgets}.items() if k not in ("policy", "force_reject_first")}
+    api = wt.set_inputs(api, "SDVGStart", **start)
+    api = wt.set_inputs(api, "SDVGGenerate", **{**SMALL, **widgets, **({} if tau is None else {"tau": tau})})
+    return api if tau is None else wt.set_inputs(api, "SDVGRoute", tau=tau)
 
 
 def node_of(api: dict, class_type: str) -> str:

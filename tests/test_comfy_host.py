@@ -1,0 +1,364 @@
+"""The pack inside a real ComfyUI (skipped unless COMFYUI_DIR is set).
+
+    COMFYUI_DIR=/path/to/ComfyUI [COMFYUI_PYTHON=/path/to/python] .venv/bin/python -m pytest -q tests/test_comfy_host.py
+
+Starts `main.py --cpu` as a subprocess with a temporary models folder (tiny random models written by the test
+under the file names the example workflows use; the VAE is a full-width random Wan 2.1 VAE because ComfyUI's
+VAELoader fixes the width) and a custom_nodes folder holding a link to this checkout. Then: every SDVG node is in
+/object_info; the core nodes the workflows use still have the inputs our fakes assume; every example workflow
+is queued through POST /prompt (converted to the API format; ComfyUI's `wan` text encoder is the 5.7 B umT5-XXL,
+which no test can load, so CLIP Loader + CLIP Text Encode are swapped for SDVG Load Prompt Embeddings reading
+an embeddings file of the right width); a re-queue with a moved tau recomputes only from the first flipped
+block (forward counts in the report) and equals a fresh server's run; the MODEL path (UNETLoader, default and
+fp8 weights) works; and, when chromium is installed, the real frontend loads each workflow without missing nodes
+and converts it to the same API prompt as tests/workflow_tools.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+import workflow_tools as wt
+
+COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
+pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = sorted((REPO / "workflows").glob("*.json"))
+PACK_DIR_NAME = "ComfyUI-SDVG"
+PROMPT = "a corgi puppy runs through a sunny meadow, slow motion, cinematic"
+EMB, EMB_4096 = "test_prompt.safetensors", "test_prompt_4096.safetensors"
+SMALL = {"width": 64, "height": 48, "num_blocks": 3}
+FRAMES = 1 + 4 * (3 * SMALL["num_blocks"] - 1)
+SDVG_NODES = {"SDVGLoadDrafter", "SDVGLoadTarget", "SDVGLoadImageReward", "SDVGStart", "SDVGLoopStart",
+              "SDVGDraftBlock", "SDVGDecodeBlock", "SDVGScoreBlock", "SDVGRoute", "SDVGLoopEnd", "SDVGFinish",
+              "SDVGGenerate", "SDVGSavePromptEmbeddings", "SDVGLoadPromptEmbeddings"}
+
+
+def comfy_python() -> str:
+    return os.environ.get("COMFYUI_PYTHON") or str(Path(COMFYUI_DIR) / ".venv" / "bin" / "python")
+
+
+# ------------------------------------------------------------------------------------------------ files
+def write_models(root: Path) -> None:
+    """Tiny random models under the workflows' file names, plus a ComfyUI-loadable tiny Wan and embeddings."""
+    from safetensors.torch import save_file
+
+    from sdvg_core.config import PRESETS, WanDiTConfig
+    from sdvg_core.reward import ImageRewardScorer, export_state_dict
+    from sdvg_core.reward_io import synthetic_tiny_config, write_synthetic_vocab
+    from sdvg_core.text import demo_embeddings, save_embeddings
+    from sdvg_core.tiny import random_vae
+    from sdvg_core.wan import build_random
+
+    m = root / "models"
+    for d in ("diffusion_models", "vae", "image_reward", "sdvg_prompts", "text_encoders"):
+        (m / d).mkdir(parents=True, exist_ok=True)
+
+    def prefixed(net):
+        return {"model." + k: v.contiguous() for k, v in net.state_dict().items()}
+
+    d = prefixed(build_random(PRESETS["tiny-drafter"], seed=1))
+    torch.save({"generator": d, "generator_ema": d}, m / "diffusion_models" / "self_forcing_dmd.pt")
+    save_file(prefixed(build_random(PRESETS["tiny-target"], seed=2)), str(m / "diffusion_models" / "krea-realtime-video-14b.safetensors"))
+    # ComfyUI's model detection needs dim = 128 x heads and text_dim 4096 (UNETLoader path)
+    comfy_cfg = WanDiTConfig(name="tiny-comfy", dim=128, ffn_dim=256, num_heads=1, num_layers=2, text_dim=4096)
+    save_file(prefixed(build_random(comfy_cfg, seed=6)), str(m / "diffusion_models" / "tiny_wan_t2v.safetensors"))
+    # VAELoader hard-codes the Wan 2.1 VAE width (96): a full-size random VAE (127 M params, bf16)
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in random_vae(3, preset="wan2.1-vae").state_dict().items()},
+              str(m / "vae" / "wan_2.1_vae.safetensors"))
+    vocab = write_synthetic_vocab(m / "image_reward" / "vocab.txt")
+    scorer = ImageRewardScorer.random(synthetic_tiny_config(vocab), vocab, seed=4)
+    torch.save(export_state_dict(scorer.model), m / "image_reward" / "ImageReward.pt")
+    save_embeddings(m / "sdvg_prompts" / EMB, PROMPT, demo_embeddings(PROMPT, 32))
+    save_embeddings(m / "sdvg_prompts" / EMB_4096, PROMPT, demo_embeddings(PROMPT, 4096))
+    (m / "text_encoders" / "umt5_xxl_fp8_e4m3fn_scaled.safetensors").write_bytes(b"")  # listed, never loaded
+
+
+# ------------------------------------------------------------------------------------------------ server
+class Server:
+    def __init__(self, root: Path, name: str):
+        self.root, self.port = root, _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(root / f"{name}.log", "w")
+        args = [comfy_python(), "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(self.port),
+                "--extra-model-paths-config", str(root / "extra_model_paths.yaml"),
+                "--output-directory", str(root / "output"), "--temp-directory", str(root / "temp"),
+                "--user-directory", str(root / "user"),
+                "--disable-all-custom-nodes", "--whitelist-custom-nodes", PACK_DIR_NAME]
+        self.proc = subprocess.Popen(args, cwd=COMFYUI_DIR, stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while time.time() - t0 < 180:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ComfyUI exited ({self.proc.returncode}): {self.tail()}")
+            try:
+                self.object_info = self.get("/object_info")
+                self.start_seconds = time.time() - t0
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.5)
+        raise RuntimeError("ComfyUI did not start: " + self.tail())
+
+    def tail(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()[-4000:]
+
+    def get(self, path: str):
+        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+            return json.loads(r.read())
+
+    def queue(self, prompt: dict, timeout: float = 600) -> dict:
+        body = json.dumps({"prompt": prompt, "client_id": str(uuid.uuid4())}).encode()
+        req = urllib.request.Request(self.url + "/prompt", data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                pid = json.loads(r.read())["prompt_id"]
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"/prompt refused the graph: {e.read().decode()[:3000]}") from e
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            h = self.get(f"/history/{pid}")
+            if pid in h and (h[pid]["status"]["completed"] or h[pid]["status"]["status_str"] == "error"):
+                entry = h[pid]
+                entry["seconds"] = time.time() - t0
+                if entry["status"]["status_str"] != "success":
+                    errors = [d for e, d in entry["status"]["messages"] if e == "execution_error"]
+                    raise AssertionError(f"prompt failed: {json.dumps(errors)[:3000]}")
+                return entry
+            time.sleep(0.3)
+        raise AssertionError("prompt timed out: " + self.tail())
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("comfy_host")
+    write_models(root)
+    for d in ("custom_nodes", "output", "temp", "user"):
+        (root / d).mkdir()
+    (root / "custom_nodes" / PACK_DIR_NAME).symlink_to(REPO, target_is_directory=True)
+    (root / "extra_model_paths.yaml").write_text(
+        f"sdvg_test:\n    base_path: {root / 'models'}\n    is_default: true\n    diffusion_models: diffusion_models\n"
+        f"    vae: vae\n    text_encoders: text_encoders\n    image_reward: image_reward\n    sdvg_prompts: sdvg_prompts\n"
+        f"    custom_nodes: {root / 'custom_nodes'}\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(root):
+    s = Server(root, "server1")
+    yield s
+    s.close()
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def api_for(server: Server, path: Path, tau: float | None = None, **widgets) -> dict:
+    """API prompt of a workflow at the test size; tau goes to SDVG Route / SDVG Generate."""
+    api = wt.swap_text_encoder(wt.to_api(wt.load(path), server.object_info), EMB)
+    start = {k: v for k, v in {**SMALL, **widgets}.items() if k not in ("policy", "force_reject_first")}
+    api = wt.set_inputs(api, "SDVGStart", **start)
+    api = wt.set_inputs(api, "SDVGGenerate", **{**SMALL, **widgets, **({} if tau is None else {"tau": tau})})
+    return api if tau is None else wt.set_inputs(api, "SDVGRoute", tau=tau)
+
+
+def with_report_probe(api: dict) -> tuple[dict, dict[str, str]]:
+    """Add a PreviewAny on every Finish/Generate node's report_json output; returns {source id: probe id}."""
+    api = json.loads(json.dumps(api))
+    probes = {}
+    for nid, node in list(api.items()):
+        if node["class_type"] in ("SDVGFinish", "SDVGGenerate"):
+            pid = f"9{len(probes)}9"
+            api[pid] = {"class_type": "PreviewAny", "inputs": {"source": [nid, 3]}}
+            probes[nid] = pid
+    return api, probes
+
+
+def reports(entry: dict, probes: dict[str, str]) -> dict[str, dict]:
+    return {nid: json.loads(entry["outputs"][pid]["text"][0]) for nid, pid in probes.items()}
+
+
+def cached_nodes(entry: dict) -> set[str]:
+    return {n for e, d in entry["status"]["messages"] if e == "execution_cached" for n in d["nodes"]}
+
+
+def video_frames(root: Path, entry: dict) -> list[int]:
+    """Frame counts of the videos SaveVideo wrote (read with PyAV in ComfyUI's python)."""
+    files = [root / "output" / i["subfolder"] / i["filename"] for out in entry["outputs"].values()
+             for i in out.get("images", []) if str(i.get("filename", "")).endswith(".mp4")]
+    code = ("import av, sys\nfor p in sys.argv[1:]:\n    c = av.open(p)\n"
+            "    print(sum(1 for _ in c.decode(video=0)))")
+    out = subprocess.run([comfy_python(), "-c", code, *map(str, files)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [int(x) for x in out.stdout.split()]
+
+
+# ------------------------------------------------------------------------------------------------ tests
+def test_object_info_lists_every_node(server):
+    info = server.object_info
+    assert SDVG_NODES <= set(info), SDVG_NODES - set(info)
+    assert {k for k in info if k.startswith("SDVG")} == SDVG_NODES
+    for k in SDVG_NODES:
+        assert info[k]["python_module"] == f"custom_nodes.{PACK_DIR_NAME}" and info[k]["category"].startswith("SDVG")
+    assert sorted(server.get("/workflow_templates")[PACK_DIR_NAME]) == sorted(p.stem for p in WORKFLOWS)
+    print(f"\n/object_info: {len(info)} nodes, {len(SDVG_NODES)} SDVG; server up in {server.start_seconds:.1f} s")
+
+
+def test_core_nodes_match_the_ci_fakes(server):
+    """The fakes in tests/fake_comfy/core_nodes.py must keep the real core nodes' input names and widget kinds."""
+    import fake_host
+
+    with fake_host.installed(server.root / "fake") as pack:
+        fakes = wt.object_info_from_classes(pack.core_nodes.CORE_NODES)
+    for name, fake in fakes.items():
+        real = server.object_info[name]
+        for group in ("required", "optional"):
+            r, f = real["input"].get(group, {}), fake["input"].get(group, {})
+            assert list(r) == list(f), (name, group)
+            for k in r:
+                rt, ft = r[k][0], f[k][0]
+                assert (rt == ft) or (isinstance(rt, list) and ft == "COMBO"), (name, k, rt, ft)
+        assert real["output"] == fake["output"] and bool(real["output_node"]) == bool(fake["output_node"]), name
+
+
+def test_workflows_valid_against_the_real_server(server):
+    for path in WORKFLOWS:
+        assert wt.validate(wt.load(path), server.object_info) == [], path.name
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_every_workflow_runs(server, path):
+    api, probes = with_report_probe(api_for(server, path, tau=-5.0))
+    entry = server.queue(api)
+    reps = reports(entry, probes)
+    assert reps, "no report"
+    for nid, rep in reps.items():
+        assert rep["num_blocks"] == SMALL["num_blocks"] and int(rep["meta"]["frames"]) == FRAMES
+        assert rep["blocks"][0]["producer"] == "target"
+        policy = api[nid]["inputs"].get("policy", "sdvg")
+        decisions = [b["decision"] for b in rep["blocks"]]
+        print(f"\n{path.name} [{nid} {policy}]: {FRAMES} frames, decisions {decisions}, "
+              f"scores {[None if b['score'] is None else round(b['score'], 3) for b in rep['blocks']]}, forwards "
+              f"D{rep['drafter_forwards']}/T{rep['target_forwards']}, counted speedup {rep['counted_speedup']:.2f}x, "
+              f"{entry['seconds']:.1f} s")
+        if policy == "target_only":
+            assert set(decisions) == {"forced"} and rep["drafter_forwards"] == 0
+        else:
+            assert decisions[0] == "forced" and all(d == "accepted" for d in decisions[1:])
+    assert video_frames(server.root, entry) == [FRAMES] * len(reps)
+    if "loop" in path.name:  # the preview of each decoded draft reached the history (ephemeral decode nodes)
+        assert sum(1 for o in entry["outputs"].values() if o.get("images") and not o.get("animated", [False])[0]) >= 1
+
+
+def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
+    path = REPO / "workflows" / "sdvg_loop_step_by_step.json"
+    api, probes = with_report_probe(api_for(server, path, seed=123))
+    first = server.queue(wt.set_inputs(api, "SDVGRoute", tau=-5.0))
+    rep1 = next(iter(reports(first, probes).values()))
+    scores = [b["score"] for b in rep1["blocks"]]
+    later = sorted(scores[1:])
+    k = scores.index(later[0])
+    tau2 = round((later[0] + later[1]) / 2, 4) if later[1] - later[0] > 2e-4 else round(later[0] + 1e-4, 4)
+    api2 = wt.set_inputs(api, "SDVGRoute", tau=tau2)
+    second = server.queue(api2)
+    rep2 = next(iter(reports(second, probes).values()))
+    assert rep2["blocks"][k]["decision"] == "rejected"
+    work = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"]) for b in rep2["blocks"]]
+    assert all(w == (0, 0) for w in work[:k]), work
+    assert work[k][0] == 0 and work[k][1] > 0, work
+    loaders = {nid for nid, n in api.items() if n["class_type"] in ("SDVGLoadTarget", "SDVGLoadDrafter",
+                                                                     "SDVGLoadImageReward", "VAELoader", "SDVGStart")}
+    assert loaders <= cached_nodes(second)
+    print(f"\nre-queue: tau -5 -> {tau2}: block {k} flipped; forwards per block (drafter, target) first run "
+          f"{[(b['work']['drafter_forwards'], b['work']['target_forwards']) for b in rep1['blocks']]}, re-queue {work}; "
+          f"{first['seconds']:.1f} s then {second['seconds']:.1f} s")
+    fresh_server = Server(root, "server2")
+    try:
+        fresh = fresh_server.queue(api2)
+        rep3 = next(iter(reports(fresh, probes).values()))
+    finally:
+        fresh_server.close()
+    assert [b["decision"] for b in rep3["blocks"]] == [b["decision"] for b in rep2["blocks"]]
+    assert [b["score"] for b in rep3["blocks"]] == [b["score"] for b in rep2["blocks"]]
+    assert rep3["meta"]["lineage"] == rep2["meta"]["lineage"]  # hash chain over every committed latent
+    fw3 = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"]) for b in rep3["blocks"]]
+    print(f"fresh server at tau {tau2}: same decisions and lineage; forwards {fw3} ({fresh['seconds']:.1f} s)")
+
+
+def test_comfyui_model_path_default_and_fp8(server):
+    """UNETLoader -> the SDVG loaders' MODEL input (ComfyUI's WanModel, incl. fp8 weights cast per layer)."""
+    path = REPO / "workflows" / "sdvg_generate.json"
+    api = wt.swap_text_encoder(wt.to_api(wt.load(path), server.object_info), EMB_4096)
+    api = wt.set_inputs(api, "SDVGGenerate", **SMALL, tau=-5.0)
+    api["801"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "tiny_wan_t2v.safetensors", "weight_dtype": "default"}}
+    api["802"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "tiny_wan_t2v.safetensors", "weight_dtype": "fp8_e4m3fn"}}
+    target = next(k for k, v in api.items() if v["class_type"] == "SDVGLoadTarget")
+    drafter = next(k for k, v in api.items() if v["class_type"] == "SDVGLoadDrafter")
+    api[drafter]["inputs"]["model"] = ["801", 0]
+    api[target]["inputs"]["model"] = ["802", 0]
+    api, probes = with_report_probe(api)
+    entry = server.queue(api)
+    rep = next(iter(reports(entry, probes).values()))
+    assert "ComfyUI MODEL (WanModel" in rep["meta"]["target"] and "float8_e4m3fn" in rep["meta"]["target"]
+    assert "ComfyUI MODEL (WanModel" in rep["meta"]["drafter"]
+    assert rep["blocks"][0]["decision"] == "forced" and rep["drafter_forwards"] > 0 and rep["target_forwards"] > 0
+    assert video_frames(server.root, entry) == [FRAMES]
+    print(f"\nMODEL path: target {rep['meta']['target']}; drafter {rep['meta']['drafter']}; "
+          f"decisions {[b['decision'] for b in rep['blocks']]} ({entry['seconds']:.1f} s)")
+
+
+def test_errors_reach_the_user(server):
+    path = REPO / "workflows" / "sdvg_generate.json"
+    api = api_for(server, path)
+    target = next(k for k, v in api.items() if v["class_type"] == "SDVGLoadTarget")
+    api[target]["inputs"]["model_name"] = "missing-14b.safetensors"
+    with pytest.raises(AssertionError) as e:
+        server.queue(api)
+    msg = str(e.value)
+    assert "missing-14b.safetensors" in msg and "diffusion_models" in msg and "krea/krea-realtime-video" in msg
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
+def test_frontend_loads_every_workflow(server):
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "frontend_probe.py"), "--url", server.url,
+                          *map(str, WORKFLOWS)], capture_output=True, text=True, timeout=600)
+    assert out.stdout.strip(), out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    for path in WORKFLOWS:
+        r = res[str(path)]
+        assert r["missing"] == [] and r["missing_dialog"] == [], (path.name, r["missing"], r["missing_dialog"])
+        ours = wt.to_api(wt.load(path), server.object_info)
+        theirs = r["api"]
+        assert set(theirs) == set(ours), path.name
+        for nid in ours:
+            ct = ours[nid]["class_type"]
+            assert theirs[nid]["class_type"] == ct
+            spec = server.object_info[ct]["input"]
+            known = set(spec.get("required", {})) | set(spec.get("optional", {}))
+            got = {k: v for k, v in theirs[nid]["inputs"].items() if k in known}  # e.g. PreviewAny's display widget
+            assert got == ours[nid]["inputs"], (path.name, nid, got, ours[nid]["inputs"])
+        print(f"\nfrontend: {path.name}: {r['node_count']} nodes, no missing node types, graphToPrompt == our conversion")
+    assert out.returncode == 0
