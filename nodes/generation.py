@@ -239,8 +239,9 @@ class SDVGRoute(io.ComfyNode):
         )
 
     @classmethod
-    def check_lazy_status(cls, state=None, tau=DEFAULT_TAU, force_reject_first=True, scored=None) -> list[str]:
-        if state is None or state.state.done or scored is not None:
+    def check_lazy_status(cls, state=None, tau=DEFAULT_TAU, force_reject_first=True, **lazy) -> list[str]:
+        # 'scored' is in `lazy` only when connected (None until evaluated); never ask for an unconnected input
+        if state is None or state.state.done or "scored" not in lazy or lazy["scored"] is not None:
             return []
         return ["scored"] if _policy(tau, force_reject_first).needs_score(state.state.next_block) else []
 

@@ -128,7 +128,11 @@ class MiniExecutor:
                 kwargs[k] = v
         if hasattr(cls, "check_lazy_status"):  # the fake ComfyNode base has none
             while pending:
-                need = [n for n in cls.check_lazy_status(**kwargs) if n in pending]
+                asked = cls.check_lazy_status(**kwargs)
+                absent = [n for n in asked if n not in node["inputs"]]
+                if absent:  # ComfyUI raises NodeInputError when a node asks for an unconnected input
+                    raise RuntimeError(f"{ct} {nid} asked for unconnected lazy inputs {absent}")
+                need = [n for n in asked if n in pending]
                 if not need:
                     break
                 for n in need:

@@ -362,3 +362,17 @@ def test_frontend_loads_every_workflow(server):
             assert got == ours[nid]["inputs"], (path.name, nid, got, ours[nid]["inputs"])
         print(f"\nfrontend: {path.name}: {r['node_count']} nodes, no missing node types, graphToPrompt == our conversion")
     assert out.returncode == 0
+
+
+def test_causal_forward_on_comfy_wanmodel():
+    """CausalWan calls ComfyUI's WanModel submodules: equal to WanModel.forward in fp32; bf16 needs the adapter."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_wan_probe.py"), COMFYUI_DIR, str(REPO)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["fp32_vs_comfy_forward"] < 1e-4 * max(r["scale"], 1.0), r
+    assert r["bf16_plain_view_vs_fp32"] < 0.05 * r["scale"] and r["bf16_manual_cast_view_vs_fp32"] < 0.05 * r["scale"], r
+    assert r["bf16_plain_raw"].startswith("fails"), r  # why comfy_wan_view exists
+    print(f"\nComfyUI WanModel: CausalWan vs WanModel.forward fp32 max|diff| {r['fp32_vs_comfy_forward']:.1e} "
+          f"(scale {r['scale']:.2f}); bf16 via adapter {r['bf16_plain_view_vs_fp32']:.4f} / manual-cast "
+          f"{r['bf16_manual_cast_view_vs_fp32']:.4f}; bf16 without adapter: {r['bf16_plain_raw']}")

@@ -210,6 +210,22 @@ def test_loop_workflow_lazy_and_requeue(env):
     assert fresh.executed == []
 
 
+def test_loop_with_a_route_that_scores_itself(env):
+    """Route without the 'scored' chain: it drafts, decodes and scores itself (and never asks for the input)."""
+    pack, classes = env
+    api = api_for(REPO / "workflows" / "sdvg_loop_step_by_step.json", classes, tau=-5.0, seed=5)
+    route = node_of(api, "SDVGRoute")
+    del api[route]["inputs"]["scored"]
+    for ct in ("SDVGDraftBlock", "SDVGDecodeBlock", "SDVGScoreBlock"):
+        del api[node_of(api, ct)]
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    rep = report_of(pack, ex, api)
+    assert [b["decision"] for b in rep["blocks"]] == ["forced"] + ["accepted"] * (SMALL["num_blocks"] - 1)
+    assert all(b["work"]["scored_frames"] > 0 for b in rep["blocks"][1:])
+    assert pack.nodes.SDVGRoute.check_lazy_status(state=ex.values[node_of(api, "SDVGLoopEnd")][0], tau=-0.7) == []
+
+
 def test_generate_and_baseline_workflows(env):
     pack, classes = env
     ex = MiniExecutor(classes)
@@ -338,8 +354,9 @@ def test_route_checks_its_inputs(env):
         n.SDVGDraftBlock.execute(start)
     s1 = n.SDVGRoute.execute(start, -0.7, True).args[0]  # block 0 forced: target only, no drafter needed
     assert s1.state.blocks[0].decision == "forced"
-    assert n.SDVGRoute.check_lazy_status(state=start, tau=-0.7, force_reject_first=True) == []
-    assert n.SDVGRoute.check_lazy_status(state=s1, tau=-0.7, force_reject_first=True) == ["scored"]
+    assert n.SDVGRoute.check_lazy_status(state=start, tau=-0.7, force_reject_first=True, scored=None) == []
+    assert n.SDVGRoute.check_lazy_status(state=s1, tau=-0.7, force_reject_first=True, scored=None) == ["scored"]
+    assert n.SDVGRoute.check_lazy_status(state=s1, tau=-0.7, force_reject_first=True) == []  # not connected
     with pytest.raises(n.host.SDVGError, match="no drafter"):
         n.SDVGRoute.execute(s1, -0.7, True)
     with pytest.raises(n.host.SDVGError, match="not the draft of this block"):

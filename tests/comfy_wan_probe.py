@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Run the pack's CausalWan on ComfyUI's own WanModel (in-process, ComfyUI's python) and print JSON figures.
+
+    $COMFYUI_PYTHON tests/comfy_wan_probe.py $COMFYUI_DIR <repo>
+
+- fp32: CausalWan without a KV cache vs WanModel.forward on the same 3 latent frames (must agree to float error);
+- bf16 weights with plain (non-casting) ComfyUI layers: the raw network fails on fp32 input to the fp32 patch
+  embedding; through `host.comfy_wan_view` it runs and stays close to fp32; same with manual-cast layers.
+"""
+import importlib.util
+import json
+import os
+import sys
+
+COMFY, REPO = sys.argv[1], sys.argv[2]
+sys.argv = [sys.argv[0], "--cpu"]
+sys.path.insert(0, COMFY)
+os.chdir(COMFY)
+import comfy.options  # noqa: E402
+
+comfy.options.enable_args_parsing()
+import utils.extra_config  # noqa: E402,F401  (ComfyUI's utils package before nodes.py shadows it)
+import torch  # noqa: E402
+
+import comfy.ldm.wan.model as wanm  # noqa: E402
+import comfy.ops  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("sdvg_pack", os.path.join(REPO, "__init__.py"),
+                                              submodule_search_locations=[REPO])
+pack = importlib.util.module_from_spec(spec)
+sys.modules["sdvg_pack"] = pack
+spec.loader.exec_module(pack)
+host = pack.nodes.host
+wan = importlib.import_module("sdvg_pack.sdvg_core.wan")
+schedule = importlib.import_module("sdvg_pack.sdvg_core.schedule")
+
+
+def make(dtype, ops):
+    torch.manual_seed(0)
+    net = wanm.WanModel(model_type="t2v", dim=128, ffn_dim=256, num_heads=1, num_layers=2, text_dim=4096,
+                        operations=ops, dtype=dtype)
+    with torch.no_grad():
+        for _, p in net.named_parameters():
+            p.copy_((torch.randn(p.shape) * 0.05).to(p.dtype))
+    return net.eval()
+
+
+def causal(net, dtype, x, ctx, view=True, kv=True):
+    cfg = host.wan_config_from_module(net)
+    runner = wan.CausalWan(host.comfy_wan_view(net, dtype) if view else net, cfg, dtype=dtype, device="cpu")
+    cache = wan.KVCache.empty(cfg, batch=1, window_frames=6, tokens_per_frame=12, device="cpu", dtype=dtype) if kv else None
+    return runner.forward(x, schedule.timestep_tensor(937.5, 1, 3), runner.encode_text(ctx), kv=cache).flow.float()
+
+
+out = {}
+torch.manual_seed(1)
+x, ctx = torch.randn(1, 3, 16, 6, 8), torch.randn(1, 512, 4096) * 0.3
+with torch.inference_mode():
+    net = make(torch.float32, comfy.ops.disable_weight_init)
+    ours = causal(net, torch.float32, x, ctx, kv=False)
+    theirs = net(x.permute(0, 2, 1, 3, 4), torch.tensor([937.5]), ctx).permute(0, 2, 1, 3, 4)
+    out["fp32_vs_comfy_forward"] = float((ours - theirs).abs().max())
+    out["scale"] = float(theirs.abs().max())
+    ref = causal(net, torch.float32, x, ctx)
+    for name, ops in (("bf16_plain", comfy.ops.disable_weight_init), ("bf16_manual_cast", comfy.ops.manual_cast)):
+        net = make(torch.bfloat16, ops)
+        out[name + "_view_vs_fp32"] = float((causal(net, torch.bfloat16, x, ctx) - ref).abs().max())
+        try:
+            causal(net, torch.bfloat16, x, ctx, view=False)
+            out[name + "_raw"] = "ok"
+        except RuntimeError as e:
+            out[name + "_raw"] = "fails: " + str(e)[:80]
+print(json.dumps(out))
