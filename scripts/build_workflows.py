@@ -130,9 +130,11 @@ class Graph:
 
 def loaders(g: Graph, x: int = 0, y: int = 0) -> dict:
     """The shared left column: target, drafter, ImageReward, VAE, text encoder and the prompt."""
+    # properties.models lets the frontend offer the download of a missing file; it only downloads .safetensors,
+    # so the two .pt files are listed in the note instead (and in the nodes' error messages)
     target = g.node("SDVGLoadTarget", (x, y), {"model_name": MODELS["target"]["name"]}, models=["target"])
-    drafter = g.node("SDVGLoadDrafter", (x, y + 200), {"model_name": MODELS["drafter"]["name"]}, models=["drafter"])
-    reward = g.node("SDVGLoadImageReward", (x, y + 400), {"reward_name": MODELS["reward"]["name"]}, models=["reward"])
+    drafter = g.node("SDVGLoadDrafter", (x, y + 200), {"model_name": MODELS["drafter"]["name"]})
+    reward = g.node("SDVGLoadImageReward", (x, y + 400), {"reward_name": MODELS["reward"]["name"]})
     vae = g.node("VAELoader", (x, y + 560), {"vae_name": MODELS["vae"]["name"]}, models=["vae"], size=(340, 60))
     clip = g.node("CLIPLoader", (x, y + 660), {"clip_name": MODELS["umt5"]["name"], "type": "wan", "device": "default"},
                   models=["umt5"], size=(340, 110))

@@ -138,8 +138,11 @@ def test_workflows_valid(env):
         types = {n["type"] for n in wf["nodes"]}
         assert types <= set(specs) | wt.FRONTEND_ONLY, path.name
         assert any(t.startswith("SDVG") for t in types)
-        loaders = [n for n in wf["nodes"] if n["type"] in ("SDVGLoadTarget", "SDVGLoadDrafter", "SDVGLoadImageReward")]
-        assert loaders and all(n["properties"].get("models") for n in loaders), path.name
+        listed = {m["name"] for n in wf["nodes"] for m in n.get("properties", {}).get("models", [])}
+        assert {"krea-realtime-video-14b.safetensors", "wan_2.1_vae.safetensors"} <= listed, path.name
+        assert all(name.endswith(".safetensors") for name in listed), path.name  # the frontend downloads only those
+        notes = " ".join(str(v) for n in wf["nodes"] if n["type"] == "MarkdownNote" for v in n["widgets_values"])
+        assert "self_forcing_dmd.pt" in notes and "ImageReward.pt" in notes and "vocab.txt" in notes, path.name
         api = wt.to_api(wf, specs)
         for nid, node in api.items():  # every link points at an existing node's existing output
             for v in node["inputs"].values():
