@@ -255,6 +255,8 @@ class _View:
         swapped = self.__dict__.get("_swapped", {})
         if name in swapped:
             return swapped[name]
+        if "_inner" not in self.__dict__:
+            raise AttributeError(name)
         return getattr(self.__dict__["_inner"], name)
 
 
@@ -307,7 +309,9 @@ class HostedVAE:
         self.ensure_loaded()
         return self.inner.encode_anchor_frame(*args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # config, device, decoder_slots, ... of our WanVAE
+        if "inner" not in self.__dict__:
+            raise AttributeError(name)
         return getattr(self.__dict__["inner"], name)
 
 
