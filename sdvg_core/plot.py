@@ -29,8 +29,8 @@ class PlotStyle:
     height: int = 360
     margin_left: int = 56
     margin_right: int = 16
-    margin_top: int = 40
-    margin_bottom: int = 52
+    margin_top: int = 44
+    margin_bottom: int = 44
 
 
 def _range(values: list[float]) -> tuple[float, float]:
@@ -64,7 +64,7 @@ def render_report_plot(report: RunReport, tau: float | None = None, style: PlotS
     def y_of(v: float) -> float:
         return y1 - (v - lo) / (hi - lo) * (y1 - y0)
 
-    for t in _ticks(lo, hi):
+    for t in _ticks(lo, hi, 6):
         y = y_of(t)
         d.line([(x0, y), (x1, y)], fill=COLORS["grid"])
         d.text((4, y - 6), f"{t:+.2f}", fill=COLORS["axis"], font=font)
@@ -88,11 +88,13 @@ def render_report_plot(report: RunReport, tau: float | None = None, style: PlotS
         yt = y_of(tau)
         for xs in range(int(x0), int(x1), 12):
             d.line([(xs, yt), (min(xs + 7, x1), yt)], fill=COLORS["tau"], width=2)
-        d.text((x1 - 80, yt - 14), f"tau {tau:+.2f}", fill=COLORS["tau"], font=font)
+        d.text((x0 + 4, yt - 14), f"tau {tau:+.2f}", fill=COLORS["tau"], font=font)
 
     acc = "-" if report.acceptance_blocks_1_to_n is None else f"{report.acceptance_blocks_1_to_n:.0%}"
-    d.text((x0, 8), f"draft score per block ({report.policy}); accepted blocks 1..N-1: {acc}; "
-                    f"counted speedup {report.counted_speedup:.2f}x", fill=COLORS["text"], font=font)
+    d.text((x0, 6), "min ImageReward score of each block's draft vs tau", fill=COLORS["text"], font=font)
+    d.text((x0, 20), f"accepted (blocks 1..N-1): {acc} | forwards: drafter {report.drafter_forwards}, target "
+                     f"{report.target_forwards} | counted speedup {report.counted_speedup:.2f}x",
+           fill=COLORS["axis"], font=font)
     legend = [("drafter (accepted)", COLORS["drafter"]), ("target (rejected)", COLORS["target"]),
               ("target (forced, not drafted)", COLORS["forced"])]
     lx = x0
@@ -100,5 +102,5 @@ def render_report_plot(report: RunReport, tau: float | None = None, style: PlotS
         d.rectangle([lx, style.height - 18, lx + 10, style.height - 8], fill=color)
         d.text((lx + 14, style.height - 20), label, fill=COLORS["text"], font=font)
         lx += 24 + int(d.textlength(label, font=font))
-    d.text((x1 - 40, y1 + 18), "block", fill=COLORS["axis"], font=font)
+    d.text((4, y1 + 4), "block", fill=COLORS["axis"], font=font)
     return img
