@@ -77,13 +77,29 @@ class DecodeEntry:
 
 
 class _Tally:
-    """Counted work and seconds per phase for one block (mutable scratch, frozen into the record)."""
+    """Counted work and seconds per phase for one block (mutable scratch, frozen into the record).
+
+    `work` is what this call computed; `cost` adds the work of results taken from the memo (credited from
+    when they were computed), i.e. what the block costs in a fresh run: the basis of counted speedups.
+    """
 
     def __init__(self, device: torch.device):
         self.work = dict.fromkeys(WORK_KEYS, 0)
+        self.cost = dict.fromkeys(WORK_KEYS, 0)
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.reused: list[str] = []
         self._cuda = device.type == "cuda"
+
+    def add(self, key: str, n: int = 1) -> None:
+        self.work[key] += n
+        self.cost[key] += n
+
+    def credit(self, cost: dict[str, int]) -> None:
+        for k, v in cost.items():
+            self.cost[k] = self.cost.get(k, 0) + v
+
+    def cost_since(self, before: dict[str, int]) -> dict[str, int]:
+        return {k: v - before.get(k, 0) for k, v in self.cost.items() if v != before.get(k, 0)}
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -97,9 +113,10 @@ class _Tally:
                 torch.cuda.synchronize()
             self.seconds[name] += time.perf_counter() - t0
 
-    def absorb(self, work: dict[str, int], seconds: dict[str, float], reused: tuple[str, ...]) -> None:
+    def absorb(self, work: dict[str, int], cost: dict[str, int], seconds: dict[str, float], reused: tuple[str, ...]) -> None:
         for k, v in work.items():
             self.work[k] = self.work.get(k, 0) + v
+        self.credit(cost)
         for k, v in seconds.items():
             self.seconds[k] = self.seconds.get(k, 0.0) + v
         self.reused.extend(reused)
@@ -221,7 +238,7 @@ class Engine:
             self._store_committed(state, k, entry)
             cache = entry.cache
             if tally is not None:
-                tally.work["vae_decode_frames"] += state.blocks[k].latents.shape[1]
+                tally.add("vae_decode_frames", state.blocks[k].latents.shape[1])
         return cache
 
     def committed_pixels(self, state: GenerationState, b: int, tally: _Tally | None = None) -> torch.Tensor:
@@ -234,7 +251,7 @@ class Engine:
             self._store_committed(state, b, entry)
             pixels = entry.pixels.to("cpu")
             if tally is not None:
-                tally.work["vae_decode_frames"] += state.blocks[b].latents.shape[1]
+                tally.add("vae_decode_frames", state.blocks[b].latents.shape[1])
         return pixels
 
     def _decoder_cache_before(self, state: GenerationState, b: int, tally: _Tally):
@@ -256,7 +273,7 @@ class Engine:
         frame = frame.to(self.vae.device)
         self._trace(f"block{b}/anchor/pixel_frame", frame)
         latent = self.vae.encode_anchor_frame(frame, (spec.height, spec.width))  # [1, C, 1, h, w]
-        tally.work["vae_encodes"] += 1
+        tally.add("vae_encodes", 1)
         anchor = latent.permute(0, 2, 1, 3, 4).float()
         self._trace(f"block{b}/anchor/latent", anchor)
         return self.memo.put(key, anchor)
@@ -290,8 +307,8 @@ class Engine:
             self._interrupt()
             out = runner.forward(ctx, torch.zeros(1, ctx.shape[1]), self._text(runner, state), frame_offset=0,
                                  kv=self._empty_kv(runner, spec), commit=True, want_output=False)
-            tally.work[f"{role}_forwards"] += 1
-            tally.work[f"{role}_context_forwards"] += 1
+            tally.add(f"{role}_forwards", 1)
+            tally.add(f"{role}_context_forwards", 1)
             if self.tracer is not None:
                 self._trace_kv(f"{role}/block{b}/recompute/kv", out.kv)
             return self.memo.put(key, out.kv), self.recipe.context_frames
@@ -306,8 +323,8 @@ class Engine:
             self._interrupt()
             out = runner.forward(state.blocks[k].latents, timestep_tensor(0.0, 1, F), self._text(runner, state),
                                  frame_offset=k * F, kv=kv, commit=True, want_output=False)
-            tally.work[f"{role}_forwards"] += 1
-            tally.work[f"{role}_context_forwards"] += 1
+            tally.add(f"{role}_forwards", 1)
+            tally.add(f"{role}_context_forwards", 1)
             kv = self.memo.pin(f"kv_head:{mkey}", ("kv", mkey, "sf", state.lineage_at(k + 1)), out.kv)
         return kv, b * F
 
@@ -316,9 +333,11 @@ class Engine:
         """Denoise block b with one model from the block's noise -> latents [1, F, C, h, w] (float32)."""
         memo_key = (role, self._key(self._role(role)), self.recipe.name, self.config.decode_rule, state.lineage_at(b))
         cached = self.memo.get(memo_key)
-        if cached is not None:
+        if cached is not None:  # (latents, the cost of computing them)
             tally.reused.append(role)
-            return cached
+            tally.credit(cached[1])
+            return cached[0]
+        before = dict(tally.cost)
         runner = self._role(role)
         spec, plan = state.spec, self.plan
         with tally.phase("context"):
@@ -334,7 +353,7 @@ class Engine:
                 ts = timestep_tensor(t, 1, spec.frames_per_block, runner.device)
                 self._trace(f"{role}/block{b}/step{s}/model_input", x)
                 flow = runner.forward(x, ts, text, frame_offset=offset, kv=kv).flow
-                tally.work[f"{role}_forwards"] += 1
+                tally.add(f"{role}_forwards", 1)
                 x0 = flow_to_x0(x.float(), flow.float(), plan.sigmas[s])
                 self._trace(f"{role}/block{b}/step{s}/flow_pred", flow)
                 self._trace(f"{role}/block{b}/step{s}/x0_pred", x0)
@@ -344,7 +363,8 @@ class Engine:
                     self.callbacks.progress(ProgressEvent("step", b, spec.num_blocks, role, s + 1, plan.num_steps))
             if self.tracer is not None:
                 self._trace_kv(f"{role}/block{b}/kv_after_last_call", kv, extra=x.shape[1] * kv.tokens_per_frame)
-        return self.memo.put(memo_key, x0)
+        self.memo.put(memo_key, (x0, tally.cost_since(before)))
+        return x0
 
     # ------------------------------------------------------------------------------------------ operations
     def draft(self, state: GenerationState) -> GenerationState:
@@ -354,7 +374,8 @@ class Engine:
         b = state.next_block
         tally = _Tally(self._role("drafter").device)
         latents = self._generate("drafter", state, b, tally)
-        return state.with_pending(PendingBlock(b, latents, work=tally.work, seconds=tally.seconds, reused=tuple(tally.reused)))
+        return state.with_pending(PendingBlock(b, latents, work=tally.work, cost=tally.cost, seconds=tally.seconds,
+                                               reused=tuple(tally.reused)))
 
     def decode_draft(self, state: GenerationState) -> GenerationState:
         """Operation: decode the pending draft from a copy of the committed decoder cache (pending.frames)."""
@@ -364,12 +385,14 @@ class Engine:
         tally = _Tally(self.vae.device)
         key = ("draft_decode", self._key(self.vae), self.config.decode_rule, self._key(self.drafter), state.lineage)
         with tally.phase("decode"):
-            entry = self.memo.get(key)
-            if entry is None:
+            cached = self.memo.get(key)  # (entry, the cost of computing it)
+            if cached is None:
                 entry = self._decode_latents(p.latents, self._decoder_cache_before(state, p.index, tally))
-                tally.work["vae_decode_frames"] += p.latents.shape[1]
-                self.memo.put(key, entry)
+                tally.add("vae_decode_frames", p.latents.shape[1])
+                self.memo.put(key, (entry, {"vae_decode_frames": p.latents.shape[1]}))
             else:
+                entry = cached[0]
+                tally.credit(cached[1])
                 tally.reused.append("draft_decode")
         frames = to_image(entry.pixels)
         return state.with_pending(_merge(p, tally, frames=frames))
@@ -384,12 +407,14 @@ class Engine:
         tally = _Tally(self.vae.device)
         key = ("score", self._key(self.scorer), self._key(self.drafter), self.config.decode_rule, state.lineage, state.spec.prompt.text)
         with tally.phase("score"):
-            scores = self.memo.get(key)
-            if scores is None:
+            cached = self.memo.get(key)  # (scores, the cost of computing them)
+            if cached is None:
                 scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, state.spec.prompt.text))
-                tally.work["scored_frames"] += len(scores)
-                self.memo.put(key, scores)
+                tally.add("scored_frames", len(scores))
+                self.memo.put(key, (scores, {"scored_frames": len(scores)}))
             else:
+                scores = cached[0]
+                tally.credit(cached[1])
                 tally.reused.append("score")
         return state.with_pending(_merge(p, tally, frame_scores=scores))
 
@@ -407,7 +432,7 @@ class Engine:
                 state = self.score_draft(self.decode_draft(state))
         p = state.pending or PendingBlock(b)
         tally = _Tally(self.target.device)
-        tally.absorb(p.work, p.seconds, p.reused)
+        tally.absorb(p.work, p.cost, p.seconds, p.reused)
         score = aggregate(p.frame_scores, policy.aggregation) if p.frame_scores else None
         accepted = (not forced) and policy.accept(b, score)
         if not lazy and b > 0 and isinstance(self.recipe, KreaRecipe):
@@ -422,17 +447,23 @@ class Engine:
         vkey = self._key(self.vae)
         draft_entry = None
         if accepted and p.frames is not None:  # the draft's decode is the committed one: no second decode
-            draft_entry = self.memo.get(("draft_decode", vkey, self.config.decode_rule, self._key(self.drafter), state.lineage))
+            cached = self.memo.get(("draft_decode", vkey, self.config.decode_rule, self._key(self.drafter), state.lineage))
+            draft_entry = cached[0] if cached is not None else None
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
-                             frame_scores=tuple(p.frame_scores or ()), work=dict(tally.work), seconds=dict(tally.seconds),
-                             reused=tuple(tally.reused), lineage=lineage)
+                             frame_scores=tuple(p.frame_scores or ()), work=dict(tally.work), cost=dict(tally.cost),
+                             seconds=dict(tally.seconds), reused=tuple(tally.reused), lineage=lineage)
         new_state = state.commit(record)
         # decode the committed block now (needed for anchors, previews and the output anyway)
         with tally.phase("decode"):
             if draft_entry is not None:
                 self._store_committed(new_state, b, draft_entry)
-            self.committed_pixels(new_state, b, tally)
-        record = replace(record, work=dict(tally.work), seconds=dict(tally.seconds))
+                self.committed_pixels(new_state, b, tally)
+            else:
+                decoded = tally.work["vae_decode_frames"]
+                self.committed_pixels(new_state, b, tally)
+                if tally.work["vae_decode_frames"] == decoded:  # kept from an earlier run; a fresh run decodes it
+                    tally.credit({"vae_decode_frames": latents.shape[1]})
+        record = replace(record, work=dict(tally.work), cost=dict(tally.cost), seconds=dict(tally.seconds))
         new_state = GenerationState(new_state.spec, state.blocks + (record,), None)
         if self.callbacks.progress is not None:
             preview = to_image(self.committed_pixels(new_state, b)[:, :, -1:])[0]
@@ -464,10 +495,13 @@ class Engine:
         return p
 
 
+def _sum(a: dict, b: dict) -> dict:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in set(a) | set(b)}
+
+
 def _merge(p: PendingBlock, tally: _Tally, **updates) -> PendingBlock:
-    work = {k: p.work.get(k, 0) + tally.work.get(k, 0) for k in set(p.work) | set(tally.work)}
-    seconds = {k: p.seconds.get(k, 0.0) + tally.seconds.get(k, 0.0) for k in set(p.seconds) | set(tally.seconds)}
-    return replace(p, work=work, seconds=seconds, reused=p.reused + tuple(tally.reused), **updates)
+    return replace(p, work=_sum(p.work, tally.work), cost=_sum(p.cost, tally.cost), seconds=_sum(p.seconds, tally.seconds),
+                   reused=p.reused + tuple(tally.reused), **updates)
 
 
 def to_image(pixels: torch.Tensor) -> torch.Tensor:

@@ -96,7 +96,8 @@ class BlockRecord:
     decision: Decision
     score: float | None  # aggregated (min or mean) draft score, None when nothing was scored
     frame_scores: tuple[float, ...]
-    work: dict[str, int]  # counted work: drafter_forwards, target_forwards, vae_decode_frames, ...
+    work: dict[str, int]  # work computed by this call: drafter_forwards, target_forwards, vae_decode_frames, ...
+    cost: dict[str, int]  # work the block takes in a fresh run (work + results reused from the memo)
     seconds: dict[str, float]  # per phase: context, draft, decode, score, target
     reused: tuple[str, ...]  # derived results taken from the memo instead of recomputed
     lineage: str  # lineage after committing this block
@@ -111,6 +112,7 @@ class PendingBlock:
     frames: torch.Tensor | None = None  # decoded draft frames [T, H, W, 3] in 0..1
     frame_scores: tuple[float, ...] | None = None
     work: dict[str, int] = field(default_factory=dict)
+    cost: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     reused: tuple[str, ...] = ()
 

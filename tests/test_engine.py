@@ -168,10 +168,18 @@ def test_rerun_with_new_tau_reuses_prefix_and_equals_fresh_run(models, recipe):
     if k + 1 < BLOCKS:  # after the flip, the history is new: real work again
         assert second.blocks[k + 1].work["drafter_forwards"] > 0
     assert first.blocks[k].decision == "accepted"
+    # the report still counts what the video costs in a fresh run, and says what this run recomputed
+    steps = e.plan.num_steps
+    rep2, rep_fresh = build_report(second, "", e.recipe, steps), build_report(fresh, "", e.recipe, steps)
+    assert (rep2.drafter_forwards, rep2.target_forwards) == (rep_fresh.drafter_forwards, rep_fresh.target_forwards)
+    assert [b.cost for b in second.blocks] == [b.cost for b in fresh.blocks]
+    assert rep2.recomputed_drafter_forwards < rep_fresh.drafter_forwards
+    assert rep2.counted_speedup == rep_fresh.counted_speedup
     # and a third run at tau1 again reuses everything
     third = e.generate(_spec(), ThresholdPolicy(tau=-1e9))
     assert torch.equal(_latents(third), _latents(first))
     assert sum(r.work["drafter_forwards"] + r.work["target_forwards"] for r in third.blocks) == 0
+    assert [b.cost for b in third.blocks] == [b.cost for b in first.blocks]
 
 
 def test_rejected_draft_decode_leaves_no_trace(models):

@@ -384,10 +384,10 @@ def test_report_plot_renders(env):
     core = pack.sdvg_core
     plot = __import__(core.__name__ + ".plot", fromlist=["x"])
     report = __import__(core.__name__ + ".report", fromlist=["x"])
-    blocks = [report.BlockReport(0, "target", "forced", None, [], {}, {}, []),
-              report.BlockReport(1, "drafter", "accepted", 0.4, [0.4, 0.9], {}, {}, []),
-              report.BlockReport(2, "target", "rejected", -1.2, [-1.2, 0.1], {}, {}, [])]
-    rep = report.RunReport("threshold tau=-0.7", "krea", 3, blocks, 0.5, 1 / 3, 10, 20, 7.4, 158.0, 200.0, 1.27)
+    blocks = [report.BlockReport(0, "target", "forced", None, [], {}, {}, {}, []),
+              report.BlockReport(1, "drafter", "accepted", 0.4, [0.4, 0.9], {}, {}, {}, []),
+              report.BlockReport(2, "target", "rejected", -1.2, [-1.2, 0.1], {}, {}, {}, [])]
+    rep = report.RunReport("threshold tau=-0.7", "krea", 3, blocks, 0.5, 1 / 3, 10, 20, 10, 20, 7.4, 158.0, 200.0, 1.27)
     img = plot.render_report_plot(rep, -0.7)
     assert img.size == (640, 360) and img.mode == "RGB"
     colors = {c for _, c in img.getcolors(1 << 20)}
