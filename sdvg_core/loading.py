@@ -10,11 +10,12 @@ import pickle
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import torch
 
 from .config import WanDiTConfig, detect_preset, get_preset
+from .keycheck import key_mismatch
 from .wan import WanDiT
 
 SAFETENSORS_EXT = (".safetensors", ".sft")
@@ -26,7 +27,6 @@ KNOWN_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "module.", "mode
 # recommends for inference, `generator` is what the published SDVG code loaded.
 SELF_FORCING_ENTRIES = ("generator_ema", "generator")
 DEFAULT_PT_ENTRY = "generator_ema"
-MAX_LISTED_KEYS = 5
 
 
 class CheckpointError(ValueError):
@@ -53,12 +53,6 @@ class LoadReport:
         if self.stripped_prefix:
             parts.append(f"prefix '{self.stripped_prefix}' stripped")
         return ", ".join(parts)
-
-
-def _key_list(keys: Iterable[str]) -> str:
-    keys = sorted(keys)
-    shown = ", ".join(keys[:MAX_LISTED_KEYS])
-    return f"{len(keys)} ({shown}{', ...' if len(keys) > MAX_LISTED_KEYS else ''})"
 
 
 def check_path(path: str | os.PathLike, what: str = "checkpoint", folder_hint: str | None = None) -> Path:
@@ -145,24 +139,15 @@ def strip_prefix(sd: Mapping[str, torch.Tensor], anchor: str) -> tuple[dict[str,
 
 def strict_load(module: torch.nn.Module, sd: Mapping[str, torch.Tensor], *, path: str, preset: str) -> None:
     """load_state_dict(strict=True) with one readable error listing missing/unexpected/mis-shaped keys."""
-    own = module.state_dict()
-    missing = set(own) - set(sd)
-    unexpected = set(sd) - set(own)
-    shapes = [f"{k} {tuple(sd[k].shape)} != {tuple(own[k].shape)}" for k in own if k in sd and sd[k].shape != own[k].shape]
-    if missing or unexpected or shapes:
-        msg = [f"{path}: does not fit preset '{preset}'."]
-        if missing:
-            msg.append(f"missing keys: {_key_list(missing)}")
-        if unexpected:
-            msg.append(f"unexpected keys: {_key_list(unexpected)}")
-            if any(k.endswith("scale_weight") or k == "scaled_fp8" for k in unexpected):
-                msg.append("this looks like a scaled-fp8 file: load it with ComfyUI's Load Diffusion Model node "
-                           "and connect its MODEL instead")
-        if shapes:
-            msg.append(f"shape mismatches: {len(shapes)} ({'; '.join(shapes[:MAX_LISTED_KEYS])})")
-        raise CheckpointError(" ".join(msg))
+    own = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    problem = key_mismatch(own, {k: tuple(v.shape) for k, v in sd.items()})
+    if problem:
+        hint = ""
+        if any(k.endswith("scale_weight") or k == "scaled_fp8" for k in sd if k not in own):
+            hint = (" This looks like a scaled-fp8 file: load it with ComfyUI's Load Diffusion Model node and "
+                    "connect its MODEL instead.")
+        raise CheckpointError(f"{path}: does not fit preset '{preset}': {problem}.{hint}")
     module.load_state_dict(sd, strict=True)
-
 
 def load_wan_dit(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
                  pt_entry: str | None = DEFAULT_PT_ENTRY, preset: str | None = None) -> tuple[WanDiT, WanDiTConfig, LoadReport]:

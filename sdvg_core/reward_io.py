@@ -11,13 +11,14 @@ from typing import Iterable, Mapping
 
 import torch
 
+from .keycheck import key_list, key_mismatch
 from .reward_config import (
     EXTRA_SPECIAL_TOKENS, HEAD_LINEAR_INDICES, PRESETS, TINY, VOCAB_FILENAMES, VOCAB_SUBFOLDER, VOCAB_URL,
     WEIGHTS_FILENAME, WEIGHTS_REPO, WEIGHTS_URL, ImageRewardConfig,
 )
 
-# How many offending keys an error message lists before summarising with a count.
-_SHOW_KEYS = 5
+# Keys the mapping onto transformers' BLIP does not know keep this marker, so they are reported as unexpected.
+_UNMAPPED = "<unmapped>"
 _SAFETENSORS_SUFFIXES = (".safetensors", ".sft")
 # Prefix DataParallel/DDP put in front of every key; the package's strict=False load would silently skip such keys.
 _DDP_PREFIX = "module."
@@ -124,14 +125,6 @@ def unmap_model_key(name: str) -> str:
     raise KeyError(f"parameter {name!r} has no ImageReward checkpoint name")
 
 
-def _key_list(keys: Iterable[str]) -> str:
-    """First few keys and the total count, for error messages."""
-    keys = sorted(keys)
-    shown = ", ".join(keys[:_SHOW_KEYS])
-    more = f" ... (+{len(keys) - _SHOW_KEYS} more)" if len(keys) > _SHOW_KEYS else ""
-    return f"{len(keys)}: [{shown}{more}]"
-
-
 def strip_ddp_prefix(state_dict: Mapping[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
     """Remove a leading `module.` from every key that has one; refuse if that makes two keys collide."""
     out: dict[str, torch.Tensor] = {}
@@ -152,26 +145,15 @@ def remap_state_dict(state_dict: Mapping[str, torch.Tensor], expected: Mapping[s
     sd = strip_ddp_prefix(state_dict, source)
     sd.pop(_POSITION_IDS_KEY, None)
     mapped: dict[str, torch.Tensor] = {}
-    unexpected: list[str] = []
+    original: dict[str, str] = {}  # model name -> the file's key, for messages
     for key, value in sd.items():
-        name = map_checkpoint_key(key)
-        if name is None or name not in expected:
-            unexpected.append(key)
-        else:
-            mapped[name] = value
-    missing = [unmap_model_key(n) for n in expected if n not in mapped]
-    wrong_shape = [f"{unmap_model_key(n)} {tuple(v.shape)} != {tuple(expected[n])}"
-                   for n, v in mapped.items() if tuple(v.shape) != tuple(expected[n])]
-    if missing or unexpected or wrong_shape:
-        parts = []
-        if missing:
-            parts.append(f"missing keys {_key_list(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys {_key_list(unexpected)}")
-        if wrong_shape:
-            parts.append(f"shape mismatches {_key_list(wrong_shape)}")
+        name = map_checkpoint_key(key) or f"{_UNMAPPED}{key}"
+        mapped[name], original[name] = value, key
+    problem = key_mismatch(expected, {k: tuple(v.shape) for k, v in mapped.items()},
+                           name=lambda n: original.get(n) or unmap_model_key(n))
+    if problem:
         raise ImageRewardCheckpointError(
-            f"{source}: the state dict does not match the ImageReward architecture; " + "; ".join(parts))
+            f"{source}: the state dict does not match the ImageReward architecture; {problem}")
     return mapped
 
 
@@ -204,7 +186,7 @@ def detect_config(state_dict: Mapping[str, torch.Tensor], source: str) -> ImageR
     if absent:
         raise ImageRewardCheckpointError(
             f"{source}: this is not an ImageReward checkpoint (no {absent[0]!r}); it holds {len(sd)} entries, "
-            f"e.g. {_key_list(list(sd)[:50])}. Expected the file {WEIGHTS_FILENAME} from {WEIGHTS_REPO}.")
+            f"e.g. {key_list(list(sd)[:50])}. Expected the file {WEIGHTS_FILENAME} from {WEIGHTS_REPO}.")
     try:
         vocab, text_width = sd[probe["words"]].shape
         observed = (
@@ -287,7 +269,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     bad = [str(k) for k, v in obj.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
     if bad:
         raise ImageRewardCheckpointError(
-            f"{p}: expected a flat dict of tensors, but {_key_list(bad)} entries are not tensors "
+            f"{p}: expected a flat dict of tensors, but {key_list(bad)} entries are not tensors "
             "(a wrapped training checkpoint?); save model.state_dict() instead.")
     return dict(obj)
 

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .keycheck import key_mismatch
 from .vae_layers import (
     CONV_KERNEL,
     CONV_PADDING,
@@ -67,7 +68,6 @@ WAN21_LATENT_STD = (
 KNOWN_PREFIXES = ("first_stage_model.", "model.", "vae.")
 # Keys whose shapes pin the preset: width (encoder.conv1), decoder width x latent channels, latent channels.
 PROBE_KEYS = ("encoder.conv1.weight", "decoder.conv1.weight", "conv2.weight")
-MAX_KEYS_LISTED = 5
 
 
 @dataclass(frozen=True)
@@ -161,22 +161,9 @@ def detect_vae_preset(sd: Mapping[str, torch.Tensor]) -> str:
 
 def _check_keys(sd: Mapping[str, torch.Tensor], expected: Mapping[str, tuple[int, ...]]) -> None:
     """Raise ValueError naming missing/unexpected keys (first few + counts) and shape mismatches."""
-    missing = sorted(set(expected) - set(sd))
-    unexpected = sorted(set(sd) - set(expected))
-    mismatched = sorted(k for k in set(sd) & set(expected) if tuple(sd[k].shape) != expected[k])
-    if not (missing or unexpected or mismatched):
-        return
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing keys: {missing[:MAX_KEYS_LISTED]}")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected keys: {unexpected[:MAX_KEYS_LISTED]}")
-    if mismatched:
-        shown = [f"{k}: checkpoint {list(sd[k].shape)} vs model {list(expected[k])}"
-                 for k in mismatched[:MAX_KEYS_LISTED]]
-        parts.append(f"{len(mismatched)} shape mismatches: {shown}")
-    raise ValueError("Wan VAE state dict does not match the model: " + "; ".join(parts))
-
+    problem = key_mismatch(expected, {k: tuple(v.shape) for k, v in sd.items()})
+    if problem:
+        raise ValueError(f"Wan VAE state dict does not match the model: {problem}")
 
 @dataclass(frozen=True)
 class DecoderCache:

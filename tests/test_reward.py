@@ -403,7 +403,7 @@ def test_wrong_architecture(tmp_path, ir_dir):
     with pytest.raises(ImageRewardCheckpointError) as exc:
         load_model(extra, source="extra.pt")
     msg = str(exc.value)
-    assert "extra.pt" in msg and "missing keys 1:" in msg and "unexpected keys 2:" in msg
+    assert "extra.pt" in msg and "missing keys: 1 (" in msg and "unexpected keys: 2 (" in msg
     assert "blip.itm_head.weight" in msg and "layer.1.output.dense.bias" in msg
     bigger = ImageRewardConfig(name="tiny-wide", vision_width=32, vision_layers=2, vision_heads=2, vision_mlp=64,
                                text_width=8, text_layers=2, text_heads=2, text_ffn=32)
