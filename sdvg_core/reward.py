@@ -95,9 +95,14 @@ class ImageRewardModel(nn.Module):
         return out.last_hidden_state[:, 0, :]  # [B, H]
 
     def head_output(self, feature: torch.Tensor) -> torch.Tensor:
-        """[B, H] feature -> [B] raw head output in float32 (the head is kept in float32)."""
+        """[B, H] feature -> [B] raw head output in float32 (the head is kept in float32).
+
+        Row by row: a batched matmul rounds differently from a single row (~1e-6), and the head costs
+        nothing next to the encoders, so a frame's reward is the same bits whatever batch it was scored in.
+        """
         w = self.head[0].weight
-        return self.head(feature.to(device=w.device, dtype=w.dtype)).float().squeeze(-1)  # [B]
+        x = feature.to(device=w.device, dtype=w.dtype)
+        return torch.cat([self.head(x[i:i + 1]) for i in range(x.shape[0])]).float().squeeze(-1)  # [B]
 
     def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor,
                 attention_mask: torch.Tensor) -> torch.Tensor:

@@ -153,8 +153,8 @@ def test_frames_parity_and_batching(scorer, golden, meta):
     report("ours batch 12 vs micro-batches 5/5/2", (batched - micro).abs().max().item())
     assert d_single <= ATOL and d_1b1 <= ATOL
     assert d_batched <= ATOL_BATCHED_HEAD
-    # Features are bit-identical across batch sizes; only the 1024-wide head's matmul rounds differently at
-    # batch 1 vs > 1 (~1e-6, as in the reference package: 1.3e-6), so the reward bound is 2e-6, not 0.
+    # Features are bit-identical across batch sizes and the head runs row by row, so a frame's reward does
+    # not depend on the batch it was scored in (the reference package's own batched path differs by 1.3e-6).
     with torch.inference_mode():
         t = scorer.text_inputs(prompt)
         px = normalize_pixels(scorer.preprocess(golden["frames"]))
@@ -164,7 +164,7 @@ def test_frames_parity_and_batching(scorer, golden, meta):
                                                      scorer.model.encode_image(px[i:i + 1])) for i in range(12)])
     assert torch.equal(feats, feats1)
     assert (feats - golden["frames_text_cls"]).abs().max().item() <= ATOL
-    assert d_self <= 2e-6
+    assert d_self == 0.0 and torch.equal(batched, micro)
 
 
 def test_block_aggregation(scorer, golden, meta):
