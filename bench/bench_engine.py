@@ -20,14 +20,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sdvg_core.config import WanDiTConfig  # noqa: E402
-from sdvg_core.engine import Engine, EngineConfig  # noqa: E402
-from sdvg_core.policy import FixedPattern, TargetOnly  # noqa: E402
-from sdvg_core.report import build_report, reference_forwards  # noqa: E402
-from sdvg_core.state import GenerationSpec, PromptConditioning  # noqa: E402
-from sdvg_core.text import demo_embeddings  # noqa: E402
-from sdvg_core.tiny import DEMO_PROMPT, random_vae, tiny_scorer  # noqa: E402
-from sdvg_core.wan import CausalWan, build_random  # noqa: E402
+from sdvg_core.models.wan_config import WanDiTConfig  # noqa: E402
+from sdvg_core.engine.engine import Engine, EngineConfig  # noqa: E402
+from sdvg_core.engine.policy import FixedPattern, TargetOnly  # noqa: E402
+from sdvg_core.engine.report import build_report, reference_forwards  # noqa: E402
+from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
+from sdvg_core.io.text import demo_embeddings  # noqa: E402
+from sdvg_core.demo.tiny import DEMO_PROMPT, random_vae, tiny_scorer  # noqa: E402
+from sdvg_core.models.wan import CausalWan, build_random  # noqa: E402
 
 # Sized on this 2-core CPU (1 thread) so a target forward costs ~7.4 drafter forwards at 48x32.
 BENCH_DRAFTER = WanDiTConfig(name="bench-drafter", dim=384, ffn_dim=1536, num_heads=12, num_layers=4, text_dim=32)

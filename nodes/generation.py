@@ -10,13 +10,13 @@ from comfy_api.latest import io, ui
 import comfy.model_management as mm
 import comfy.utils
 
-from ..sdvg_core.engine import EngineConfig, ProgressEvent
-from ..sdvg_core.plot import render_report_plot
-from ..sdvg_core.policy import DEFAULT_TAU, DraftOnly, TargetOnly, ThresholdPolicy
-from ..sdvg_core.recipes import recipe_by_name
-from ..sdvg_core.report import build_report
-from ..sdvg_core.state import GenerationSpec, PromptConditioning
-from ..sdvg_core.text import fit_text_len
+from ..sdvg_core.engine.engine import EngineConfig, ProgressEvent
+from ..sdvg_core.engine.plot import render_report_plot
+from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly, ThresholdPolicy
+from ..sdvg_core.engine.recipes import recipe_by_name
+from ..sdvg_core.engine.report import build_report
+from ..sdvg_core.engine.state import GenerationSpec, PromptConditioning
+from ..sdvg_core.io.text import fit_text_len
 from . import host
 from .types import CAT_STEPS, CATEGORY, SDVGModel, SDVGReward, SDVGState
 

@@ -21,13 +21,13 @@ import comfy.model_patcher
 import comfy.utils
 import folder_paths
 
-from ..sdvg_core.config import WanDiTConfig, shape_signature
-from ..sdvg_core.engine import Engine, EngineConfig, ProgressEvent
-from ..sdvg_core.memo import TieredMemo
-from ..sdvg_core.reward import ImageRewardScorer
-from ..sdvg_core.state import GenerationState
-from ..sdvg_core.vae import WanVAE
-from ..sdvg_core.wan import CausalWan
+from ..sdvg_core.models.wan_config import WanDiTConfig, shape_signature
+from ..sdvg_core.engine.engine import Engine, EngineConfig, ProgressEvent
+from ..sdvg_core.engine.memo import TieredMemo
+from ..sdvg_core.models.reward import ImageRewardScorer
+from ..sdvg_core.engine.state import GenerationState
+from ..sdvg_core.models.vae import WanVAE
+from ..sdvg_core.models.wan import CausalWan
 
 LOG = logging.getLogger("SDVG")
 

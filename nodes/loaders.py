@@ -5,9 +5,9 @@ from comfy_api.latest import io, ui
 
 import comfy.model_management as mm
 
-from ..sdvg_core.loading import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
-from ..sdvg_core.reward import ImageRewardScorer
-from ..sdvg_core.reward_io import ImageRewardError, find_vocab
+from ..sdvg_core.io.checkpoint import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
+from ..sdvg_core.models.reward import ImageRewardScorer
+from ..sdvg_core.io.reward_files import ImageRewardError, find_vocab
 from . import host
 from .types import CAT_LOADERS, SDVGModel, SDVGReward
 

@@ -9,8 +9,8 @@ from comfy_api.latest import io, ui
 import comfy.model_management as mm
 import folder_paths
 
-from ..sdvg_core.loading import CheckpointError
-from ..sdvg_core.text import load_embeddings, save_embeddings
+from ..sdvg_core.io.checkpoint import CheckpointError
+from ..sdvg_core.io.text import load_embeddings, save_embeddings
 from . import host
 from .types import CAT_PROMPTS
 

@@ -31,8 +31,8 @@ pack = importlib.util.module_from_spec(spec)
 sys.modules["sdvg_pack"] = pack
 spec.loader.exec_module(pack)
 host = pack.nodes.host
-wan = importlib.import_module("sdvg_pack.sdvg_core.wan")
-schedule = importlib.import_module("sdvg_pack.sdvg_core.schedule")
+wan = importlib.import_module("sdvg_pack.sdvg_core.models.wan")
+schedule = importlib.import_module("sdvg_pack.sdvg_core.engine.schedule")
 
 
 def make(dtype, ops):

@@ -45,8 +45,10 @@ def installed(base: Path) -> Iterator[ModuleType]:
         pack = import_pack()
         core_nodes = importlib.import_module("core_nodes")
         core_nodes.SDVG_CORE = importlib.import_module(PACK_NAME + ".sdvg_core")
-        importlib.import_module(PACK_NAME + ".sdvg_core.loading")
-        importlib.import_module(PACK_NAME + ".sdvg_core.vae")
+        importlib.import_module(PACK_NAME + ".sdvg_core.models")
+        importlib.import_module(PACK_NAME + ".sdvg_core.io")
+        importlib.import_module(PACK_NAME + ".sdvg_core.io.checkpoint")
+        importlib.import_module(PACK_NAME + ".sdvg_core.models.vae")
         pack.core_nodes = core_nodes
         yield pack
     finally:

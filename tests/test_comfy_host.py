@@ -55,12 +55,12 @@ def write_models(root: Path) -> None:
     """Tiny random models under the workflows' file names, plus a ComfyUI-loadable tiny Wan and embeddings."""
     from safetensors.torch import save_file
 
-    from sdvg_core.config import PRESETS, WanDiTConfig
-    from sdvg_core.reward import ImageRewardScorer, export_state_dict
-    from sdvg_core.reward_io import synthetic_tiny_config, write_synthetic_vocab
-    from sdvg_core.text import demo_embeddings, save_embeddings
-    from sdvg_core.tiny import random_vae
-    from sdvg_core.wan import build_random
+    from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
+    from sdvg_core.models.reward import ImageRewardScorer, export_state_dict
+    from sdvg_core.io.reward_files import synthetic_tiny_config, write_synthetic_vocab
+    from sdvg_core.io.text import demo_embeddings, save_embeddings
+    from sdvg_core.demo.tiny import random_vae
+    from sdvg_core.models.wan import build_random
 
     m = root / "models"
     for d in ("diffusion_models", "vae", "image_reward", "sdvg_prompts", "text_encoders"):

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from sdvg_core.demo import main
-from sdvg_core.video import write_video
+from sdvg_core.demo.cli import main
+from sdvg_core.io.video import write_video
 
 
 def test_demo_tiny_writes_video_and_report(tmp_path, capsys):
@@ -32,7 +32,7 @@ def test_demo_real_mode_lists_every_missing_file(tmp_path):
 
 def test_demo_real_mode_names_the_missing_file(tmp_path, capsys):
     emb = tmp_path / "p.safetensors"
-    from sdvg_core.text import save_embeddings
+    from sdvg_core.io.text import save_embeddings
 
     save_embeddings(emb, "p", torch.zeros(1, 4, 32))
     rc = main(["--policy", "target-only", "--target", str(tmp_path / "nope.safetensors"), "--vae", str(tmp_path / "v.pth"),

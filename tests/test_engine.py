@@ -8,17 +8,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.config import PRESETS, detect_preset
-from sdvg_core.engine import Engine, EngineConfig, ProgressEvent
-from sdvg_core.noise import BlockNoise
-from sdvg_core.policy import DraftOnly, FixedPattern, RandomPolicy, TargetOnly, ThresholdPolicy
-from sdvg_core.recipes import KreaRecipe, SelfForcingRecipe
-from sdvg_core.report import build_report, reference_forwards
-from sdvg_core.state import GenerationSpec, PromptConditioning
-from sdvg_core.text import demo_embeddings
-from sdvg_core.tiny import DEMO_PROMPT, tiny_models
-from sdvg_core.vae import WanVAE
-from sdvg_core.wan import CausalWan, WanDiT, build_random
+from sdvg_core.models.wan_config import PRESETS, detect_preset
+from sdvg_core.engine.engine import Engine, EngineConfig, ProgressEvent
+from sdvg_core.engine.noise import BlockNoise
+from sdvg_core.engine.policy import DraftOnly, FixedPattern, RandomPolicy, TargetOnly, ThresholdPolicy
+from sdvg_core.engine.recipes import KreaRecipe, SelfForcingRecipe
+from sdvg_core.engine.report import build_report, reference_forwards
+from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+from sdvg_core.io.text import demo_embeddings
+from sdvg_core.demo.tiny import DEMO_PROMPT, tiny_models
+from sdvg_core.models.vae import WanVAE
+from sdvg_core.models.wan import CausalWan, WanDiT, build_random
 
 TOL = 1e-4
 W, H, BLOCKS = 48, 32, 4  # the fixture geometry: latent 4x6, 6 tokens per frame

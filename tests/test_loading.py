@@ -7,9 +7,9 @@ import pickle
 import pytest
 import torch
 
-from sdvg_core.config import PRESETS
-from sdvg_core.loading import CheckpointError, load_wan_dit, save_state_dict
-from sdvg_core.wan import build_random
+from sdvg_core.models.wan_config import PRESETS
+from sdvg_core.io.checkpoint import CheckpointError, load_wan_dit, save_state_dict
+from sdvg_core.models.wan import build_random
 
 
 @pytest.fixture(scope="module")

@@ -31,12 +31,12 @@ def write_tiny_models(base: Path, core) -> None:
     """Tiny random models under the file names the workflows use (the real files are GBs)."""
     from safetensors.torch import save_file
 
-    from_tiny = __import__(core.__name__ + ".tiny", fromlist=["x"])
-    wan = __import__(core.__name__ + ".wan", fromlist=["x"])
-    cfgm = __import__(core.__name__ + ".config", fromlist=["x"])
-    reward = __import__(core.__name__ + ".reward", fromlist=["x"])
-    reward_io = __import__(core.__name__ + ".reward_io", fromlist=["x"])
-    text = __import__(core.__name__ + ".text", fromlist=["x"])
+    from_tiny = __import__(core.__name__ + ".demo.tiny", fromlist=["x"])
+    wan = __import__(core.__name__ + ".models.wan", fromlist=["x"])
+    cfgm = __import__(core.__name__ + ".models.wan_config", fromlist=["x"])
+    reward = __import__(core.__name__ + ".models.reward", fromlist=["x"])
+    reward_io = __import__(core.__name__ + ".io.reward_files", fromlist=["x"])
+    text = __import__(core.__name__ + ".io.text", fromlist=["x"])
     m = base / "models"
     for d in ("diffusion_models", "vae", "image_reward", "sdvg_prompts", "text_encoders"):
         (m / d).mkdir(parents=True, exist_ok=True)
@@ -382,8 +382,8 @@ def test_prompt_embeddings_roundtrip(env):
 def test_report_plot_renders(env):
     pack, _ = env
     core = pack.sdvg_core
-    plot = __import__(core.__name__ + ".plot", fromlist=["x"])
-    report = __import__(core.__name__ + ".report", fromlist=["x"])
+    plot = __import__(core.__name__ + ".engine.plot", fromlist=["x"])
+    report = __import__(core.__name__ + ".engine.report", fromlist=["x"])
     blocks = [report.BlockReport(0, "target", "forced", None, [], {}, {}, {}, []),
               report.BlockReport(1, "drafter", "accepted", 0.4, [0.4, 0.9], {}, {}, {}, []),
               report.BlockReport(2, "target", "rejected", -1.2, [-1.2, 0.1], {}, {}, {}, [])]

@@ -13,14 +13,14 @@ import torch
 from conftest import require_shared
 from safetensors.torch import load_file, save_file
 
-from sdvg_core.reward import (
+from sdvg_core.models.reward import (
     TINY, ImageRewardCheckpointError, ImageRewardConfig, ImageRewardFileNotFound, ImageRewardScorer,
     ImageRewardVocabError, build_model, check_base_tokenizer, export_state_dict, load_model, load_tokenizer,
     synthetic_tiny_config, write_synthetic_vocab,
 )
-from sdvg_core.reward_config import BERT_BASE_VOCAB_TOKENS, VOCAB_URL, WEIGHTS_REPO
-from sdvg_core.reward_io import detect_config, find_vocab
-from sdvg_core.reward_preprocess import (
+from sdvg_core.models.reward_config import BERT_BASE_VOCAB_TOKENS, VOCAB_URL, WEIGHTS_REPO
+from sdvg_core.io.reward_files import detect_config, find_vocab
+from sdvg_core.models.reward_preprocess import (
     crop_offsets, frames_to_uint8, normalize_pixels, preprocess_uint8, resized_hw,
 )
 

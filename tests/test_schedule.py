@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.schedule import FlowMatchSchedule, add_noise, flow_to_x0, krea_plan, self_forcing_plan
+from sdvg_core.engine.schedule import FlowMatchSchedule, add_noise, flow_to_x0, krea_plan, self_forcing_plan
 
 
 def _hex(x: float) -> str:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from sdvg_core.vae import VAE_PRESETS, DecoderCache, WanVAE, detect_vae_preset, strip_vae_prefix
+from sdvg_core.models.vae import VAE_PRESETS, DecoderCache, WanVAE, detect_vae_preset, strip_vae_prefix
 
 ATOL = 1e-4  # fixtures README §5: honest float32 implementations land at 1e-6..1e-5
 

@@ -88,7 +88,7 @@ class VAELoader(io.ComfyNode):
     def execute(cls, vae_name):
         from safetensors.torch import load_file
         sd = load_file(folder_paths.get_full_path_or_raise("vae", vae_name))
-        return io.NodeOutput(FakeComfyVAE(SDVG_CORE.vae.WanVAE.from_state_dict(sd)))
+        return io.NodeOutput(FakeComfyVAE(SDVG_CORE.models.vae.WanVAE.from_state_dict(sd)))
 
 
 class UNETLoader(io.ComfyNode):
@@ -101,7 +101,7 @@ class UNETLoader(io.ComfyNode):
 
     @classmethod
     def execute(cls, unet_name, weight_dtype):
-        net, cfg, _ = SDVG_CORE.loading.load_wan_dit(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
+        net, cfg, _ = SDVG_CORE.io.checkpoint.load_wan_dit(folder_paths.get_full_path_or_raise("diffusion_models", unet_name))
         base = FakeBaseModel(FakeWanModel(net), torch.float32)
         return io.NodeOutput(comfy.model_patcher.ModelPatcher(base, mm.get_torch_device(), mm.unet_offload_device()))
 

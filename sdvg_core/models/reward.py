@@ -18,7 +18,7 @@ from torch import nn
 from .reward_config import (
     HEAD_LINEAR_INDICES, IMAGEREWARD_V1, PRESETS, TINY, ImageRewardConfig, get_preset,
 )
-from .reward_io import (
+from ..io.reward_files import (
     ImageRewardCheckpointError, ImageRewardError, ImageRewardFileNotFound, ImageRewardVocabError,
     check_base_tokenizer, check_weights_path, detect_config, find_vocab, load_tokenizer, read_state_dict,
     remap_state_dict, synthetic_tiny_config, unmap_model_key, write_synthetic_vocab,

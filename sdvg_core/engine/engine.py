@@ -26,7 +26,7 @@ from .policy import Policy, aggregate
 from .recipes import KreaRecipe, Recipe, SelfForcingRecipe
 from .schedule import add_noise, flow_to_x0, timestep_tensor
 from .state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, extend_lineage
-from .wan import CausalWan, KVCache, TextKV
+from ..models.wan import CausalWan, KVCache, TextKV
 
 DEFAULT_MEMO_BYTES = 2 << 30  # derived data kept for re-runs; a single bigger entry (a 14B KV cache) is not kept
 PHASES = ("context", "draft", "decode", "score", "target")

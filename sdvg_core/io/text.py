@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .loading import CheckpointError, check_path
+from .checkpoint import CheckpointError, check_path
 
 EMBEDDINGS_KEY = "prompt_embeds"  # tensor name in this pack's embedding files
 PROMPT_META_KEY = "prompt"  # safetensors metadata field holding the prompt text

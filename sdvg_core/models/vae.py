@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .keycheck import key_mismatch
+from ..io.keycheck import key_mismatch
 from .vae_layers import (
     CONV_KERNEL,
     CONV_PADDING,

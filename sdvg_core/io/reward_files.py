@@ -12,7 +12,7 @@ from typing import Iterable, Mapping
 import torch
 
 from .keycheck import key_list, key_mismatch
-from .reward_config import (
+from ..models.reward_config import (
     EXTRA_SPECIAL_TOKENS, HEAD_LINEAR_INDICES, PRESETS, TINY, VOCAB_FILENAMES, VOCAB_SUBFOLDER, VOCAB_URL,
     WEIGHTS_FILENAME, WEIGHTS_REPO, WEIGHTS_URL, ImageRewardConfig,
 )

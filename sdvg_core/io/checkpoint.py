@@ -14,9 +14,9 @@ from typing import Mapping
 
 import torch
 
-from .config import WanDiTConfig, detect_preset, get_preset
+from ..models.wan_config import WanDiTConfig, detect_preset, get_preset
 from .keycheck import key_mismatch
-from .wan import WanDiT
+from ..models.wan import WanDiT
 
 SAFETENSORS_EXT = (".safetensors", ".sft")
 PICKLE_EXT = (".pt", ".pth", ".ckpt", ".bin")

@@ -1,7 +1,7 @@
 """Command-line SDVG generation: tiny random models by default, real model files when given.
 
-    python -m sdvg_core.demo                      # tiny default, writes out/demo/sdvg.mp4 + report.json
-    python -m sdvg_core.demo --drafter self_forcing_dmd.pt --target krea-realtime-video-14b.safetensors \
+    python -m sdvg_core.demo.cli                      # tiny default, writes out/demo/sdvg.mp4 + report.json
+    python -m sdvg_core.demo.cli --drafter self_forcing_dmd.pt --target krea-realtime-video-14b.safetensors \
         --vae Wan2.1_VAE.pth --reward ImageReward.pt --embeddings prompt.safetensors --device cuda
 
 Prints a per-block table; the report JSON holds every score, decision, forward count and phase time.
@@ -16,17 +16,17 @@ from pathlib import Path
 
 import torch
 
-from .engine import Engine, EngineConfig, ProgressEvent
-from .loading import CheckpointError, load_wan_dit, read_state_dict
-from .policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
-from .recipes import recipe_by_name
-from .report import build_report
-from .state import GenerationSpec, PromptConditioning
-from .text import demo_embeddings, encode_umt5, load_embeddings
+from ..engine.engine import Engine, EngineConfig, ProgressEvent
+from ..io.checkpoint import CheckpointError, load_wan_dit, read_state_dict
+from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
+from ..engine.recipes import recipe_by_name
+from ..engine.report import build_report
+from ..engine.state import GenerationSpec, PromptConditioning
+from ..io.text import demo_embeddings, encode_umt5, load_embeddings
 from .tiny import DEMO_PROMPT, tiny_models
-from .vae import WanVAE
-from .video import write_video
-from .wan import CausalWan
+from ..models.vae import WanVAE
+from ..io.video import write_video
+from ..models.wan import CausalWan
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
@@ -40,7 +40,7 @@ REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m sdvg_core.demo", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m sdvg_core.demo.cli", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompt", default=None, help="text prompt (default: the demo prompt, or the embeddings file's prompt)")
     p.add_argument("--out", default="out/demo", help="output folder for the video and report.json")
@@ -85,7 +85,7 @@ def _real_models(a: argparse.Namespace, dtype: torch.dtype):
     if missing:
         raise SystemExit(f"real-model mode needs {', '.join(missing)} (policy {a.policy}); "
                          f"omit every model flag to run the tiny embedded default")
-    from .reward import ImageRewardScorer
+    from ..models.reward import ImageRewardScorer
 
     target_net, tcfg, trep = load_wan_dit(a.target, dtype=dtype, device=a.device)
     print(f"target: {trep.describe()}")

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
-from .config import PRESETS, WanDiTConfig
-from .reward import ImageRewardScorer
-from .reward_io import synthetic_tiny_config, write_synthetic_vocab
-from .vae import VAE_PRESETS, WanVAE
-from .wan import CausalWan, build_random
+from ..models.wan_config import PRESETS, WanDiTConfig
+from ..models.reward import ImageRewardScorer
+from ..io.reward_files import synthetic_tiny_config, write_synthetic_vocab
+from ..models.vae import VAE_PRESETS, WanVAE
+from ..models.wan import CausalWan, build_random
 
 DEMO_PROMPT = "a corgi puppy runs through a sunny meadow, slow motion, cinematic"
 

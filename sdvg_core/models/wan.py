@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import WanDiTConfig
+from .wan_config import WanDiTConfig
 
 # ---------------------------------------------------------------------------------------------------------
 # Modules (parameter names identical to the official checkpoints and to ComfyUI's comfy/ldm/wan/model.py)

@@ -1,0 +1,1 @@
+"""The embedded default: tiny random models of the exact architectures and the command-line demo."""

@@ -1,0 +1,1 @@
+"""The SDVG algorithm: immutable state, recipes, routing policies, memo, orchestration, report."""

@@ -1,0 +1,1 @@
+"""Files: checkpoints (one reader for every model), prompt embeddings, video output."""
