@@ -1,4 +1,4 @@
-"""The README's run command: the CLI on the tiny default, and its errors for missing real files."""
+"""The README's run command: the CLI on the tiny default, and its input checks (all before any model loads)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ def test_demo_tiny_writes_video_and_report(tmp_path, capsys):
     assert rc == 0
     out = capsys.readouterr().out
     assert "acceptance blocks 1..N-1" in out and "counted speedup" in out
+    assert "random weights" in out  # the README and the CLI say the tiny video is noise
     rep = json.loads((tmp_path / "report.json").read_text())
     assert rep["num_blocks"] == 3 and len(rep["blocks"]) == 3
     assert rep["blocks"][0]["producer"] == "target" and rep["blocks"][0]["decision"] == "forced"
@@ -23,11 +24,73 @@ def test_demo_tiny_writes_video_and_report(tmp_path, capsys):
 
     with Image.open(tmp_path / "sdvg.webp") as im:
         assert im.n_frames == 33 and im.size == (96, 64)
+    with Image.open(tmp_path / "report.png") as im:  # the plot the Finish node draws, next to the video
+        assert im.format == "PNG" and im.size[0] > 0
 
 
-def test_demo_real_mode_lists_every_missing_file(tmp_path):
-    with pytest.raises(SystemExit, match=r"needs --vae, --drafter, --reward, --embeddings or --umt5"):
-        main(["--target", str(tmp_path / "t.safetensors"), "--out", str(tmp_path)])
+def _no_loading(monkeypatch):
+    """Make any model load fail the test: the checks must come first."""
+    import sdvg_core.demo.cli as cli
+
+    def boom(*_a, **_k):
+        raise AssertionError("a model was loaded before the inputs were checked")
+
+    monkeypatch.setattr(cli, "load_wan_dit", boom)
+    monkeypatch.setattr(cli, "read_state_dict", boom)
+    monkeypatch.setattr(cli, "tiny_models", boom)
+
+
+def test_demo_real_mode_lists_every_missing_file(tmp_path, capsys, monkeypatch):
+    _no_loading(monkeypatch)
+    rc = main(["--target", str(tmp_path / "t.safetensors"), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nothing was loaded" in err
+    for flag in ("--vae is missing", "--drafter is missing", "--reward is missing", "--embeddings or --umt5 is missing",
+                 f"--target {tmp_path / 't.safetensors'}: file not found"):
+        assert flag in err, (flag, err)
+
+
+def test_demo_names_every_bad_file_before_loading(tmp_path, capsys, monkeypatch):
+    """A present target with a missing VAE used to be reported only after the target and drafter loaded."""
+    _no_loading(monkeypatch)
+    target = tmp_path / "target.safetensors"
+    target.write_bytes(b"x")
+    drafter = tmp_path / "drafter_dir"
+    drafter.mkdir()
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"not a safetensors file")
+    reward = tmp_path / "ImageReward.pt"
+    reward.write_bytes(b"x")  # no vocab.txt next to it
+    rc = main(["--target", str(target), "--drafter", str(drafter), "--vae", str(tmp_path / "vae.pth"),
+               "--reward", str(reward), "--embeddings", str(broken), "--umt5", str(tmp_path), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"--vae {tmp_path / 'vae.pth'}: file not found" in err
+    assert f"--drafter {drafter}: is a folder" in err
+    assert "--embeddings:" in err and "broken.safetensors" in err
+    assert "--vocab:" in err and "vocab.txt" in err
+    assert "--umt5" in err and "config.json" in err
+    assert str(target) not in err  # the good file is not blamed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--blocks", "0"], "--blocks 0 must be >= 1"),
+    (["--width", "0"], "--width 0 must be >= 1"),
+    (["--height", "-16"], "--height -16 must be >= 1"),
+    (["--width", "100"], "--width 100 is not a multiple of 16"),
+    (["--tau", "nan"], "--tau nan is not a number"),
+    (["--accept-rate", "1.5"], "--accept-rate 1.5 must be between 0 and 1"),
+])
+def test_demo_refuses_bad_numbers(tmp_path, capsys, monkeypatch, args, message):
+    _no_loading(monkeypatch)
+    assert main(args + ["--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_demo_usage_errors_exit_2(capsys):
+    assert main(["--no-such-flag"]) == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+    assert main(["--blocks", "two"]) == 2
 
 
 def test_demo_real_mode_names_the_missing_file(tmp_path, capsys):

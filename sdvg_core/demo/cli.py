@@ -1,15 +1,18 @@
 """Command-line SDVG generation: tiny random models by default, real model files when given.
 
-    python -m sdvg_core.demo.cli                      # tiny default, writes out/demo/sdvg.mp4 + report.json
-    python -m sdvg_core.demo.cli --drafter self_forcing_dmd.pt --target krea-realtime-video-14b.safetensors \
+    python -m sdvg_core.demo                          # tiny default, writes out/demo/sdvg.mp4 + report.json
+    python -m sdvg_core.demo --drafter self_forcing_dmd.pt --target krea-realtime-video-14b.safetensors \
         --vae Wan2.1_VAE.pth --reward ImageReward.pt --embeddings prompt.safetensors --device cuda
 
-Prints a per-block table; the report JSON holds every score, decision, forward count and phase time.
+Prints a per-block table; the report JSON holds every score, decision, forward count and phase time
+(docs/report-json.md), and report.png plots the block scores against tau. Every flag and file is checked
+before any model is loaded; a usage or input error exits with status 2 and names every problem at once.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,8 +24,10 @@ from ..io.checkpoint import CheckpointError, load_wan_dit, read_state_dict
 from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
 from ..engine.recipes import recipe_by_name
 from ..engine.report import build_report
-from ..engine.state import GenerationSpec, PromptConditioning
-from ..io.text import demo_embeddings, encode_umt5, load_embeddings
+from ..engine.plot import render_report_plot
+from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning
+from ..io.reward_files import ImageRewardError, find_vocab
+from ..io.text import UMT5_CONFIG_FILE, demo_embeddings, encode_umt5, load_embeddings
 from .tiny import DEMO_PROMPT, tiny_models
 from ..models.vae import WanVAE
 from ..io.video import write_video
@@ -37,17 +42,23 @@ TINY_BLOCKS = 6
 TINY_DEMO_TAU = -0.8
 REAL_SIZE = (832, 480)  # Self-Forcing / Krea / SDVG paper resolution
 REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
+USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own convention)
+MODEL_FLAGS = ("drafter", "target", "vae", "reward")  # any of these switches the demo to real-model mode
+
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m sdvg_core.demo.cli", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m sdvg_core.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompt", default=None, help="text prompt (default: the demo prompt, or the embeddings file's prompt)")
     p.add_argument("--out", default="out/demo", help="output folder for the video and report.json")
     p.add_argument("--format", choices=["mp4", "webp"], default="mp4")
-    p.add_argument("--width", type=int, default=None)
-    p.add_argument("--height", type=int, default=None)
-    p.add_argument("--blocks", type=int, default=None, help="number of 3-latent-frame blocks")
+    p.add_argument("--width", type=int, default=None,
+                   help=f"pixels, a multiple of {SIZE_MULTIPLE} (default {TINY_SIZE[0]} tiny, {REAL_SIZE[0]} real)")
+    p.add_argument("--height", type=int, default=None,
+                   help=f"pixels, a multiple of {SIZE_MULTIPLE} (default {TINY_SIZE[1]} tiny, {REAL_SIZE[1]} real)")
+    p.add_argument("--blocks", type=int, default=None,
+                   help=f"number of 3-latent-frame blocks (default {TINY_BLOCKS} tiny, {REAL_BLOCKS} real)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--policy", choices=["sdvg", "target-only", "draft-only", "accept-all", "random"], default="sdvg",
                    help="sdvg = ImageReward threshold; accept-all = block 0 from the target, every other draft kept")
@@ -74,17 +85,80 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _real_models(a: argparse.Namespace, dtype: torch.dtype):
-    """Load the real files; one message lists everything missing."""
+def _needs(a: argparse.Namespace) -> tuple[bool, bool]:
+    """(needs the drafter, needs ImageReward) for the chosen policy and tau."""
     needs_draft = a.policy != "target-only"
     needs_score = a.policy == "sdvg" and not math.isinf(a.tau if a.tau is not None else DEFAULT_TAU)
-    missing = [flag for flag, need in (("--target", True), ("--vae", True), ("--drafter", needs_draft),
-                                       ("--reward", needs_score)) if need and not getattr(a, flag[2:])]
-    if not (a.embeddings or a.umt5):
-        missing.append("--embeddings or --umt5")
-    if missing:
-        raise SystemExit(f"real-model mode needs {', '.join(missing)} (policy {a.policy}); "
-                         f"omit every model flag to run the tiny embedded default")
+    return needs_draft, needs_score
+
+
+def _file_problem(flag: str, path: str) -> str | None:
+    """Why a given file cannot be used (missing, a folder, unreadable), or None."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        return f"{flag} {p}: file not found (looked in {p.parent.resolve()})"
+    if p.is_dir():
+        return f"{flag} {p}: is a folder; give the file itself"
+    if not os.access(p, os.R_OK):
+        return f"{flag} {p}: not readable (check its permissions)"
+    return None
+
+
+def preflight(a: argparse.Namespace, real: bool) -> list[str]:
+    """Every problem with the flags and input files, found without loading anything (empty list: go)."""
+    problems: list[str] = []
+    for name, v in (("--width", a.width), ("--height", a.height), ("--blocks", a.blocks)):
+        if v is not None and v < 1:  # 0 used to fall back to the default silently
+            problems.append(f"{name} {v} must be >= 1 (leave it out for the default)")
+    for name, v in (("--width", a.width), ("--height", a.height)):
+        if v is not None and v >= 1 and v % SIZE_MULTIPLE:
+            near = max(SIZE_MULTIPLE, round(v / SIZE_MULTIPLE) * SIZE_MULTIPLE)
+            problems.append(f"{name} {v} is not a multiple of {SIZE_MULTIPLE} (8x VAE downsampling x 2x DiT patch); "
+                            f"try {near}")
+    if a.tau is not None and math.isnan(a.tau):
+        problems.append("--tau nan is not a number; give e.g. -0.7 (inf and -inf are allowed)")
+    if not 0.0 <= a.accept_rate <= 1.0:
+        problems.append(f"--accept-rate {a.accept_rate} must be between 0 and 1")
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        problems.append(f"--out {out}: exists and is not a folder; give a folder for the video and report.json")
+    files = [(f"--{k}", getattr(a, k)) for k in (*MODEL_FLAGS, "embeddings") if getattr(a, k)]
+    if real:
+        needs_draft, needs_score = _needs(a)
+        required = (("--target", "the 14B target checkpoint"), ("--vae", "the Wan 2.1 VAE"),
+                    ("--drafter", "the 1.3B drafter checkpoint") if needs_draft else None,
+                    ("--reward", "ImageReward.pt") if needs_score else None)
+        for flag, what in filter(None, required):
+            if not getattr(a, flag[2:]):
+                problems.append(f"{flag} is missing ({what}; needed by --policy {a.policy})")
+        if not (a.embeddings or a.umt5):
+            problems.append("--embeddings or --umt5 is missing (the prompt's umT5 embeddings, or a local umT5 folder "
+                            "to encode --prompt; python -m sdvg_core.io.encode_prompt writes an embeddings file)")
+        if needs_score and a.reward and Path(a.reward).expanduser().is_file():
+            try:
+                find_vocab(a.reward, a.vocab)
+            except (ImageRewardError, ValueError) as e:
+                problems.append(f"--vocab: {e}")
+    problems += [msg for flag, path in files if (msg := _file_problem(flag, path))]
+    if a.embeddings and not _file_problem("--embeddings", a.embeddings):
+        try:
+            load_embeddings(a.embeddings)  # a few MB: cheap, and a broken file is known before the models load
+        except CheckpointError as e:
+            problems.append(f"--embeddings: {e}")
+    if a.umt5:
+        u = Path(a.umt5).expanduser()
+        if not u.is_dir():
+            problems.append(f"--umt5 {u}: folder not found (a local Hugging Face umT5 folder with {UMT5_CONFIG_FILE}, "
+                            f"tokenizer files and weights)")
+        elif not (u / UMT5_CONFIG_FILE).is_file():
+            problems.append(f"--umt5 {u}: no {UMT5_CONFIG_FILE} in this folder; give the folder that holds the "
+                            f"umT5 config, tokenizer files and weights")
+    return problems
+
+
+def _real_models(a: argparse.Namespace, dtype: torch.dtype):
+    """Load the real files (preflight has already checked that each one is there)."""
+    needs_draft, needs_score = _needs(a)
     from ..models.reward import ImageRewardScorer
 
     target_net, tcfg, trep = load_wan_dit(a.target, dtype=dtype, device=a.device)
@@ -126,8 +200,19 @@ def _policy(a: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    real = any(getattr(a, k) for k in ("drafter", "target", "vae", "reward"))
+    try:
+        a = parse_args(argv)
+    except SystemExit as e:  # argparse has printed the usage error (status 2) or --help (0)
+        return e.code if isinstance(e.code, int) else USAGE_ERROR
+    real = any(getattr(a, k) for k in MODEL_FLAGS)
+    problems = preflight(a, real)
+    if problems:
+        mode = "real-model mode" if real else "the tiny default"
+        print(f"error: {len(problems)} problem(s) with the arguments ({mode}); nothing was loaded:\n  - "
+              + "\n  - ".join(problems)
+              + ("\n(omit every model flag, --drafter --target --vae --reward, to run the tiny embedded default)"
+                 if real else ""), file=sys.stderr)
+        return USAGE_ERROR
     dtype = DTYPES[a.dtype] if a.dtype else (torch.bfloat16 if a.device != "cpu" else torch.float32)
     try:
         if real:
@@ -147,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = Engine(target, vae, drafter, scorer, EngineConfig(recipe=recipe_by_name(a.recipe), decode_rule=a.decode_rule))
     except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
 
     bar = None
     if not a.quiet:
@@ -178,8 +263,13 @@ def main(argv: list[str] | None = None) -> int:
                                 "models": "real" if real else "tiny random (embedded default)",
                                 "decode_rule": a.decode_rule, "frames": str(frames.shape[0])})
     (out / "report.json").write_text(report.to_json())
+    plot = out / "report.png"
+    render_report_plot(report, tau=a.tau if a.policy == "sdvg" else None).save(plot)
     print(report.table())
-    print(f"wrote {video} ({frames.shape[0]} frames, {width}x{height}) and {out / 'report.json'}")
+    print(f"wrote {video} ({frames.shape[0]} frames, {width}x{height}), {out / 'report.json'} and {plot}")
+    if not real:
+        print("note: the tiny models have random weights, so the video is noise; the table, report.json and "
+              "report.png show what SDVG decided and what it cost")
     return 0
 
 

@@ -16,6 +16,7 @@ from .checkpoint import CheckpointError, check_path
 EMBEDDINGS_KEY = "prompt_embeds"  # tensor name in this pack's embedding files
 PROMPT_META_KEY = "prompt"  # safetensors metadata field holding the prompt text
 WAN_TEXT_LEN = 512  # umT5 sequence length Wan pads to (Wan2.1 configs: text_len)
+UMT5_CONFIG_FILE = "config.json"  # marks a Hugging Face model folder (umT5 encoder config)
 
 
 def save_embeddings(path: str | os.PathLike, prompt: str, embeddings: torch.Tensor) -> Path:
@@ -61,10 +62,10 @@ def encode_umt5(folder: str | os.PathLike, prompt: str, device: str | torch.devi
     """
     from transformers import AutoTokenizer, UMT5EncoderModel
 
-    f = Path(folder)
+    f = Path(folder).expanduser()
     if not f.is_dir():
         raise CheckpointError(f"umT5 folder not found: {f} (a local copy of google/umt5-xxl or Wan's umT5 with "
-                              f"config.json, tokenizer files and weights)")
+                              f"{UMT5_CONFIG_FILE}, tokenizer files and weights)")
     tok = AutoTokenizer.from_pretrained(str(f), local_files_only=True)
     model = UMT5EncoderModel.from_pretrained(str(f), local_files_only=True, torch_dtype=dtype).to(device).eval()
     ids = tok([prompt], padding="max_length", truncation=True, max_length=text_len, return_tensors="pt",
