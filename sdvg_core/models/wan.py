@@ -7,7 +7,8 @@ layers keep working because their own `forward` runs).
 
 Conventions follow Wan 2.1 / Self-Forcing / Krea (see ../shared/fixtures/README.md §1.2): tokens are
 frame-major then row then column; RoPE pairs adjacent channels, split (t, h, w) = 22/21/21 pairs at
-head_dim 128, computed in float64; per-frame timestep modulation; no text padding mask.
+head_dim 128 (angles in float64, applied in float32 by default, complex128 with exact_rope=True);
+per-frame timestep modulation; no text padding mask.
 """
 from __future__ import annotations
 
@@ -222,27 +223,52 @@ def sinusoidal_embedding(freq_dim: int, t: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1)
 
 
-def rope_table(cfg: WanDiTConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-axis complex rotations [max_positions, pairs] (float64 angles), Wan's `rope_params`."""
+def rope_angles(cfg: WanDiTConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-axis rotation angles [max_positions, pairs] in float64 (Wan's `rope_params`, before polar)."""
     tables = []
     for pairs in cfg.rope_pairs:
         inv = 1.0 / torch.pow(cfg.rope_theta, torch.arange(pairs, dtype=torch.float64, device=device) * 2 / (2 * pairs))
-        angles = torch.outer(torch.arange(cfg.rope_max_positions, dtype=torch.float64, device=device), inv)
-        tables.append(torch.polar(torch.ones_like(angles), angles))
+        tables.append(torch.outer(torch.arange(cfg.rope_max_positions, dtype=torch.float64, device=device), inv))
     return tables[0], tables[1], tables[2]
 
 
+def rope_table(cfg: WanDiTConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-axis complex rotations [max_positions, pairs] (complex128), Wan's `rope_params` (the exact path)."""
+    return tuple(torch.polar(torch.ones_like(a), a) for a in rope_angles(cfg, device))  # type: ignore[return-value]
+
+
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """Rotate adjacent channel pairs: x [B, S, N, D] by freqs [S, D/2] (complex128); returns x's dtype."""
+    """Exact path: rotate adjacent channel pairs of x [B, S, N, D] by freqs [S, D/2] (complex128); x's dtype."""
     b, s, n, d = x.shape
     xc = torch.view_as_complex(x.to(torch.float64).reshape(b, s, n, d // 2, 2))  # [B, S, N, D/2]
     return torch.view_as_real(xc * freqs[None, :, None, :]).reshape(b, s, n, d).to(x.dtype)
+
+
+@dataclass(frozen=True)
+class RopeCosSin:
+    """Real rotation tables of one forward call, cos/sin [S, D/2] float32, shared by every layer."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def apply_rope_real(x: torch.Tensor, rope: RopeCosSin) -> torch.Tensor:
+    """Rotate adjacent channel pairs of x [B, S, N, D] in float32 with real cos/sin tables; returns x's dtype."""
+    x0, x1 = x.float().unflatten(-1, (-1, 2)).unbind(-1)  # [B, S, N, D/2] each
+    c, s = rope.cos[None, :, None], rope.sin[None, :, None]  # [1, S, 1, D/2]
+    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(3).to(x.dtype)  # [B, S, N, D]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax attention, q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; 1/sqrt(D) scale, no dropout."""
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, N, Sq, D]
     return out.transpose(1, 2).flatten(2)
+
+
+# An attention kernel: q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D], unmasked, 1/sqrt(D) scale. The default
+# is `attention` (PyTorch SDPA); a host may inject its own (ComfyUI's optimized_attention: sage/flash/xformers).
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Interrupt = Callable[[], None]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -259,51 +285,123 @@ class ForwardOutput:
 Hook = Callable[[str, torch.Tensor], None]
 
 
+def _modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, tpf: int) -> torch.Tensor:
+    """x [B, S, dim] * (1 + scale) + shift with per-frame [B, F, dim] modulation."""
+    b, s, d = x.shape
+    xf = x.view(b, s // tpf, tpf, d)
+    return (xf * (1 + scale[:, :, None]) + shift[:, :, None]).view(b, s, d)
+
+
+def _gate(y: torch.Tensor, gate: torch.Tensor, tpf: int) -> torch.Tensor:
+    """y [B, S, dim] (any dtype) * per-frame gate [B, F, dim], in float32."""
+    b, s, d = y.shape
+    return (y.float().view(b, s // tpf, tpf, d) * gate[:, :, None]).view(b, s, d)
+
+
+def block_qkv(block: nn.Module, x_res: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, rope: RopeCosSin,
+              tpf: int, heads: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Self-attention inputs of one block: x_res [B, S, dim] fp32 -> q, k (RoPE'd), v, each [B, N, S, D] in dtype.
+
+    A static-shape region (S fixed per recipe): what `compile=True` compiles, once for every block.
+    """
+    b, s, _ = x_res.shape
+    sa = block.self_attn
+    h = _modulate(block.norm1(x_res), shift, scale, tpf).to(dtype)  # [B, S, dim]
+    q = sa.norm_q(sa.q(h)).view(b, s, heads, -1)  # [B, S, N, D]
+    k = sa.norm_k(sa.k(h)).view(b, s, heads, -1)
+    v = sa.v(h).view(b, s, heads, -1)
+    return apply_rope_real(q, rope).transpose(1, 2), apply_rope_real(k, rope).transpose(1, 2), v.transpose(1, 2)
+
+
+def block_cross_query(block: nn.Module, x_res: torch.Tensor, y_self: torch.Tensor, gate: torch.Tensor, tpf: int,
+                      heads: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-attention output projection + gated residual, then the cross-attention query [B, N, S, D].
+
+    Returns (x_res after self-attention [B, S, dim] fp32, q). Static shapes: compiled with `compile=True`.
+    """
+    b, s, _ = x_res.shape
+    x_res = x_res + _gate(block.self_attn.o(y_self), gate, tpf)
+    ca = block.cross_attn
+    hc = x_res.to(dtype) if isinstance(block.norm3, nn.Identity) else block.norm3(x_res).to(dtype)
+    return x_res, ca.norm_q(ca.q(hc)).view(b, s, heads, -1).transpose(1, 2)
+
+
+def block_ffn(block: nn.Module, x_res: torch.Tensor, y_cross: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor,
+              gate: torch.Tensor, tpf: int, dtype: torch.dtype) -> torch.Tensor:
+    """Cross-attention output projection + residual, then the modulated, gated FFN; x_res [B, S, dim] fp32."""
+    x_res = x_res + block.cross_attn.o(y_cross).float()
+    h = _modulate(block.norm2(x_res), shift, scale, tpf).to(dtype)
+    return x_res + _gate(block.ffn(h), gate, tpf)
+
+
 class CausalWan:
     """Block-causal inference over a Wan DiT network (ours or ComfyUI's), with explicit compute dtype.
 
     The residual stream and the timestep modulation are kept in float32 (as the official Wan code does);
-    every submodule gets its input in `dtype`.
+    every submodule gets its input in `dtype`. Hot-path options:
+    - exact_rope: RoPE in complex128 per layer, as the reference (default: float32 cos/sin tables built once
+      per call and shared by all layers; differs by ~1e-7 relative, far below the fixtures' 1e-4).
+    - attention_fn: the attention kernel (default PyTorch SDPA; ComfyUI hosts pass `optimized_attention`).
+    - compile: `torch.compile` the three static-shape regions of a block (attention itself stays eager, as
+      its key length grows with the cache); compiled once per block shape, reused by every layer.
     """
 
     def __init__(self, net: nn.Module, cfg: WanDiTConfig, dtype: torch.dtype | None = None,
-                 device: torch.device | str | None = None, key: str | None = None):
+                 device: torch.device | str | None = None, key: str | None = None, *,
+                 attention_fn: AttentionFn | None = None, exact_rope: bool = False, compile: bool = False):
         self.net = net
         self.key = key  # identity for derived-data caches (weights file + dtype); None = this object
         self.cfg = cfg
         first = next(net.parameters())
         self.device = torch.device(device) if device is not None else first.device
         self.dtype = dtype or (first.dtype if first.dtype.is_floating_point and first.element_size() >= 2 else torch.float32)
-        self._rope = None
+        self.attention_fn: AttentionFn = attention_fn or attention
+        self.exact_rope = exact_rope
+        self.compile = compile
+        self._rope_exact = None  # complex128 tables (exact path), built on first use
+        self._rope_real: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None  # fp32 (cos, sin) per axis
+        self._mods: dict[int, tuple[tuple, torch.Tensor]] = {}  # id(param) -> (version stamp, fp32 device copy)
+        self._regions = (block_qkv, block_cross_query, block_ffn)
+        if compile:
+            self._regions = tuple(torch.compile(fn, dynamic=False) for fn in self._regions)
         self.calls = 0  # forward calls made (counted work)
 
     # -- per-prompt ----------------------------------------------------------------------------------------
     @torch.no_grad()
-    def encode_text(self, context: torch.Tensor, hook: Hook | None = None) -> TextKV:
-        """umT5 embeddings [B, L, text_dim] -> per-layer cross-attention K/V. No padding mask (as Wan)."""
+    def encode_text(self, context: torch.Tensor, hook: Hook | None = None,
+                    interrupt: Interrupt | None = None) -> TextKV:
+        """umT5 embeddings [B, L, text_dim] -> per-layer cross-attention K/V. No padding mask (as Wan).
+
+        `interrupt()` (may raise to cancel) is called before every layer's projections.
+        """
         cfg, net = self.cfg, self.net
         if context.shape[-1] != cfg.text_dim:
             raise ValueError(f"prompt embeddings have width {context.shape[-1]}, this model expects {cfg.text_dim} "
                              f"(umT5-XXL gives 4096)")
+        if interrupt is not None:
+            interrupt()
         ctx = net.text_embedding(context.to(self.device, self.dtype))  # [B, L, dim]
         if hook:
             hook("text_embedding_out", ctx)
         b, n, d = ctx.shape[0], cfg.num_heads, cfg.head_dim
         ks, vs = [], []
         for block in net.blocks:
+            if interrupt is not None:
+                interrupt()
             ca = block.cross_attn
             ks.append(ca.norm_k(ca.k(ctx)).view(b, -1, n, d).transpose(1, 2).contiguous())  # [B, N, L, D]
             vs.append(ca.v(ctx).view(b, -1, n, d).transpose(1, 2).contiguous())
         return TextKV(tuple(ks), tuple(vs))
 
     # -- helpers ------------------------------------------------------------------------------------------
-    def _rope_freqs(self, frames: int, h: int, w: int, frame_offset: int) -> torch.Tensor:
-        """[F*h*w, D/2] complex rotations for a frame-major token grid starting at `frame_offset`."""
-        if self._rope is None:
-            self._rope = rope_table(self.cfg, self.device)
-        ft, fh, fw = self._rope
-        if frame_offset < 0 or frame_offset + frames > ft.shape[0]:
+    def _check_positions(self, frames: int, frame_offset: int) -> None:
+        if frame_offset < 0 or frame_offset + frames > self.cfg.rope_max_positions:
             raise ValueError(f"RoPE frame positions {frame_offset}..{frame_offset + frames - 1} exceed the table")
+
+    @staticmethod
+    def _grid(ft: torch.Tensor, fh: torch.Tensor, fw: torch.Tensor, frames: int, h: int, w: int,
+              frame_offset: int) -> torch.Tensor:
+        """Per-axis tables [positions, pairs_axis] -> [F*h*w, D/2] for a frame-major grid from `frame_offset`."""
         grid = torch.cat([
             ft[frame_offset:frame_offset + frames, None, None, :].expand(frames, h, w, -1),
             fh[None, :h, None, :].expand(frames, h, w, -1),
@@ -311,10 +409,28 @@ class CausalWan:
         ], dim=-1)
         return grid.reshape(frames * h * w, -1)
 
+    def _rope_freqs(self, frames: int, h: int, w: int, frame_offset: int) -> torch.Tensor:
+        """Exact path: [F*h*w, D/2] complex128 rotations for a frame-major token grid."""
+        self._check_positions(frames, frame_offset)
+        if self._rope_exact is None:
+            self._rope_exact = rope_table(self.cfg, self.device)
+        return self._grid(*self._rope_exact, frames, h, w, frame_offset)
+
+    def _rope_cos_sin(self, frames: int, h: int, w: int, frame_offset: int) -> RopeCosSin:
+        """Fast path: fp32 cos/sin [F*h*w, D/2] (angles in float64 once per model, then rounded)."""
+        self._check_positions(frames, frame_offset)
+        if self._rope_real is None:
+            angles = rope_angles(self.cfg, "cpu")
+            self._rope_real = tuple((a.cos().float().to(self.device), a.sin().float().to(self.device)) for a in angles)
+        (ct, st), (ch, sh), (cw, sw) = self._rope_real
+        return RopeCosSin(self._grid(ct, ch, cw, frames, h, w, frame_offset),
+                          self._grid(st, sh, sw, frames, h, w, frame_offset))
+
     def _embed_time(self, t: torch.Tensor, hook: Hook | None) -> tuple[torch.Tensor, torch.Tensor]:
         """t [B, F] -> e [B, F, dim] (head) and e0 [B, F, 6, dim] (blocks), both float32."""
         b, f = t.shape
-        sin = sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(self.dtype)
+        # float64 sinusoid on the CPU (tiny; avoids fp64 kernels on GPUs), then one copy to the device
+        sin = sinusoidal_embedding(self.cfg.freq_dim, t.detach().cpu().flatten()).to(self.device, self.dtype)
         e = self.net.time_embedding(sin)  # [B*F, dim]
         e0 = self.net.time_projection(e)  # [B*F, 6*dim]
         if hook:
@@ -340,33 +456,36 @@ class CausalWan:
         y = torch.einsum("bfhwtpqc->bftchpwq", y)
         return y.reshape(y.shape[0], f * pt, c, h * ph, w * pw)
 
-    def _modulate(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, tpf: int) -> torch.Tensor:
-        """x [B, S, dim] * (1 + scale) + shift with per-frame [B, F, dim] modulation."""
-        b, s, d = x.shape
-        xf = x.view(b, s // tpf, tpf, d)
-        return (xf * (1 + scale[:, :, None]) + shift[:, :, None]).view(b, s, d)
-
-    def _gate(self, y: torch.Tensor, gate: torch.Tensor, tpf: int) -> torch.Tensor:
-        b, s, d = y.shape
-        return (y.float().view(b, s // tpf, tpf, d) * gate[:, :, None]).view(b, s, d)
-
     def _param(self, p: torch.Tensor) -> torch.Tensor:
-        return p.to(self.device, torch.float32)
+        """A float32 copy of a small parameter (modulation) on the compute device, cast once and reused.
+
+        Re-cast only when the parameter changes (a new tensor, an in-place update such as a LoRA patch, or a
+        move): keyed on its storage pointer, version counter, device and dtype.
+        """
+        stamp = (p.data_ptr(), p._version, p.device, p.dtype)
+        hit = self._mods.get(id(p))
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        cast = p.detach().to(self.device, torch.float32)  # aliases p when it already is fp32 on the device
+        self._mods[id(p)] = (stamp, cast)
+        return cast
 
     # -- main entry -----------------------------------------------------------------------------------------
     @torch.no_grad()
     def forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, *, frame_offset: int = 0,
                 kv: KVCache | None = None, commit: bool = False, block_mask_frames: int | None = None,
-                want_output: bool = True, hook: Hook | None = None) -> ForwardOutput:
+                want_output: bool = True, hook: Hook | None = None,
+                interrupt: Interrupt | None = None) -> ForwardOutput:
         """One model call on latent frames x [B, F, C, H, W] at per-frame timesteps t [B, F].
 
         - kv=None: the frames attend to each other only (with `block_mask_frames`, block-causally: the
-          training-time full-sequence path).
+          training-time full-sequence path, the only one that uses an attention mask).
         - kv given: the frames' keys/values go right after the cache's prefix and the frames attend to
           prefix + themselves (no mask). With commit=True the returned view includes them (a KV rebuild
           or Self-Forcing's clean commit); otherwise they are scratch and the returned view is `kv`.
         RoPE time positions are frame_offset .. frame_offset + F - 1 (absolute or window-relative: the
-        caller's recipe decides).
+        caller's recipe decides). `interrupt()` is called before every transformer layer; when it raises,
+        nothing is committed (scratch slots past the cache's length may hold partial keys, never read).
         """
         cfg, net = self.cfg, self.net
         self.calls += 1
@@ -378,8 +497,12 @@ class CausalWan:
         tpf = h * w
         if t.shape != (b, f):
             raise ValueError(f"timestep must be [B, F] = {(b, f)}, got {tuple(t.shape)}")
-        e, e0 = self._embed_time(t.to(self.device), hook)
-        freqs = self._rope_freqs(f, h, w, frame_offset)
+        e, e0 = self._embed_time(t, hook)
+        if self.exact_rope:
+            freqs = self._rope_freqs(f, h, w, frame_offset)
+            rope = None
+        else:
+            rope = self._rope_cos_sin(f, h, w, frame_offset)
 
         mask = None
         if block_mask_frames is not None:
@@ -390,41 +513,40 @@ class CausalWan:
             kv = kv.writable(s)
             start = kv.length
 
-        n, d = cfg.num_heads, cfg.head_dim
+        qkv_fn, cross_fn, ffn_fn = self._regions if hook is None else (block_qkv, block_cross_query, block_ffn)
+        n, dt = cfg.num_heads, self.dtype
+        attend = self.attention_fn
         x_res = tokens
+        last = len(net.blocks) - 1
         for i, block in enumerate(net.blocks):
+            if interrupt is not None:
+                interrupt()
             mod = e0 + self._param(block.modulation)[:, None]  # [B, F, 6, dim]
             sh1, sc1, g1, sh2, sc2, g2 = mod.unbind(2)
-            sa = block.self_attn
-            hmod = self._modulate(block.norm1(x_res), sh1, sc1, tpf).to(self.dtype)
-            q = sa.norm_q(sa.q(hmod)).view(b, s, n, d)
-            k = sa.norm_k(sa.k(hmod)).view(b, s, n, d)
-            v = sa.v(hmod).view(b, s, n, d)
-            q = apply_rope(q, freqs).transpose(1, 2)  # [B, N, S, D]
-            k = apply_rope(k, freqs).transpose(1, 2)
-            v = v.transpose(1, 2)
+            if rope is not None:
+                q, k, v = qkv_fn(block, x_res, sh1, sc1, rope, tpf, n, dt)  # [B, N, S, D] each
+            else:  # exact complex128 RoPE (parity checks)
+                sa = block.self_attn
+                hmod = _modulate(block.norm1(x_res), sh1, sc1, tpf).to(dt)
+                q = apply_rope(sa.norm_q(sa.q(hmod)).view(b, s, n, -1), freqs).transpose(1, 2)
+                k = apply_rope(sa.norm_k(sa.k(hmod)).view(b, s, n, -1), freqs).transpose(1, 2)
+                v = sa.v(hmod).view(b, s, n, -1).transpose(1, 2)
             if kv is not None:
                 kv.buffer.k[i][:, :, start:start + s] = k
                 kv.buffer.v[i][:, :, start:start + s] = v
                 k_all, v_all = kv.buffer.k[i][:, :, :start + s], kv.buffer.v[i][:, :, :start + s]
             else:
                 k_all, v_all = k, v
-            y = sa.o(attention(q, k_all, v_all, mask))
+            y = attention(q, k_all, v_all, mask) if mask is not None else attend(q, k_all, v_all)  # [B, S, N*D]
             if hook:
-                hook(f"block{i}_self_attn_out", y)
-            x_res = x_res + self._gate(y, g1, tpf)
-
-            if not want_output and i == len(net.blocks) - 1:
+                hook(f"block{i}_self_attn_out", block.self_attn.o(y))
+            if not want_output and i == last:
                 break  # the last block's cross-attention/FFN only feed the head
-            ca = block.cross_attn
-            hc = block.norm3(x_res).to(self.dtype) if not isinstance(block.norm3, nn.Identity) else x_res.to(self.dtype)
-            qc = ca.norm_q(ca.q(hc)).view(b, s, n, d).transpose(1, 2)
-            y = ca.o(attention(qc, text.k[i], text.v[i]))
+            x_res, qc = cross_fn(block, x_res, y, g1, tpf, n, dt)
+            yc = attend(qc, text.k[i], text.v[i])  # [B, S, N*D]
             if hook:
-                hook(f"block{i}_cross_attn_out", y)
-            x_res = x_res + y.float()
-            hf = self._modulate(block.norm2(x_res), sh2, sc2, tpf).to(self.dtype)
-            x_res = x_res + self._gate(block.ffn(hf), g2, tpf)
+                hook(f"block{i}_cross_attn_out", block.cross_attn.o(yc))
+            x_res = ffn_fn(block, x_res, yc, sh2, sc2, g2, tpf, dt)
             if hook:
                 hook(f"block{i}_out", x_res)
 
@@ -433,7 +555,7 @@ class CausalWan:
             return ForwardOutput(None, new_kv)
         hm = self._param(net.head.modulation)[:, None] + e[:, :, None]  # [B, F, 2, dim]
         hshift, hscale = hm.unbind(2)
-        out = net.head.head(self._modulate(net.head.norm(x_res), hshift, hscale, tpf).to(self.dtype))
+        out = net.head.head(_modulate(net.head.norm(x_res), hshift, hscale, tpf).to(dt))
         if hook:
             hook("head_out", out.view(b, f, tpf, -1))
         return ForwardOutput(self._unpatchify(out.float(), grid), new_kv)
