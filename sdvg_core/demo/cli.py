@@ -27,7 +27,7 @@ from ..engine.report import build_report
 from ..engine.plot import render_report_plot
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning
 from ..io.reward_files import ImageRewardError, find_vocab
-from ..io.text import UMT5_CONFIG_FILE, demo_embeddings, encode_umt5, load_embeddings
+from ..io.text import demo_embeddings, encode_umt5, load_embeddings, umt5_folders
 from .tiny import DEMO_PROMPT, tiny_models
 from ..models.vae import WanVAE
 from ..io.video import write_video
@@ -146,13 +146,10 @@ def preflight(a: argparse.Namespace, real: bool) -> list[str]:
         except CheckpointError as e:
             problems.append(f"--embeddings: {e}")
     if a.umt5:
-        u = Path(a.umt5).expanduser()
-        if not u.is_dir():
-            problems.append(f"--umt5 {u}: folder not found (a local Hugging Face umT5 folder with {UMT5_CONFIG_FILE}, "
-                            f"tokenizer files and weights)")
-        elif not (u / UMT5_CONFIG_FILE).is_file():
-            problems.append(f"--umt5 {u}: no {UMT5_CONFIG_FILE} in this folder; give the folder that holds the "
-                            f"umT5 config, tokenizer files and weights")
+        try:
+            umt5_folders(a.umt5)
+        except CheckpointError as e:
+            problems.append(f"--umt5: {e}")
     return problems
 
 

@@ -17,6 +17,8 @@ EMBEDDINGS_KEY = "prompt_embeds"  # tensor name in this pack's embedding files
 PROMPT_META_KEY = "prompt"  # safetensors metadata field holding the prompt text
 WAN_TEXT_LEN = 512  # umT5 sequence length Wan pads to (Wan2.1 configs: text_len)
 UMT5_CONFIG_FILE = "config.json"  # marks a Hugging Face model folder (umT5 encoder config)
+DIFFUSERS_TEXT_ENCODER = "text_encoder"  # subfolders of a Diffusers Wan pipeline folder
+DIFFUSERS_TOKENIZER = "tokenizer"
 
 
 def save_embeddings(path: str | os.PathLike, prompt: str, embeddings: torch.Tensor) -> Path:
@@ -53,21 +55,37 @@ def load_embeddings(path: str | os.PathLike) -> tuple[str, torch.Tensor]:
     return prompt, emb.float()
 
 
+def umt5_folders(folder: str | os.PathLike) -> tuple[Path, Path]:
+    """(model folder, tokenizer folder) of a local umT5: one Hugging Face folder, or a Diffusers Wan pipeline root.
+
+    A Diffusers Wan folder (e.g. Wan-AI/Wan2.1-T2V-1.3B-Diffusers) keeps the encoder in `text_encoder/` and the
+    tokenizer in `tokenizer/`; a plain folder (e.g. google/umt5-xxl) holds both.
+    """
+    f = Path(folder).expanduser()
+    if not f.is_dir():
+        raise CheckpointError(f"umT5 folder not found: {f} (a local copy of google/umt5-xxl, or a Diffusers Wan 2.1 "
+                              f"folder with text_encoder/ and tokenizer/, holding {UMT5_CONFIG_FILE}, tokenizer files "
+                              f"and weights)")
+    if (f / DIFFUSERS_TEXT_ENCODER / UMT5_CONFIG_FILE).is_file():
+        return f / DIFFUSERS_TEXT_ENCODER, f / DIFFUSERS_TOKENIZER
+    if (f / UMT5_CONFIG_FILE).is_file():
+        return f, f
+    raise CheckpointError(f"umT5 folder {f} has no {UMT5_CONFIG_FILE} (nor {DIFFUSERS_TEXT_ENCODER}/{UMT5_CONFIG_FILE}); "
+                          f"give the folder that holds the umT5 config, tokenizer files and weights")
+
+
 def encode_umt5(folder: str | os.PathLike, prompt: str, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:
-    """Encode with a local Hugging Face umT5 folder (config.json, weights, spiece/tokenizer files).
+    """Encode with a local umT5 (see `umt5_folders`: config.json, weights, spiece/tokenizer files).
 
     Returns [1, text_len, hidden] with rows after the prompt's tokens set to zero, as Wan does.
     Only local files are read (local_files_only=True): no download.
     """
     from transformers import AutoTokenizer, UMT5EncoderModel
 
-    f = Path(folder).expanduser()
-    if not f.is_dir():
-        raise CheckpointError(f"umT5 folder not found: {f} (a local copy of google/umt5-xxl or Wan's umT5 with "
-                              f"{UMT5_CONFIG_FILE}, tokenizer files and weights)")
-    tok = AutoTokenizer.from_pretrained(str(f), local_files_only=True)
-    model = UMT5EncoderModel.from_pretrained(str(f), local_files_only=True, torch_dtype=dtype).to(device).eval()
+    model_dir, tok_dir = umt5_folders(folder)
+    tok = AutoTokenizer.from_pretrained(str(tok_dir), local_files_only=True)
+    model = UMT5EncoderModel.from_pretrained(str(model_dir), local_files_only=True, torch_dtype=dtype).to(device).eval()
     ids = tok([prompt], padding="max_length", truncation=True, max_length=text_len, return_tensors="pt",
               add_special_tokens=True)
     with torch.no_grad():

@@ -1,0 +1,102 @@
+"""`python -m sdvg_core.io.encode_prompt`: a prompt encoded with a local umT5 becomes the file the demo reads.
+
+The umT5 here is a tiny random UMT5EncoderModel and its tokenizer a T5TokenizerFast built in code from a
+hand-written Unigram vocabulary (tokenizer.json): the same classes and folder layout as google/umt5-xxl, but no
+sentencepiece model file, since none can be made offline without the sentencepiece trainer.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from sdvg_core.demo.cli import main as demo_main
+from sdvg_core.io.encode_prompt import main
+from sdvg_core.io.text import WAN_TEXT_LEN, load_embeddings
+from sdvg_core.models.wan_config import get_preset
+
+PROMPT = "a red fox in the snow"
+WORDS = "a red fox in the snow runs".split()
+TINY_DIM = get_preset("tiny-target").text_dim  # the text width the demo's tiny DiTs read
+
+
+def _tiny_umt5(folder: Path, d_model: int = TINY_DIM) -> Path:
+    """Save a random 1-layer umT5 encoder and a Unigram tokenizer (pad 0, eos 1, unk 2) into `folder`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import T5TokenizerFast, UMT5Config, UMT5EncoderModel
+
+    pieces = ["<pad>", "</s>", "<unk>"] + [f"\u2581{w}" for w in WORDS] + list("abcdefghijklmnopqrstuvwxyz")
+    tk = Tokenizer(models.Unigram([(w, -1.0) for w in pieces], unk_id=2))
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    T5TokenizerFast(tokenizer_object=tk, eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+                    extra_ids=0).save_pretrained(folder)
+    cfg = UMT5Config(vocab_size=len(pieces), d_model=d_model, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+                     pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    torch.manual_seed(0)
+    UMT5EncoderModel(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def umt5(tmp_path_factory) -> Path:
+    return _tiny_umt5(tmp_path_factory.mktemp("umt5"))
+
+
+def test_encode_prompt_writes_what_the_demo_reads(umt5, tmp_path, capsys):
+    out = tmp_path / "fox.safetensors"
+    assert main(["--umt5", str(umt5), "--prompt", PROMPT, "--out", str(out), "--device", "cpu"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    prompt, emb = load_embeddings(out)
+    assert prompt == PROMPT and emb.shape == (1, WAN_TEXT_LEN, TINY_DIM)
+    n_tokens = len(PROMPT.split()) + 1  # one piece per word here, plus </s>
+    assert emb[0, :n_tokens].abs().sum(-1).gt(0).all()  # the prompt's rows are filled ...
+    assert emb[0, n_tokens:].abs().sum() == 0  # ... and every row after them is zero, as Wan pads
+    # the demo takes the file in place of its stand-in embeddings and keeps the stored prompt
+    rc = demo_main(["--embeddings", str(out), "--blocks", "1", "--out", str(tmp_path / "demo"), "--format", "webp",
+                    "--quiet"])
+    assert rc == 0
+    assert f'"prompt": "{PROMPT}"' in (tmp_path / "demo" / "report.json").read_text()
+
+
+def test_encode_prompt_reads_a_diffusers_wan_folder(umt5, tmp_path):
+    """Wan-AI/Wan2.1-T2V-1.3B-Diffusers keeps the encoder in text_encoder/ and the tokenizer in tokenizer/."""
+    root = tmp_path / "wan_diffusers"
+    (root / "text_encoder").mkdir(parents=True)
+    (root / "tokenizer").mkdir()
+    for f in umt5.iterdir():
+        sub = "tokenizer" if f.name.startswith("tokenizer") else "text_encoder"
+        (root / sub / f.name).symlink_to(f)
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    assert main(["--umt5", str(root), "--prompt", PROMPT, "--out", str(a)]) == 0
+    assert main(["--umt5", str(umt5), "--prompt", PROMPT, "--out", str(b)]) == 0
+    assert torch.equal(load_embeddings(a)[1], load_embeddings(b)[1])
+
+
+def test_encode_prompt_from_file_and_overwrite_rule(umt5, tmp_path, capsys):
+    pf = tmp_path / "prompt.txt"
+    pf.write_text(f"  {PROMPT}\n", encoding="utf-8")
+    out = tmp_path / "p.safetensors"
+    assert main(["--umt5", str(umt5), "--prompt-file", str(pf), "--out", str(out)]) == 0
+    assert load_embeddings(out)[0] == PROMPT
+    assert main(["--umt5", str(umt5), "--prompt-file", str(pf), "--out", str(out)]) == 2
+    assert "add --force" in capsys.readouterr().err
+    assert main(["--umt5", str(umt5), "--prompt-file", str(pf), "--out", str(out), "--force"]) == 0
+
+
+def test_encode_prompt_lists_every_problem_before_loading(tmp_path, capsys, monkeypatch):
+    import sdvg_core.io.encode_prompt as cli
+
+    def boom(*_a, **_k):
+        raise AssertionError("the encoder was loaded before the inputs were checked")
+
+    monkeypatch.setattr(cli, "encode_umt5", boom)
+    rc = main(["--umt5", str(tmp_path / "nope"), "--prompt", "  ", "--out", str(tmp_path / "p.pt")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "3 problem(s)" in err
+    assert "umT5 folder not found" in err and "the prompt is empty" in err and "try " in err
+    (tmp_path / "empty").mkdir()
+    assert main(["--umt5", str(tmp_path / "empty"), "--prompt", PROMPT, "--out", str(tmp_path / "p.safetensors")]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+    assert main(["--prompt", PROMPT]) == 2  # argparse: --umt5 and --out are required
