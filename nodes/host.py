@@ -21,7 +21,9 @@ import comfy.model_patcher
 import comfy.utils
 import folder_paths
 
-from ..sdvg_core.models.wan_config import WanDiTConfig, shape_signature
+from ..sdvg_core.models.wan_config import (
+    INDISTINGUISHABLE_NOTE, WanDiTConfig, WrongWanModel, check_t2v, shape_signature,
+)
 from ..sdvg_core.engine.engine import Engine, EngineConfig, ProgressEvent
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.models.reward import ImageRewardScorer
@@ -195,13 +197,19 @@ def host_file_dit(net: torch.nn.Module, cfg: WanDiTConfig, dtype: torch.dtype, k
     return HostedWan(net, cfg, patcher, dtype=dtype, key=key, full_load=True, work_bytes=work_bytes(cfg, dtype))
 
 
-def wan_config_from_module(net: torch.nn.Module) -> WanDiTConfig:
-    """The Wan 2.1 T2V config of a loaded network: ours (`.config`), ComfyUI's WanModel (attributes) or shapes."""
+def wan_config_from_module(net: torch.nn.Module, comfy_config: Any = None) -> WanDiTConfig:
+    """The Wan 2.1 T2V config of a loaded network: ours (`.config`), ComfyUI's WanModel (attributes) or shapes.
+
+    Any other Wan model (I2V, VACE, camera, S2V, Wan 2.2 5B...) is refused: checked on ComfyUI's model_config
+    class and unet_config model_type (`comfy_config`), the network's model_type, parameter names and widths.
+    """
     cfg = getattr(net, "config", None)
     if isinstance(cfg, WanDiTConfig):
         return cfg
     kind = type(net).__name__
-    model_type = getattr(net, "model_type", "t2v")
+    unet_config = getattr(comfy_config, "unet_config", None)
+    model_type = unet_config.get("model_type") if isinstance(unet_config, dict) else None
+    model_type = model_type or getattr(net, "model_type", None)
     if not hasattr(net, "blocks") or not hasattr(net, "head"):
         raise SDVGError(f"the MODEL input holds a {kind}, not a Wan 2.1 network. Load a Wan 2.1 text-to-video "
                         f"checkpoint (e.g. {SOURCES['target']}) with 'Load Diffusion Model' and connect it.")
@@ -217,9 +225,12 @@ def wan_config_from_module(net: torch.nn.Module) -> WanDiTConfig:
     else:
         sig = shape_signature(net.state_dict())
         cfg = WanDiTConfig(name=f"comfy-{kind}-{sig['dim']}x{sig['num_layers']}", num_heads=sig["dim"] // 128, **sig)
-    if model_type != "t2v" or cfg.in_dim != 16 or cfg.out_dim != 16:
-        raise SDVGError(f"the MODEL input is a Wan '{model_type}' network with {cfg.in_dim} latent channels; SDVG needs "
-                        f"Wan 2.1 text-to-video (16 channels), e.g. {SOURCES['target']}")
+    try:
+        check_t2v([k for k, _ in net.named_parameters()], cfg.in_dim, cfg.out_dim, f"the MODEL input ({kind})",
+                  model_type=model_type, config_class=None if comfy_config is None else type(comfy_config).__name__)
+    except WrongWanModel as e:
+        raise SDVGError(f"{e} Load a Wan 2.1 text-to-video checkpoint (e.g. {SOURCES['target']}) with 'Load "
+                        f"Diffusion Model' and connect it. {INDISTINGUISHABLE_NOTE}") from e
     return cfg
 
 
@@ -277,7 +288,7 @@ def host_comfy_model(model: Any, role: str) -> DiTHandle:
     if net is None:
         raise SDVGError(f"the MODEL connected to the SDVG {role} loader is a {type(model).__name__} without "
                         f"`model.diffusion_model`; connect the output of 'Load Diffusion Model' (UNETLoader).")
-    cfg = wan_config_from_module(net)
+    cfg = wan_config_from_module(net, getattr(base, "model_config", None))
     weight = base.get_dtype() if hasattr(base, "get_dtype") else next(net.parameters()).dtype
     dtype = getattr(base, "manual_cast_dtype", None) or weight
     if dtype not in DTYPES.values():

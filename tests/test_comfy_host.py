@@ -57,7 +57,7 @@ def write_models(root: Path) -> None:
 
     from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
     from sdvg_core.models.reward import ImageRewardScorer, export_state_dict
-    from sdvg_core.io.reward_files import synthetic_tiny_config, write_synthetic_vocab
+    from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
     from sdvg_core.io.text import demo_embeddings, save_embeddings
     from sdvg_core.demo.tiny import random_vae
     from sdvg_core.models.wan import build_random

@@ -35,7 +35,7 @@ def write_tiny_models(base: Path, core) -> None:
     wan = __import__(core.__name__ + ".models.wan", fromlist=["x"])
     cfgm = __import__(core.__name__ + ".models.wan_config", fromlist=["x"])
     reward = __import__(core.__name__ + ".models.reward", fromlist=["x"])
-    reward_io = __import__(core.__name__ + ".io.reward_files", fromlist=["x"])
+    reward_io = __import__(core.__name__ + ".demo.vocab", fromlist=["x"])
     text = __import__(core.__name__ + ".io.text", fromlist=["x"])
     m = base / "models"
     for d in ("diffusion_models", "vae", "image_reward", "sdvg_prompts", "text_encoders"):

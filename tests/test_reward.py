@@ -16,8 +16,9 @@ from safetensors.torch import load_file, save_file
 from sdvg_core.models.reward import (
     TINY, ImageRewardCheckpointError, ImageRewardConfig, ImageRewardFileNotFound, ImageRewardScorer,
     ImageRewardVocabError, build_model, check_base_tokenizer, export_state_dict, load_model, load_tokenizer,
-    synthetic_tiny_config, write_synthetic_vocab,
 )
+from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
+from sdvg_core.io.checkpoint import CheckpointError
 from sdvg_core.models.reward_config import BERT_BASE_VOCAB_TOKENS, VOCAB_URL, WEIGHTS_REPO
 from sdvg_core.io.reward_files import detect_config, find_vocab
 from sdvg_core.models.reward_preprocess import (
@@ -353,17 +354,17 @@ def test_truncated_checkpoints(tmp_path, fixture_pt, ir_dir):
     data = fixture_pt.read_bytes()
     cut = tmp_path / "cut.pt"
     cut.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ImageRewardCheckpointError, match="truncated or corrupt") as exc:
+    with pytest.raises(ImageRewardCheckpointError, match=r"not a readable checkpoint \(corrupt or truncated\)") as exc:
         load_model(cut)
-    assert str(cut) in str(exc.value)
+    assert str(cut) in str(exc.value) and "ImageReward.pt" in str(exc.value)  # where to download it again
     st = ir_dir.joinpath("weights.safetensors").read_bytes()
     cut_st = tmp_path / "cut.safetensors"
     cut_st.write_bytes(st[: len(st) // 2])
-    with pytest.raises(ImageRewardCheckpointError, match="truncated"):
+    with pytest.raises(ImageRewardCheckpointError, match="corrupt or truncated"):
         load_model(cut_st)
     empty = tmp_path / "empty.pt"
     empty.write_bytes(b"")
-    with pytest.raises(ImageRewardCheckpointError, match="truncated or corrupt"):
+    with pytest.raises(ImageRewardCheckpointError, match=r"empty.pt is empty \(0 bytes\)"):
         load_model(empty)
 
 
@@ -382,9 +383,9 @@ def test_code_running_pickle_refused(tmp_path):
     evil = tmp_path / "ImageReward.pt"
     torch.save({"blip.visual_encoder.cls_token": torch.zeros(1, 1, 16), "x": _RunsCode(marker)}, evil)
     assert not marker.exists()
-    with pytest.raises(ImageRewardCheckpointError, match="would run code") as exc:
+    with pytest.raises(ImageRewardCheckpointError, match="refused as unsafe.*run code") as exc:
         load_model(evil)
-    assert str(evil) in str(exc.value)
+    assert str(evil) in str(exc.value) and isinstance(exc.value, CheckpointError) and exc.value.path == str(evil)
     assert not marker.exists()
 
 
@@ -409,10 +410,13 @@ def test_wrong_architecture(tmp_path, ir_dir):
                                text_width=8, text_layers=2, text_heads=2, text_ffn=32)
     with pytest.raises(ImageRewardCheckpointError, match="shape mismatches"):
         load_model(sd, cfg=bigger)
-    with pytest.raises(ImageRewardCheckpointError, match="flat dict of tensors"):
+    with pytest.raises(ImageRewardCheckpointError, match="wrapped.pt: expected a flat dict of tensors"):
         wrapped = tmp_path / "wrapped.pt"
-        torch.save({"state_dict": sd, "epoch": 3}, wrapped)
+        torch.save({"weights": sd, "epoch": 3}, wrapped)
         load_model(wrapped)
+    wrapped = tmp_path / "state_dict.pt"  # a `state_dict` wrapper is unwrapped by the one reader
+    torch.save({"state_dict": sd, "epoch": 3}, wrapped)
+    assert load_model(wrapped).cfg == TINY
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import torch
 
 from ..models.wan_config import PRESETS, WanDiTConfig
 from ..models.reward import ImageRewardScorer
-from ..io.reward_files import synthetic_tiny_config, write_synthetic_vocab
+from .vocab import synthetic_tiny_config, write_synthetic_vocab
 from ..models.vae import VAE_PRESETS, WanVAE
 from ..models.wan import CausalWan, build_random
 
@@ -32,6 +32,7 @@ class TinyModels:
 def random_vae(seed: int = 0, preset: str = "tiny", dtype: torch.dtype = torch.float32) -> WanVAE:
     """A Wan 2.1 VAE of the given preset with seeded random weights (RMS gains ~1, convs ~N(0, 1/fan_in))."""
     vae = WanVAE(VAE_PRESETS[preset])
+    vae.key = f"random-vae:{preset}:seed{seed}:{str(dtype).replace('torch.', '')}"  # the engine's memo identity
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in vae.named_parameters():
@@ -59,4 +60,6 @@ def tiny_models(seed: int = 0, drafter: str | WanDiTConfig = "tiny-drafter", tar
     d = CausalWan(build_random(dcfg, seed=seed + 1), dcfg)
     t = CausalWan(build_random(tcfg, seed=seed + 2), tcfg)
     d.key, t.key = f"tiny-drafter-{seed}", f"tiny-target-{seed}"
-    return TinyModels(d, t, random_vae(seed + 3), tiny_scorer(seed + 4, workdir))
+    vae, scorer = random_vae(seed + 3), tiny_scorer(seed + 4, workdir)
+    vae.key, scorer.key = f"tiny-vae-{seed + 3}", f"tiny-imagereward-{seed + 4}"
+    return TinyModels(d, t, vae, scorer)

@@ -1,12 +1,16 @@
-"""Checkpoint reading: .safetensors and torch pickles (weights_only), prefix normalisation, strict Wan loading.
+"""The one checkpoint reader for every model (Wan DiT, Wan VAE, ImageReward) and the Wan DiT / VAE loaders.
 
-Every failure raises `CheckpointError` with one message naming the file, the detected preset (when known)
-and what is wrong, so a ComfyUI user can act on it. Nothing here touches the network.
+Formats: .safetensors (safetensors) and torch pickles (.pt/.pth/.ckpt/.bin) through `torch.load(weights_only=True)`,
+memory-mapped when the file is a torch zip archive. Self-Forcing files (`generator_ema` / `generator` entries) and
+`state_dict` wrappers are unwrapped. Every failure raises `CheckpointError` naming the file, what is wrong and what
+to do; corrupt files, empty files and pickles that want to run code get different messages. Nothing here touches
+the network.
 """
 from __future__ import annotations
 
 import os
 import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,23 +18,34 @@ from typing import Mapping
 
 import torch
 
-from ..models.wan_config import WanDiTConfig, detect_preset, get_preset
-from .keycheck import key_mismatch
+from ..models.vae import VAE_LAYOUT, WanVAE, WanVAEConfig
 from ..models.wan import WanDiT
+from ..models.wan_config import (
+    INDISTINGUISHABLE_NOTE, WanDiTConfig, WrongWanModel, check_t2v_state_dict, detect_preset, get_preset,
+)
+from .keycheck import CheckpointError, KeyLayout, key_list, key_mismatch, normalize_prefix
+
+__all__ = [
+    "CheckpointError", "LoadReport", "DIT_LAYOUT", "check_path", "read_state_dict", "file_identity", "strict_load",
+    "load_wan_dit", "load_wan_vae", "save_state_dict", "SELF_FORCING_ENTRIES", "DEFAULT_PT_ENTRY",
+]
 
 SAFETENSORS_EXT = (".safetensors", ".sft")
 PICKLE_EXT = (".pt", ".pth", ".ckpt", ".bin")
-# Prefixes seen in the wild: Self-Forcing/Krea (`model.`), ComfyUI saves (`model.diffusion_model.`),
-# other tools (`diffusion_model.`), DDP (`module.`). Longest first.
-KNOWN_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "module.", "model.")
+# Prefixes seen in the wild: ComfyUI saves (`model.diffusion_model.`), other tools (`diffusion_model.`), DDP
+# (`module.`), Self-Forcing/Krea (`model.`). Longest first. Other keys of a full checkpoint (VAE, text encoder) drop.
+DIT_LAYOUT = KeyLayout("Wan 2.1 DiT", ("patch_embedding.weight",),
+                       ("model.diffusion_model.", "diffusion_model.", "module.", "model."), keep_unprefixed=False)
 # Self-Forcing training checkpoints hold several networks; `generator_ema` is what Self-Forcing's README
 # recommends for inference, `generator` is what the published SDVG code loaded.
 SELF_FORCING_ENTRIES = ("generator_ema", "generator")
 DEFAULT_PT_ENTRY = "generator_ema"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file could not be used; the message says which file, why, and what to do."""
+STATE_DICT_ENTRY = "state_dict"  # Lightning / generic training wrappers
+# Words in torch's weights_only refusal when the pickle names a global (a class or function to import and call):
+# what a code-running payload (__reduce__) needs. Other unpickling failures mean the bytes are not a checkpoint.
+_UNSAFE_MARKERS = ("global", "can only build", "can only create new object")
+# torch warns about non-default pickle protocols while reading old files; the reader reports problems itself.
+_PROTOCOL_WARNING = "Detected pickle protocol"
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,7 @@ class LoadReport:
     dtype: str
     num_tensors: int
     num_params: int
+    key: str = ""  # stable identity of the loaded weights: file identity + entry + dtype
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def describe(self) -> str:
@@ -55,69 +71,107 @@ class LoadReport:
         return ", ".join(parts)
 
 
-def check_path(path: str | os.PathLike, what: str = "checkpoint", folder_hint: str | None = None) -> Path:
-    """Fail clearly on a missing path or a directory; return the Path."""
-    p = Path(path)
+def check_path(path: str | os.PathLike, what: str = "checkpoint", folder_hint: str | None = None,
+               error: type[CheckpointError] = CheckpointError) -> Path:
+    """Fail clearly on a missing path, a directory or an empty file; return the Path."""
+    p = Path(path).expanduser()
     if p.is_dir():
-        raise CheckpointError(f"{what} path {p} is a directory; give the checkpoint file itself"
-                              + (f" (expected in {folder_hint})" if folder_hint else ""))
+        raise error(f"{what} path {p} is a directory; give the checkpoint file itself"
+                    + (f" (expected in {folder_hint})" if folder_hint else ""), p)
     if not p.exists():
         where = folder_hint or str(p.parent)
-        raise CheckpointError(f"{what} file not found: {p} (looked in {where})")
+        raise error(f"{what} file not found: {p} (looked in {where})", p)
+    if p.stat().st_size == 0:
+        raise error(f"{p} is empty (0 bytes): the download or copy did not finish. Download the {what} again.", p)
     return p
 
 
-def read_state_dict(path: str | os.PathLike, *, pt_entry: str | None = DEFAULT_PT_ENTRY,
-                    dtype: torch.dtype | None = None) -> tuple[dict[str, torch.Tensor], str | None]:
-    """Read every tensor of a .safetensors or torch-pickle file onto the CPU.
+def file_identity(path: str | os.PathLike) -> str:
+    """'<absolute path>:<mtime ns>:<size>': changes when the file is replaced, stable while it is not."""
+    p = Path(path).expanduser().resolve()
+    st = p.stat()
+    return f"{p}:{st.st_mtime_ns}:{st.st_size}"
 
-    Pickles load with `weights_only=True` only, so a file that tries to run code is refused. For
-    Self-Forcing-style files holding several networks, `pt_entry` picks one (returned as the second value).
-    With `dtype`, floating tensors are cast while reading (peak memory stays near the final size).
-    """
-    p = check_path(path)
-    suffix = p.suffix.lower()
-    entry_used = None
-    if suffix in SAFETENSORS_EXT:
-        from safetensors import SafetensorError, safe_open
 
-        sd: dict[str, torch.Tensor] = {}
-        try:
-            with safe_open(str(p), framework="pt", device="cpu") as f:
-                for k in f.keys():
-                    t = f.get_tensor(k)
-                    sd[k] = t.to(dtype) if (dtype is not None and t.is_floating_point()) else t
-        except (SafetensorError, OSError, RuntimeError) as e:
-            raise CheckpointError(f"{p} is not a readable .safetensors file (truncated or corrupt?): {e}") from e
-        return sd, None
-    if suffix not in PICKLE_EXT:
-        raise CheckpointError(f"{p}: unsupported checkpoint extension '{suffix}' (use .safetensors or .pt/.pth)")
+def _cast(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return t.to(dtype) if (dtype is not None and t.is_floating_point()) else t
+
+
+def _read_safetensors(p: Path, dtype: torch.dtype | None, error: type[CheckpointError], hint: str) -> dict:
+    from safetensors import SafetensorError, safe_open
+
+    sd: dict[str, torch.Tensor] = {}
     try:
-        obj = torch.load(str(p), map_location="cpu", weights_only=True, mmap=_is_zip(p))
+        with safe_open(str(p), framework="pt", device="cpu") as f:
+            for k in f.keys():
+                sd[k] = _cast(f.get_tensor(k), dtype)
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise error(f"{p} ({p.stat().st_size:,} bytes) is not a readable checkpoint (corrupt or truncated): the "
+                    f"safetensors reader says {e}. Download it again{hint}.", p) from e
+    return sd
+
+
+def _read_pickle(p: Path, error: type[CheckpointError], hint: str) -> object:
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_PROTOCOL_WARNING, category=UserWarning)
+            return torch.load(str(p), map_location="cpu", weights_only=True, mmap=_is_zip(p))
     except pickle.UnpicklingError as e:
-        raise CheckpointError(
-            f"{p} was refused: it is a pickle that wants to run code or build non-tensor objects, and this pack "
-            f"only loads plain weights (torch.load weights_only=True). Re-save it as .safetensors. Detail: "
-            f"{str(e).splitlines()[0]}") from e
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as e:
-        raise CheckpointError(f"{p} could not be read as a torch checkpoint (truncated or corrupt?): {e}") from e
+        text = str(e)
+        detail = next((ln.strip() for ln in text.splitlines() if any(m in ln.lower() for m in _UNSAFE_MARKERS)), "")
+        if detail:
+            raise error(f"{p} was refused as unsafe: unpickling it would import and run code ({detail}). This pack "
+                        f"only loads plain weights (torch.load weights_only=True). Use the .safetensors version of "
+                        f"this model, or re-save the weights as .safetensors from a trusted environment{hint}.", p) from e
+        raise error(_corrupt(p, e, hint), p) from e
+    except Exception as e:  # random bytes raise anything: EOFError, KeyError, IndexError, RuntimeError (zip)...
+        raise error(_corrupt(p, e, hint), p) from e
+
+
+def _corrupt(p: Path, e: BaseException, hint: str) -> str:
+    """Message for a .pt whose bytes are not a torch checkpoint."""
+    text = str(e).strip().splitlines()
+    detail = f"{type(e).__name__}: {text[-1] if text else 'no detail'}"
+    return (f"{p} ({p.stat().st_size:,} bytes) is not a readable checkpoint (corrupt or truncated): torch.load "
+            f"failed ({detail}). Download it again{hint}.")
+
+
+def read_state_dict(path: str | os.PathLike, *, pt_entry: str | None = DEFAULT_PT_ENTRY,
+                    dtype: torch.dtype | None = None, what: str = "checkpoint", hint: str = "",
+                    error: type[CheckpointError] = CheckpointError) -> tuple[dict[str, torch.Tensor], str | None]:
+    """Read every tensor of a .safetensors or torch-pickle file onto the CPU; return (tensors, entry used).
+
+    For Self-Forcing-style files holding several networks, `pt_entry` picks one (None: the first present);
+    a `state_dict` wrapper is unwrapped. With `dtype`, floating tensors are cast while reading. `hint` is appended
+    to "download it again" messages (where to get the file); `error` is the CheckpointError subclass raised.
+    """
+    p = check_path(path, what, error=error)
+    suffix = p.suffix.lower()
+    if suffix in SAFETENSORS_EXT:
+        return _read_safetensors(p, dtype, error, hint), None
+    if suffix not in PICKLE_EXT:
+        raise error(f"{p}: unsupported checkpoint extension '{suffix}'; use .safetensors (preferred) or "
+                    f"{'/'.join(PICKLE_EXT)}", p)
+    obj = _read_pickle(p, error, hint)
     if not isinstance(obj, Mapping):
-        raise CheckpointError(f"{p} holds a {type(obj).__name__}, not a dict of tensors")
-    present = [k for k in SELF_FORCING_ENTRIES if k in obj and isinstance(obj[k], Mapping)]
+        raise error(f"{p} holds a {type(obj).__name__}, not a dict of tensors (a state dict)", p)
+    entry_used = None
+    present = [k for k in SELF_FORCING_ENTRIES if isinstance(obj.get(k), Mapping)]
     if present:
-        if pt_entry is None:
-            pt_entry = present[0]
-        if pt_entry not in obj:
-            raise CheckpointError(f"{p} has no '{pt_entry}' entry; it has {sorted(k for k in obj if isinstance(obj[k], Mapping))}")
-        obj, entry_used = obj[pt_entry], pt_entry
-    elif "state_dict" in obj and isinstance(obj["state_dict"], Mapping):
-        obj, entry_used = obj["state_dict"], "state_dict"
-    sd = {}
-    for k, v in obj.items():
-        if not isinstance(v, torch.Tensor):
-            raise CheckpointError(f"{p}: entry '{k}' is a {type(v).__name__}, not a tensor")
-        sd[k] = v.to(dtype) if (dtype is not None and v.is_floating_point()) else v
-    return sd, entry_used
+        entry = pt_entry if pt_entry is not None else present[0]
+        if not isinstance(obj.get(entry), Mapping):
+            nested = sorted(str(k) for k, v in obj.items() if isinstance(v, Mapping))
+            raise error(f"{p} has no '{entry}' entry; its networks are {nested}", p)
+        obj, entry_used = obj[entry], entry
+    elif isinstance(obj.get(STATE_DICT_ENTRY), Mapping):
+        obj, entry_used = obj[STATE_DICT_ENTRY], STATE_DICT_ENTRY
+    bad = [str(k) for k, v in obj.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
+    if bad:
+        raise error(f"{p}: expected a flat dict of tensors (a state dict), but {key_list(bad)} entries are not "
+                    f"tensors (a wrapped training checkpoint?); save model.state_dict() instead.", p)
+    if not obj:
+        raise error(f"{p} holds an empty dict: no weights in it", p)
+    return {k: _cast(v, dtype) for k, v in obj.items()}, entry_used
 
 
 def _is_zip(p: Path) -> bool:
@@ -125,16 +179,6 @@ def _is_zip(p: Path) -> bool:
         return zipfile.is_zipfile(p)
     except OSError:
         return False
-
-
-def strip_prefix(sd: Mapping[str, torch.Tensor], anchor: str) -> tuple[dict[str, torch.Tensor], str]:
-    """Remove the known prefix under which `anchor` (e.g. 'patch_embedding.weight') is found; keep others."""
-    if anchor in sd:
-        return dict(sd), ""
-    for prefix in KNOWN_PREFIXES:
-        if prefix + anchor in sd:
-            return {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}, prefix
-    return dict(sd), ""
 
 
 def strict_load(module: torch.nn.Module, sd: Mapping[str, torch.Tensor], *, path: str, preset: str) -> None:
@@ -146,27 +190,65 @@ def strict_load(module: torch.nn.Module, sd: Mapping[str, torch.Tensor], *, path
         if any(k.endswith("scale_weight") or k == "scaled_fp8" for k in sd if k not in own):
             hint = (" This looks like a scaled-fp8 file: load it with ComfyUI's Load Diffusion Model node and "
                     "connect its MODEL instead.")
-        raise CheckpointError(f"{path}: does not fit preset '{preset}': {problem}.{hint}")
+        raise CheckpointError(f"{path}: does not fit preset '{preset}': {problem}.{hint}", path)
     module.load_state_dict(sd, strict=True)
 
-def load_wan_dit(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                 pt_entry: str | None = DEFAULT_PT_ENTRY, preset: str | None = None) -> tuple[WanDiT, WanDiTConfig, LoadReport]:
-    """Load a Wan 2.1 T2V DiT (official, Self-Forcing .pt, Krea, ComfyUI-saved) strictly into `WanDiT`."""
-    p = str(path)
-    raw, entry = read_state_dict(p, pt_entry=pt_entry, dtype=dtype)
-    sd, prefix = strip_prefix(raw, "patch_embedding.weight")
+
+def _resolve_dit_config(config: WanDiTConfig | str | None, sd: Mapping[str, torch.Tensor], path: str) -> WanDiTConfig:
+    if isinstance(config, WanDiTConfig):
+        return config
     try:
-        cfg = detect_preset(sd) if preset is None else get_preset(preset)
+        return detect_preset(sd) if config is None else get_preset(config)
     except ValueError as e:
-        raise CheckpointError(f"{p}: {e}") from e
+        raise CheckpointError(f"{path}: {e}", path) from e
+
+
+def load_wan_dit(path: str | os.PathLike, config: WanDiTConfig | str | None = None, *,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 pt_entry: str | None = DEFAULT_PT_ENTRY,
+                 preset: str | None = None) -> tuple[WanDiT, WanDiTConfig, LoadReport]:
+    """Load a Wan 2.1 T2V DiT (official, Self-Forcing .pt, Krea, ComfyUI-saved) strictly into `WanDiT`.
+
+    `config`: a WanDiTConfig (any Wan 2.1 block-causal T2V size), a preset name, or None to detect the preset
+    from the shapes (`preset` is the older name of the same argument). Other Wan models are refused.
+    """
+    p = str(path)
+    raw, entry = read_state_dict(p, pt_entry=pt_entry, dtype=dtype, what="Wan DiT checkpoint")
+    sd, prefix = normalize_prefix(raw, DIT_LAYOUT, p)
+    try:
+        check_t2v_state_dict(sd, Path(p).name)
+    except WrongWanModel as e:
+        raise CheckpointError(f"{e} {INDISTINGUISHABLE_NOTE}", p) from e
+    cfg = _resolve_dit_config(config if config is not None else preset, sd, p)
     with torch.device("meta"):
         net = WanDiT(cfg)
     net = net.to_empty(device="cpu")
     strict_load(net, sd, path=p, preset=cfg.name)
     net = net.to(device=device, dtype=dtype).eval().requires_grad_(False)
-    report = LoadReport(path=p, preset=cfg.name, entry=entry, stripped_prefix=prefix, dtype=str(dtype).replace("torch.", ""),
-                        num_tensors=len(sd), num_params=sum(t.numel() for t in sd.values()))
+    dtype_name = str(dtype).replace("torch.", "")
+    report = LoadReport(path=p, preset=cfg.name, entry=entry, stripped_prefix=prefix, dtype=dtype_name,
+                        num_tensors=len(sd), num_params=sum(t.numel() for t in sd.values()),
+                        key=f"{file_identity(p)}|{entry or ''}|{dtype_name}")
     return net, cfg, report
+
+
+def load_wan_vae(path: str | os.PathLike, config: WanVAEConfig | str | None = None, *,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> WanVAE:
+    """Load the Wan 2.1 VAE (Wan2.1_VAE.pth, wan_2.1_vae.safetensors, prefixed dumps) strictly; sets `vae.key`.
+
+    `config`: a WanVAEConfig, a preset name, or None to detect the preset from the shapes.
+    """
+    p = str(path)
+    raw, _ = read_state_dict(p, pt_entry=None, what="Wan VAE checkpoint")
+    sd, _ = normalize_prefix(raw, VAE_LAYOUT, p)
+    try:
+        vae = WanVAE.from_state_dict(sd, config, dtype=dtype, device=device)
+    except CheckpointError as e:
+        raise CheckpointError(str(e), p) from e
+    except ValueError as e:  # an unknown preset name
+        raise CheckpointError(f"{p}: {e}", p) from e
+    vae.key = f"{file_identity(p)}|{str(dtype).replace('torch.', '')}"
+    return vae
 
 
 def save_state_dict(sd: Mapping[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:

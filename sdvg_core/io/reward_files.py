@@ -1,9 +1,12 @@
-"""ImageReward files: checkpoint reading (weights_only), strict key mapping, preset detection, vocab lookup, tokenizer.
+"""ImageReward files: strict key mapping, preset detection, vocab lookup, tokenizer; the weights are read by the
+one checkpoint reader (io.checkpoint.read_state_dict).
 
 Nothing here touches the network: configs are built in code and the tokenizer is read from a local vocab file.
+The synthetic demo vocabulary lives in sdvg_core/demo/vocab.py.
 """
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -11,22 +14,25 @@ from typing import Iterable, Mapping
 
 import torch
 
-from .keycheck import key_list, key_mismatch
+from .checkpoint import PICKLE_EXT, SAFETENSORS_EXT, read_state_dict as read_checkpoint
+from .keycheck import CheckpointError, KeyLayout, key_list, key_mismatch, normalize_prefix
 from ..models.reward_config import (
-    EXTRA_SPECIAL_TOKENS, HEAD_LINEAR_INDICES, PRESETS, TINY, VOCAB_FILENAMES, VOCAB_SUBFOLDER, VOCAB_URL,
+    EXTRA_SPECIAL_TOKENS, HEAD_LINEAR_INDICES, PRESETS, VOCAB_FILENAMES, VOCAB_SUBFOLDER, VOCAB_URL,
     WEIGHTS_FILENAME, WEIGHTS_REPO, WEIGHTS_URL, ImageRewardConfig,
 )
 
 # Keys the mapping onto transformers' BLIP does not know keep this marker, so they are reported as unexpected.
 _UNMAPPED = "<unmapped>"
-_SAFETENSORS_SUFFIXES = (".safetensors", ".sft")
-# Prefix DataParallel/DDP put in front of every key; the package's strict=False load would silently skip such keys.
-_DDP_PREFIX = "module."
+# Prefix DataParallel/DDP put in front of keys; the package's strict=False load would silently skip such keys.
+# Keys without it stay (a key present both ways is refused by normalize_prefix).
+IMAGEREWARD_LAYOUT = KeyLayout(
+    "ImageReward", ("blip.visual_encoder.cls_token", "blip.text_encoder.embeddings.word_embeddings.weight",
+                    "mlp.layers.0.weight"), ("module.",), keep_unprefixed=True)
 # A buffer (arange(512)) that transformers keeps non-persistent; the checkpoint may or may not carry it.
 _POSITION_IDS_KEY = "blip.text_encoder.embeddings.position_ids"
 
 
-class ImageRewardError(RuntimeError):
+class ImageRewardError(CheckpointError):
     """Any problem with the ImageReward files; the message names the file and what to do."""
 
 
@@ -126,14 +132,11 @@ def unmap_model_key(name: str) -> str:
 
 
 def strip_ddp_prefix(state_dict: Mapping[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """Remove a leading `module.` from every key that has one; refuse if that makes two keys collide."""
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state_dict.items():
-        name = key[len(_DDP_PREFIX):] if key.startswith(_DDP_PREFIX) else key
-        if name in out:
-            raise ImageRewardCheckpointError(f"{source}: key {name!r} appears both with and without 'module.'")
-        out[name] = value
-    return out
+    """The state dict without DDP's `module.` (io.keycheck.normalize_prefix), as ImageRewardCheckpointError."""
+    try:
+        return normalize_prefix(state_dict, IMAGEREWARD_LAYOUT, source)[0]
+    except CheckpointError as e:
+        raise ImageRewardCheckpointError(str(e), source) from e
 
 
 def remap_state_dict(state_dict: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Size],
@@ -153,7 +156,7 @@ def remap_state_dict(state_dict: Mapping[str, torch.Tensor], expected: Mapping[s
                            name=lambda n: original.get(n) or unmap_model_key(n))
     if problem:
         raise ImageRewardCheckpointError(
-            f"{source}: the state dict does not match the ImageReward architecture; {problem}")
+            f"{source}: the state dict does not match the ImageReward architecture; {problem}", source)
     return mapped
 
 
@@ -186,7 +189,7 @@ def detect_config(state_dict: Mapping[str, torch.Tensor], source: str) -> ImageR
     if absent:
         raise ImageRewardCheckpointError(
             f"{source}: this is not an ImageReward checkpoint (no {absent[0]!r}); it holds {len(sd)} entries, "
-            f"e.g. {key_list(list(sd)[:50])}. Expected the file {WEIGHTS_FILENAME} from {WEIGHTS_REPO}.")
+            f"e.g. {key_list(list(sd)[:50])}. Expected the file {WEIGHTS_FILENAME} from {WEIGHTS_REPO}.", source)
     try:
         vocab, text_width = sd[probe["words"]].shape
         observed = (
@@ -196,7 +199,8 @@ def detect_config(state_dict: Mapping[str, torch.Tensor], source: str) -> ImageR
             *(sd[probe[f"head{i}"]].shape[0] for i in HEAD_LINEAR_INDICES),
         )
     except (ValueError, IndexError) as exc:
-        raise ImageRewardCheckpointError(f"{source}: unexpected tensor ranks in an ImageReward checkpoint ({exc})")
+        raise ImageRewardCheckpointError(f"{source}: unexpected tensor ranks in an ImageReward checkpoint ({exc})",
+                                         source) from exc
     for preset in PRESETS.values():
         if preset.architecture_key() == tuple(int(v) for v in observed):
             return preset.with_vocab(int(vocab))
@@ -205,7 +209,7 @@ def detect_config(state_dict: Mapping[str, torch.Tensor], source: str) -> ImageR
     seen = ", ".join(f"{n}={v}" for n, v in zip(names, observed))
     raise ImageRewardCheckpointError(
         f"{source}: ImageReward-like checkpoint with unknown sizes ({seen}); known presets: {sorted(PRESETS)}. "
-        "Pass an explicit ImageRewardConfig if this is a deliberate variant.")
+        "Pass an explicit ImageRewardConfig if this is a deliberate variant.", source)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -219,59 +223,33 @@ def _folder_listing(folder: Path, suffixes: tuple[str, ...]) -> str:
     return f"files there with {'/'.join(suffixes)}: {found[:10] if found else 'none'}"
 
 
-def check_weights_path(path: str | Path) -> Path:
+_WEIGHT_SUFFIXES = PICKLE_EXT + SAFETENSORS_EXT
+# Appended to "download it again" messages of the reader.
+_DOWNLOAD_HINT = f" (the published {WEIGHTS_FILENAME}, about 1.79 GB, is at {WEIGHTS_URL})"
+
+
+def check_weights_path(path: str | os.PathLike) -> Path:
     """Resolve the weights path or raise an error naming it, the folder searched and where to download it."""
     p = Path(path).expanduser()
     if p.is_dir():
         raise ImageRewardCheckpointError(
             f"{p} is a folder; pass the weights file itself (usually {p / WEIGHTS_FILENAME}). "
-            f"{_folder_listing(p, ('.pt', '.pth', '.bin') + _SAFETENSORS_SUFFIXES)}.")
+            f"{_folder_listing(p, _WEIGHT_SUFFIXES)}.", p)
     if not p.is_file():
         raise ImageRewardFileNotFound(
             f"ImageReward weights not found: {p} (searched folder {p.parent}; "
-            f"{_folder_listing(p.parent, ('.pt', '.pth', '.bin') + _SAFETENSORS_SUFFIXES)}). "
+            f"{_folder_listing(p.parent, _WEIGHT_SUFFIXES)}). "
             f"Download {WEIGHTS_FILENAME} (1.79 GB) from {WEIGHTS_REPO} ({WEIGHTS_URL}) "
-            "and put it in ComfyUI's models/image_reward/ folder.")
+            "and put it in ComfyUI's models/image_reward/ folder.", p)
     return p
 
 
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """Read a flat {name: tensor} dict from .safetensors, or from a torch pickle with weights_only=True only."""
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """ImageReward tensors from .safetensors or a torch pickle (weights_only), through the one checkpoint reader."""
     p = check_weights_path(path)
-    size = p.stat().st_size
-    if p.suffix.lower() in _SAFETENSORS_SUFFIXES:
-        from safetensors.torch import load_file
-        try:
-            obj = load_file(str(p), device="cpu")
-        except Exception as exc:  # SafetensorError, OSError: header or body cut short, not safetensors at all
-            raise ImageRewardCheckpointError(
-                f"{p} ({size:,} bytes) cannot be read as safetensors, it is truncated or not a safetensors file: "
-                f"{exc}. Re-download it ({WEIGHTS_REPO}).") from exc
-    else:
-        try:
-            obj = torch.load(p, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            text = str(exc)
-            if "Weights only load failed" in text or "Unsupported global" in text or "unsupported GLOBAL" in text:
-                reason = next((ln.strip() for ln in text.splitlines() if "GLOBAL" in ln or "global" in ln), "")
-                raise ImageRewardCheckpointError(
-                    f"{p}: refused to load: the pickle contains objects other than tensors, and unpickling them "
-                    f"would run code ({reason}). Only plain state dicts are accepted (torch.load weights_only=True); "
-                    f"the file is not the published {WEIGHTS_FILENAME} ({WEIGHTS_REPO}).") from exc
-            raise ImageRewardCheckpointError(
-                f"{p} ({size:,} bytes) cannot be read as a torch checkpoint, it is truncated or corrupt "
-                f"({type(exc).__name__}: {text.splitlines()[0] if text else 'no detail'}). The published "
-                f"{WEIGHTS_FILENAME} is about 1.79 GB; re-download it from {WEIGHTS_URL}.") from exc
-    if not isinstance(obj, Mapping) or not obj:
-        raise ImageRewardCheckpointError(
-            f"{p}: expected a flat dict of tensors (a state dict), got {type(obj).__name__}"
-            + (" (empty)" if isinstance(obj, Mapping) else ""))
-    bad = [str(k) for k, v in obj.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
-    if bad:
-        raise ImageRewardCheckpointError(
-            f"{p}: expected a flat dict of tensors, but {key_list(bad)} entries are not tensors "
-            "(a wrapped training checkpoint?); save model.state_dict() instead.")
-    return dict(obj)
+    sd, _ = read_checkpoint(p, pt_entry=None, what="ImageReward weights", hint=_DOWNLOAD_HINT,
+                            error=ImageRewardCheckpointError)
+    return sd
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -301,7 +279,7 @@ def find_vocab(weights_path: str | Path | None = None, vocab_path: str | Path | 
         f"(or in a {VOCAB_SUBFOLDER}/ folder there).")
 
 
-def _read_vocab_bytes(path: Path) -> bytes:
+def read_vocab_bytes(path: Path) -> bytes:
     """Vocabulary bytes with a UTF-8 BOM and Windows line ends removed (both would corrupt tokens silently)."""
     data = path.read_bytes()
     if data.startswith(b"\xef\xbb\xbf"):
@@ -336,13 +314,13 @@ def load_tokenizer(vocab_file: str | Path, config: ImageRewardConfig):
     from transformers import BertTokenizer
 
     path = Path(vocab_file)
-    data = _read_vocab_bytes(path)
+    data = read_vocab_bytes(path)
     n_lines = count_vocab_lines(data)
     if n_lines != config.base_vocab_tokens:
         raise ImageRewardVocabError(
             f"{path} has {n_lines} entries but the model ({config.name}, word table {config.vocab_size}) needs "
             f"{config.base_vocab_tokens} plus {'/'.join(EXTRA_SPECIAL_TOKENS)}. For ImageReward-v1.0 use the "
-            f"bert-base-uncased vocab.txt ({VOCAB_URL}).")
+            f"bert-base-uncased vocab.txt ({VOCAB_URL}).", path)
     with tempfile.TemporaryDirectory(prefix="sdvg_vocab_") as tmp:
         (Path(tmp) / "vocab.txt").write_bytes(data)
         tok = BertTokenizer.from_pretrained(tmp, local_files_only=True, do_lower_case=True,
@@ -358,47 +336,5 @@ def load_tokenizer(vocab_file: str | Path, config: ImageRewardConfig):
     if ids != (config.dec_token_id, config.enc_token_id) or len(tok) != config.vocab_size:
         raise ImageRewardVocabError(
             f"{path}: after adding {dec}/{enc} the tokenizer has {len(tok)} tokens and ids {ids}; "
-            f"expected {config.vocab_size} and {(config.dec_token_id, config.enc_token_id)}.")
+            f"expected {config.vocab_size} and {(config.dec_token_id, config.enc_token_id)}.", path)
     return tok
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Synthetic vocabulary for demos on a fresh machine (no real vocab, no network)
-# ---------------------------------------------------------------------------------------------------------------
-_SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-_PUNCT = tuple(".,;:!?'\"()-/&%$#@*+=<>[]_~`^|\\{}")
-_WORDS = (
-    "a an the of and or in on at to from with by for over under into through near above below behind between "
-    "is are was were be been it its this that these those there here he she they we you i his her their our "
-    "man woman person people child dog cat bird horse fish car boat train plane tree forest mountain river lake "
-    "sea ocean beach sky cloud sun moon star rain snow fire water light night day morning evening city street "
-    "road house room window door table chair field meadow grass flower garden park bridge tower castle "
-    "red orange yellow green blue purple white black brown gray golden silver dark bright "
-    "big small tall short long old young new happy slow fast soft warm cold beautiful "
-    "run walk fly swim jump dance sit stand look play drive ride fall rise move turn "
-    "camera shot view close wide aerial slow motion video scene shallow depth focus cinematic style"
-).split()
-_SUFFIXES = ("s", "es", "ed", "ing", "ly", "er", "est", "tion", "ness", "ful", "y", "al", "ic", "ous")
-
-
-def synthetic_vocab_tokens() -> list[str]:
-    """A small WordPiece vocabulary: BERT's specials, letters, digits, punctuation, common words, ## pieces."""
-    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    digits = [str(d) for d in range(10)]
-    tokens = list(_SPECIAL) + list(_PUNCT) + letters + digits + list(_WORDS)
-    tokens += [f"##{s}" for s in letters + digits + list(_SUFFIXES)]
-    return list(dict.fromkeys(tokens))  # drop duplicates, keep order
-
-
-def write_synthetic_vocab(path: str | Path) -> Path:
-    """Write the synthetic vocab.txt (a few hundred entries) and return its path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("\n".join(synthetic_vocab_tokens()) + "\n", encoding="utf-8")
-    return p
-
-
-def synthetic_tiny_config(vocab_file: str | Path) -> ImageRewardConfig:
-    """The tiny preset with its word table sized to a vocab file (entries + [DEC] + [ENC])."""
-    n = count_vocab_lines(_read_vocab_bytes(Path(vocab_file)))
-    return TINY.with_vocab(n + len(EXTRA_SPECIAL_TOKENS))

@@ -21,8 +21,9 @@ from .reward_config import (
 from ..io.reward_files import (
     ImageRewardCheckpointError, ImageRewardError, ImageRewardFileNotFound, ImageRewardVocabError,
     check_base_tokenizer, check_weights_path, detect_config, find_vocab, load_tokenizer, read_state_dict,
-    remap_state_dict, synthetic_tiny_config, unmap_model_key, write_synthetic_vocab,
+    remap_state_dict, unmap_model_key,
 )
+from ..io.checkpoint import file_identity
 from .reward_preprocess import UINT8_MODES, Uint8Mode, frames_to_uint8, normalize_pixels, preprocess_uint8
 
 __all__ = [
@@ -30,7 +31,6 @@ __all__ = [
     "ImageRewardError", "ImageRewardFileNotFound", "ImageRewardCheckpointError", "ImageRewardVocabError",
     "ImageRewardModel", "ImageRewardScorer", "TextInputs", "build_blip_config", "build_model",
     "export_state_dict", "load_model", "find_vocab", "load_tokenizer", "check_base_tokenizer",
-    "write_synthetic_vocab", "synthetic_tiny_config",
 ]
 
 Aggregation = Literal["min", "mean"]
@@ -217,12 +217,18 @@ class ImageRewardScorer:
                    device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, micro_batch: int = 16,
                    config: ImageRewardConfig | str | None = None, uint8_mode: Uint8Mode = "truncate",
                    ) -> "ImageRewardScorer":
-        """Load ImageReward.pt / .safetensors and the BERT vocab (explicit path, else next to the weights)."""
+        """Load ImageReward.pt / .safetensors and the BERT vocab (explicit path, else next to the weights).
+
+        `config`: an ImageRewardConfig, a preset name, or None to detect it from the shapes. Sets `key` to the
+        identity of both files and the dtype (what the scores depend on; micro_batch does not change them).
+        """
         cfg = get_preset(config) if isinstance(config, str) else config
         check_weights_path(weights_path)  # the weights error first: it is the bigger download
         vocab = find_vocab(weights_path, vocab_path)  # then the vocab, before reading 1.8 GB
         model = load_model(weights_path, cfg, device=device, dtype=dtype)
-        return cls(model, load_tokenizer(vocab, model.cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
+        scorer = cls(model, load_tokenizer(vocab, model.cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
+        scorer.key = f"{file_identity(weights_path)}|{file_identity(vocab)}|{str(dtype).replace('torch.', '')}"
+        return scorer
 
     @classmethod
     def random(cls, cfg: ImageRewardConfig, vocab_path: str | Path, seed: int = 0,
@@ -230,7 +236,9 @@ class ImageRewardScorer:
                uint8_mode: Uint8Mode = "truncate") -> "ImageRewardScorer":
         """Random-weight scorer (demo / benchmark); cfg.vocab_size must fit the vocab file (+2)."""
         model = build_model(cfg, seed=seed, device=device, dtype=dtype)
-        return cls(model, load_tokenizer(vocab_path, cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
+        scorer = cls(model, load_tokenizer(vocab_path, cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
+        scorer.key = f"random:{cfg.name}:{cfg.vocab_size}:seed{seed}|{file_identity(vocab_path)}|{str(dtype).replace('torch.', '')}"
+        return scorer
 
     @property
     def device(self) -> torch.device:

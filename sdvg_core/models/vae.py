@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..io.keycheck import key_mismatch
+from ..io.keycheck import CheckpointError, KeyLayout, key_mismatch, normalize_prefix
 from .vae_layers import (
     CONV_KERNEL,
     CONV_PADDING,
@@ -63,11 +63,11 @@ WAN21_LATENT_STD = (
     3.2687, 2.1526, 2.8652, 1.5579, 1.6382, 1.1253, 2.8251, 1.9160,
 )
 
-# A checkpoint wrapped by Self-Forcing (`model.`), some packagers (`vae.`) or a ComfyUI full-model dump
-# (`first_stage_model.`) carries one of these prefixes in front of the raw Wan2.1_VAE.pth names.
-KNOWN_PREFIXES = ("first_stage_model.", "model.", "vae.")
 # Keys whose shapes pin the preset: width (encoder.conv1), decoder width x latent channels, latent channels.
 PROBE_KEYS = ("encoder.conv1.weight", "decoder.conv1.weight", "conv2.weight")
+# A checkpoint wrapped by Self-Forcing (`model.`), some packagers (`vae.`) or a ComfyUI full-model dump
+# (`first_stage_model.`, next to the DiT and text encoder, whose keys are dropped) carries one of these prefixes.
+VAE_LAYOUT = KeyLayout("Wan 2.1 VAE", PROBE_KEYS, ("first_stage_model.", "vae.", "model."), keep_unprefixed=False)
 
 
 @dataclass(frozen=True)
@@ -123,17 +123,8 @@ def _resolve_config(config: WanVAEConfig | str) -> WanVAEConfig:
 
 
 def strip_vae_prefix(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Remove a leading `first_stage_model.` / `model.` / `vae.` shared by every key (repeatedly)."""
-    out = dict(sd)
-    changed = True
-    while changed and out:
-        changed = False
-        for prefix in KNOWN_PREFIXES:
-            if all(k.startswith(prefix) for k in out):
-                out = {k[len(prefix):]: v for k, v in out.items()}
-                changed = True
-                break
-    return out
+    """The VAE's keys without a `first_stage_model.` / `vae.` / `model.` prefix (io.keycheck.normalize_prefix)."""
+    return normalize_prefix(sd, VAE_LAYOUT)[0]
 
 
 def _expected_shapes(config: WanVAEConfig) -> dict[str, tuple[int, ...]]:
@@ -144,7 +135,7 @@ def _expected_shapes(config: WanVAEConfig) -> dict[str, tuple[int, ...]]:
 
 
 def detect_vae_preset(sd: Mapping[str, torch.Tensor]) -> str:
-    """Name of the preset whose probe-key shapes match this (prefix-stripped) state dict; ValueError if none."""
+    """Name of the preset whose probe-key shapes match this (prefix-stripped) state dict; CheckpointError if none."""
     sd = strip_vae_prefix(sd)
     seen = {k: tuple(sd[k].shape) for k in PROBE_KEYS if k in sd}
     for name, config in VAE_PRESETS.items():
@@ -152,7 +143,7 @@ def detect_vae_preset(sd: Mapping[str, torch.Tensor]) -> str:
         if all(seen.get(k) == expected[k] for k in PROBE_KEYS):
             return name
     missing = [k for k in PROBE_KEYS if k not in sd]
-    raise ValueError(
+    raise CheckpointError(
         "state dict does not look like a Wan 2.1 VAE of a known size: shapes seen "
         + ", ".join(f"{k}={list(s)}" for k, s in seen.items())
         + (f"; missing {missing}" if missing else "")
@@ -160,10 +151,10 @@ def detect_vae_preset(sd: Mapping[str, torch.Tensor]) -> str:
 
 
 def _check_keys(sd: Mapping[str, torch.Tensor], expected: Mapping[str, tuple[int, ...]]) -> None:
-    """Raise ValueError naming missing/unexpected keys (first few + counts) and shape mismatches."""
+    """Raise CheckpointError naming missing/unexpected keys (first few + counts) and shape mismatches."""
     problem = key_mismatch(expected, {k: tuple(v.shape) for k, v in sd.items()})
     if problem:
-        raise ValueError(f"Wan VAE state dict does not match the model: {problem}")
+        raise CheckpointError(f"Wan VAE state dict does not match the model: {problem}")
 
 @dataclass(frozen=True)
 class DecoderCache:
@@ -281,8 +272,8 @@ class WanVAE(nn.Module):
         """Build a VAE from a raw / `model.` / `vae.` / `first_stage_model.` state dict, loading strictly.
 
         The preset is detected from the shapes unless `config` is given. Tensors are copied to
-        `device`/`dtype` (the caller's state dict is not aliased). Raises ValueError naming missing,
-        unexpected and mis-shaped keys.
+        `device`/`dtype` (the caller's state dict is not aliased). Raises CheckpointError (a ValueError) naming
+        missing, unexpected and mis-shaped keys; `io.checkpoint.load_wan_vae` reads a file and sets `key`.
         """
         sd = strip_vae_prefix(sd)
         config = _resolve_config(config) if config is not None else VAE_PRESETS[detect_vae_preset(sd)]

@@ -5,8 +5,8 @@ Sizes are the public Wan 2.1 configs (Wan-AI/Wan2.1 `wan/configs/wan_t2v_{1_3B,1
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Mapping
+from dataclasses import dataclass, fields
+from typing import Iterable, Mapping
 
 import torch
 
@@ -62,13 +62,15 @@ class WanDiTConfig:
         head = d * self.out_dim * pv + self.out_dim * pv + 2 * d
         return embed + self.num_layers * block + head
 
-    def forward_flops(self, tokens: int, attended_tokens: int, text_tokens: int | None = None) -> float:
-        """Approximate FLOPs of one forward over `tokens` new tokens attending to `attended_tokens` keys."""
-        d, f = self.dim, self.ffn_dim
-        text_tokens = self.text_len if text_tokens is None else text_tokens
-        linear = 2 * tokens * (4 * d * d + 2 * d * d + 2 * d * f)  # self qkvo + cross q,o + ffn
-        attention = 4 * tokens * d * (attended_tokens + text_tokens)
-        return float(self.num_layers * (linear + attention))
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object], name: str | None = None) -> "WanDiTConfig":
+        """Config from a dict such as a fixture's meta.json `model_config` or a Wan `config.json` (unknown keys ignored)."""
+        known = {f.name for f in fields(cls)}
+        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items() if k in known and k != "name"}
+        missing = [k for k in ("dim", "ffn_dim", "num_heads", "num_layers") if k not in kw]
+        if missing:
+            raise ValueError(f"a Wan DiT config needs {missing}; got keys {sorted(values)}")
+        return cls(name=name or str(values.get("name", f"custom-{kw['dim']}x{kw['num_layers']}")), **kw)
 
 
 # Public Wan 2.1 sizes (Wan-AI/Wan2.1, wan/configs/wan_t2v_1_3B.py and wan_t2v_14B.py).
@@ -124,11 +126,94 @@ def detect_preset(sd: Mapping[str, torch.Tensor], candidates: tuple[str, ...] | 
         f"{n}: dim {c.dim}, ffn {c.ffn_dim}, layers {c.num_layers}, text {c.text_dim}, in {c.in_dim}"
         for n, c in PRESETS.items()
     )
-    hint = ""
-    if sig["in_dim"] != 16:
-        hint = f" (in_dim {sig['in_dim']} suggests an image-to-video or other Wan variant; SDVG needs text-to-video Wan 2.1)"
-    raise ValueError(f"no Wan 2.1 preset matches this checkpoint's shapes {sig}{hint}. Known: {known}")
+    raise ValueError(f"no Wan 2.1 preset matches this checkpoint's shapes {sig}. Known: {known}. For another Wan 2.1 "
+                     f"text-to-video size pass an explicit WanDiTConfig (config=...)")
 
 
-def with_overrides(cfg: WanDiTConfig, **kw) -> WanDiTConfig:
-    return replace(cfg, **kw)
+# ---------------------------------------------------------------------------------------------------------------
+# Refusing other Wan models: SDVG runs only Wan 2.1 text-to-video DiTs (their block-causal fine-tunes included).
+# ---------------------------------------------------------------------------------------------------------------
+# Parameter groups of a Wan 2.1 T2V DiT (Wan-AI/Wan2.1 wan/modules/model.py WanModel with model_type 't2v').
+T2V_TOP_LEVEL = ("patch_embedding", "text_embedding", "time_embedding", "time_projection", "blocks", "head")
+# Latent channels in and out of a Wan 2.1 T2V DiT (the Wan 2.1 VAE's z_dim).
+T2V_LATENT_CHANNELS = 16
+# Parameter names only other Wan models have, and what they reveal (Wan-AI/Wan2.1 and Wan2.2 model code, ComfyUI
+# comfy/ldm/wan/model.py). Image conditioning adds `img_emb` and `cross_attn.k_img`; VACE adds `vace_*`.
+VARIANT_MARKERS: tuple[tuple[str, str], ...] = (
+    ("vace_", "a VACE model (Wan 2.1 VACE, video/reference conditioning)"),
+    ("img_emb.", "an image-to-video or first-last-frame model (Wan 2.1 I2V / FLF2V, CLIP image conditioning)"),
+    ("cross_attn.k_img.", "an image-to-video or first-last-frame model (Wan 2.1 I2V / FLF2V, CLIP image conditioning)"),
+    ("control_adapter.", "a camera-control model (Wan Fun Camera)"),
+    ("ref_conv.", "a reference-image model (Wan Fun with reference input)"),
+    ("casual_audio_encoder.", "a speech-to-video model (Wan 2.2 S2V)"),
+    ("audio_injector.", "an audio-driven model (Wan 2.2 S2V or similar)"),
+)
+# Input widths (latent + conditioning channels) of Wan models that are not text-to-video.
+IN_DIM_VARIANTS: dict[int, str] = {
+    32: "a camera-control model (Wan 2.1 Fun Camera: 32 input channels)",
+    36: "an image-to-video model (36 input channels = 16 latent + 4 mask + 16 image: Wan 2.1 I2V / FLF2V, "
+        "Wan 2.2 I2V-A14B, Wan Fun InP)",
+    48: "a Wan 2.2 TI2V-5B or Wan 2.1 Fun Control model (48 input channels)",
+}
+# ComfyUI model_config classes (comfy/supported_models.py) that hold a plain Wan 2.1 T2V network.
+COMFY_T2V_CONFIGS = ("WAN21_T2V", "WAN21_CausalAR_T2V")
+# Model types of Wan networks that SDVG can run (ComfyUI unet_config["model_type"], WanModel.model_type).
+T2V_MODEL_TYPES = ("t2v",)
+SDVG_NEEDS = ("SDVG needs a Wan 2.1 text-to-video DiT (16 latent channels in and out, no image/video conditioning), "
+              "e.g. Self-Forcing's 1.3B drafter or Krea Realtime Video 14B")
+# What the checks cannot see: a Wan 2.2 T2V-A14B expert has exactly the shapes and names of Wan 2.1 T2V-14B.
+INDISTINGUISHABLE_NOTE = ("Note: Wan 2.2 T2V-A14B experts have the same parameter names and shapes as Wan 2.1 T2V 14B "
+                          "and cannot be told apart from the file; do not use them as the target.")
+
+
+class WrongWanModel(ValueError):
+    """A network or checkpoint is a Wan model SDVG cannot run (image-to-video, VACE, Wan 2.2 5B...)."""
+
+
+def t2v_problem(keys: Iterable[str], in_dim: int | None, out_dim: int | None, *, model_type: str | None = None,
+                config_class: str | None = None) -> str | None:
+    """What makes this network something other than a Wan 2.1 T2V DiT (None when nothing does)."""
+    keys = list(keys)
+    if config_class and config_class.upper().startswith("WAN") and config_class not in COMFY_T2V_CONFIGS:
+        return f"ComfyUI model type {config_class} (SDVG accepts {' / '.join(COMFY_T2V_CONFIGS)})"
+    if model_type is not None and model_type not in T2V_MODEL_TYPES:
+        return f"a Wan '{model_type}' model"
+    for marker, what in VARIANT_MARKERS:
+        hits = [k for k in keys if k.startswith(marker) or f".{marker}" in k]
+        if hits:
+            return f"{what}: it has {key_count(hits)}"
+    extra = sorted({k.split(".")[0] for k in keys} - set(T2V_TOP_LEVEL))
+    if extra:
+        return f"a Wan variant with extra parts {extra} that a text-to-video DiT does not have"
+    if in_dim is not None and in_dim != T2V_LATENT_CHANNELS:
+        return IN_DIM_VARIANTS.get(in_dim, f"a model with {in_dim} input channels")
+    if out_dim is not None and out_dim != T2V_LATENT_CHANNELS:
+        return f"a model predicting {out_dim}-channel latents (Wan 2.2 TI2V-5B uses the 48-channel Wan 2.2 VAE)"
+    return None
+
+
+def key_count(keys: list[str]) -> str:
+    """'N keys such as first' for messages."""
+    return f"{len(keys)} key{'s' if len(keys) != 1 else ''} such as {sorted(keys)[0]!r}"
+
+
+def check_t2v(keys: Iterable[str], in_dim: int | None, out_dim: int | None, what: str, *,
+              model_type: str | None = None, config_class: str | None = None) -> None:
+    """Raise WrongWanModel naming what `what` is and what SDVG needs, unless it is a Wan 2.1 T2V DiT."""
+    problem = t2v_problem(keys, in_dim, out_dim, model_type=model_type, config_class=config_class)
+    if problem:
+        raise WrongWanModel(f"{what} is {problem}. {SDVG_NEEDS}; SDVG would ignore its extra inputs, so it is refused.")
+
+
+def check_t2v_state_dict(sd: Mapping[str, torch.Tensor], what: str) -> None:
+    """check_t2v on an unprefixed state dict: names, and input/output widths from the patch embedding and head.
+
+    A state dict that is not Wan-like at all (no patch embedding or blocks) passes: shape_signature reports it.
+    """
+    pe = sd.get("patch_embedding.weight")  # [dim, in_dim, pt, ph, pw]
+    if pe is None or not any(k.startswith("blocks.") for k in sd):
+        return
+    head = sd.get("head.head.weight")  # [out_dim * pt * ph * pw, dim]
+    in_dim = int(pe.shape[1]) if pe is not None and pe.ndim == 5 else None
+    out_dim = int(head.shape[0]) // int(pe[0, 0].numel()) if head is not None and in_dim else None
+    check_t2v(sd.keys(), in_dim, out_dim, what)
