@@ -21,7 +21,7 @@ Parameter names equal those of the public `Wan2.1_VAE.pth` and of ComfyUI's `Wan
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -110,7 +110,7 @@ class WanVAEConfig:
 
 VAE_PRESETS: dict[str, WanVAEConfig] = {
     "wan2.1-vae": WanVAEConfig(name="wan2.1-vae", dim=96),  # Wan2.1_VAE.pth
-    "tiny": WanVAEConfig(name="tiny", dim=8),  # ../shared/fixtures/wan_vae_tiny
+    "tiny": WanVAEConfig(name="tiny", dim=8),  # the golden-tensor VAE (docs/design.md §6)
 }
 
 
@@ -206,10 +206,15 @@ class Encoder3d(nn.Module):
         self.head = nn.Sequential(RMSNorm(dims[-1], images=False, eps=eps), nn.SiLU(),
                                   CausalConv3d(dims[-1], 2 * c.z_dim, CONV_KERNEL, padding=CONV_PADDING))
 
-    def forward(self, x: torch.Tensor, step: CausalStep) -> torch.Tensor:
-        """One chunk (the first frame, or 4 frames) -> its latent frame(s), advancing `step`'s histories."""
+    def forward(self, x: torch.Tensor, step: CausalStep, interrupt: Callable[[], None] | None = None) -> torch.Tensor:
+        """One chunk (the first frame, or 4 frames) -> its latent frame(s), advancing `step`'s histories.
+
+        `interrupt()` (may raise to cancel) runs before every block, so Cancel lands within one block.
+        """
         x = step.conv(self.conv1, x)
         for block in (*self.downsamples, *self.middle):
+            if interrupt is not None:
+                interrupt()
             x = block(x, step)
         norm, act, conv = self.head
         return step.conv(conv, act(norm(x)))
@@ -242,10 +247,15 @@ class Decoder3d(nn.Module):
         self.head = nn.Sequential(RMSNorm(dims[-1], images=False, eps=eps), nn.SiLU(),
                                   CausalConv3d(dims[-1], c.image_channels, CONV_KERNEL, padding=CONV_PADDING))
 
-    def forward(self, x: torch.Tensor, step: CausalStep) -> torch.Tensor:
-        """One latent frame [B, z_dim, 1, h, w] -> its pixel frames, advancing `step`'s histories."""
+    def forward(self, x: torch.Tensor, step: CausalStep, interrupt: Callable[[], None] | None = None) -> torch.Tensor:
+        """One latent frame [B, z_dim, 1, h, w] -> its pixel frames, advancing `step`'s histories.
+
+        `interrupt()` (may raise to cancel) runs before every block, so Cancel lands within one block.
+        """
         x = step.conv(self.conv1, x)
         for block in (*self.middle, *self.upsamples):
+            if interrupt is not None:
+                interrupt()
             x = block(x, step)
         norm, act, conv = self.head
         return step.conv(conv, act(norm(x)))
@@ -264,6 +274,7 @@ class WanVAE(nn.Module):
         self.decoder = Decoder3d(self.config)
         self.decoder_slots = count_history_slots(self.decoder)  # 32 for Wan 2.1
         self.encoder_slots = count_history_slots(self.encoder)
+        self.key: str | None = None  # stable identity for the engine's memo (weights file + dtype), set by loaders
 
     # ----------------------------------------------------------------------------------------- loading
     @classmethod
@@ -306,12 +317,14 @@ class WanVAE(nn.Module):
 
     @torch.no_grad()
     def decode_stream(self, z_chunk: torch.Tensor, cache: DecoderCache | None = None,
-                      rule: DecodeRule = "standard") -> tuple[torch.Tensor, DecoderCache]:
+                      rule: DecodeRule = "standard",
+                      interrupt: Callable[[], None] | None = None) -> tuple[torch.Tensor, DecoderCache]:
         """Decode the next latent frames, continuing from `cache` (None = start of the video).
 
         z_chunk: [B, z_dim, T, h, w], normalised latents. Returns (pixels [B, 3, T', 8h, 8w] unclamped,
         new cache), T' = 4T, or 1 + 4(T-1) for the video's first chunk under the standard/Krea rules.
-        Neither `cache` nor any tensor it holds is modified.
+        Neither `cache` nor any tensor it holds is modified. `interrupt()` (may raise to cancel) runs before
+        every latent frame and every decoder block; a cancelled call returns nothing and changes nothing.
         """
         spec = rule_spec(rule)
         cache = self.empty_decoder_cache(rule) if cache is None else cache
@@ -321,9 +334,11 @@ class WanVAE(nn.Module):
         z = z.to(self.dtype)
         histories, consumed, frames = cache.histories, cache.frames_consumed, []
         for t in range(z.shape[2]):  # one latent frame at a time: bounded memory, same bits for any chunking
+            if interrupt is not None:
+                interrupt()
             step = CausalStep(old=histories, first=consumed == 0, rule=spec)
             x = self.conv2(z[:, :, t:t + 1])  # [B, C, 1, h, w], 1x1x1 conv
-            frames.append(self.decoder(x, step))  # [B, 3, 1 or 4, 8h, 8w]
+            frames.append(self.decoder(x, step, interrupt))  # [B, 3, 1 or 4, 8h, 8w]
             histories, consumed = step.finish(), consumed + 1
         return torch.cat(frames, dim=2), DecoderCache(histories=histories, frames_consumed=consumed, rule=rule)
 
@@ -347,7 +362,7 @@ class WanVAE(nn.Module):
 
     # ----------------------------------------------------------------------------------------- encode
     @torch.no_grad()
-    def encode(self, video: torch.Tensor) -> torch.Tensor:
+    def encode(self, video: torch.Tensor, interrupt: Callable[[], None] | None = None) -> torch.Tensor:
         """Pixels [B, 3, T, H, W] in [-1, 1] -> normalised latent mean [B, z_dim, 1 + (T-1)//4, H/8, W/8].
 
         As in the reference, the first frame is encoded alone and the rest in chunks of 4 with causal
@@ -365,14 +380,15 @@ class WanVAE(nn.Module):
         outs = []
         for i, chunk in enumerate(chunks):
             step = CausalStep(old=histories, first=i == 0)
-            outs.append(self.encoder(chunk, step))  # [B, 2 z_dim, 1, H/8, W/8]
+            outs.append(self.encoder(chunk, step, interrupt))  # [B, 2 z_dim, 1, H/8, W/8]
             histories = step.finish()
         moments = self.conv1(torch.cat(outs, dim=2))  # [B, 2 z_dim, T', H/8, W/8]
         mu = moments[:, :c.z_dim]  # the second half is the log-variance, unused
         mean, inv_std = self._stats(mu.device)
         return ((mu.float() - mean) * inv_std).to(self.dtype)
 
-    def encode_anchor_frame(self, frame: torch.Tensor, target_hw: tuple[int, int]) -> torch.Tensor:
+    def encode_anchor_frame(self, frame: torch.Tensor, target_hw: tuple[int, int],
+                            interrupt: Callable[[], None] | None = None) -> torch.Tensor:
         """Krea's anchor: one pixel frame [B, 3, H, W] in [-1, 1] -> normalised latent [B, z_dim, 1, h, w].
 
         The frame is bicubically resized to (target_h//8*8, target_w//8*8) when its size differs (Krea
@@ -382,4 +398,4 @@ class WanVAE(nn.Module):
         size = (target_hw[0] // f * f, target_hw[1] // f * f)
         if tuple(frame.shape[-2:]) != size:
             frame = F.interpolate(frame.float(), size=size, mode="bicubic", align_corners=False)
-        return self.encode(frame.unsqueeze(2))
+        return self.encode(frame.unsqueeze(2), interrupt)
