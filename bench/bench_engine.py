@@ -2,7 +2,7 @@
 counted-work prediction, and the engine's own overhead. Not a test; run `./dev.sh bench`.
 
 The drafter and target are random Wan DiTs sized so one target forward costs ~7.4 drafter forwards
-(the 1.3B:14B ratio at 832x480, DESIGN.md §5); the VAE and ImageReward are the tiny random ones. Every
+(the 1.3B:14B ratio at 832x480, docs/design.md §5); the VAE and ImageReward are the tiny random ones. Every
 pattern runs on a fresh engine (empty memo), after one untimed warm-up run; the fastest of 5 interleaved repeats counts (single runs vary by about 8% on a shared 2-core VM). The
 prediction multiplies each run's counted work (forwards, decoded blocks, anchor encodes, scored blocks)
 by per-call costs pooled over all timed runs; the DiT-forwards-only prediction is shown beside it.

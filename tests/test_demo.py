@@ -18,6 +18,7 @@ def test_demo_tiny_writes_video_and_report(tmp_path, capsys):
     assert "random weights" in out  # the README and the CLI say the tiny video is noise
     rep = json.loads((tmp_path / "report.json").read_text())
     assert rep["num_blocks"] == 3 and len(rep["blocks"]) == 3
+    assert rep["tau"] == -0.8  # the tiny demo's tau, as a number (docs/report-json.md)
     assert rep["blocks"][0]["producer"] == "target" and rep["blocks"][0]["decision"] == "forced"
     assert rep["meta"]["frames"] == str(1 + 4 * (3 * 3 - 1))
     from PIL import Image

@@ -60,7 +60,7 @@ def meta(ir_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def _loaded() -> ImageRewardScorer:
-    """Load the fixture model and tokenizer once per module (skips like fixtures_dir when ../shared is absent)."""
+    """Load the fixture model and tokenizer once per module (skips like fixtures_dir when the golden tensors are absent)."""
     return ImageRewardScorer.from_files(require_shared("fixtures") / "imagereward_tiny" / "weights.safetensors",
                                         vocab_path=require_shared("data") / VOCAB_NAME)
 
@@ -420,7 +420,7 @@ def test_wrong_architecture(tmp_path, ir_dir):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# demo path: synthetic vocab + random tiny model, no /work/shared needed
+# demo path: synthetic vocab + random tiny model, no golden tensors needed
 # ---------------------------------------------------------------------------------------------------------------
 def test_synthetic_vocab_random_model_roundtrip(tmp_path):
     folder = tmp_path / "image_reward"

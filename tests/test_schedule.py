@@ -1,4 +1,4 @@
-"""Flow-matching schedule against ../shared/fixtures/schedule.json and the causal fixture's tables."""
+"""Flow-matching schedule against the golden schedule tensors (docs/design.md §6) and the causal fixture's tables."""
 from __future__ import annotations
 
 import json

@@ -180,7 +180,7 @@ def test_real_presets_have_published_sizes(name):
         net = WanDiT(cfg)
     n = sum(p.numel() for p in net.parameters())
     assert n == cfg.num_params()
-    expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9}[name]  # DESIGN.md §2
+    expected = {"wan2.1-t2v-1.3b": 1.42e9, "wan2.1-t2v-14b": 14.3e9}[name]  # docs/design.md §2
     assert abs(n - expected) / expected < 0.02, n
     assert cfg.head_dim == 128 and cfg.rope_pairs == (22, 21, 21)
     sd = {k: torch.empty(v.shape, device="meta") for k, v in net.state_dict().items()}

@@ -11,6 +11,7 @@ before any model is loaded; a usage or input error exits with status 2 and names
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -259,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
                           meta={"prompt": prompt.text, "size": f"{width}x{height}", "seed": str(a.seed),
                                 "models": "real" if real else "tiny random (embedded default)",
                                 "decode_rule": a.decode_rule, "frames": str(frames.shape[0])})
-    (out / "report.json").write_text(report.to_json())
+    data = json.loads(report.to_json())
+    data.setdefault("tau", a.tau if a.policy == "sdvg" else None)  # a number, not only inside the policy text
+    (out / "report.json").write_text(json.dumps(data, indent=2))
     plot = out / "report.png"
     render_report_plot(report, tau=a.tau if a.policy == "sdvg" else None).save(plot)
     print(report.table())

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
 Aggregation = Literal["min", "mean"]
-DEFAULT_TAU = -0.7  # SDVG paper operating point: 1.59x at 98% of target quality (DESIGN.md §1)
+DEFAULT_TAU = -0.7  # SDVG paper operating point: 1.59x at 98% of target quality (docs/design.md §1)
 
 
 def aggregate(frame_scores: Sequence[float], how: Aggregation) -> float:

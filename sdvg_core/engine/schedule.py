@@ -1,6 +1,6 @@
 """Few-step flow-matching schedule of Self-Forcing / Krea: shifted sigma table, warped steps, x0 and re-noising.
 
-Conventions (../shared/fixtures/schedule.json, Self-Forcing `utils/scheduler.py` FlowMatchScheduler with
+Conventions (the golden schedule tensors, docs/design.md §6; Self-Forcing `utils/scheduler.py` FlowMatchScheduler with
 shift 5, sigma_min 0, extra_one_step): x_t = (1 - sigma) x0 + sigma eps, the model predicts v ~ eps - x0,
 so x0 = x_t - sigma v.
 """

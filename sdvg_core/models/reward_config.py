@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 # --- Constants of the published ImageReward-v1.0 scorer (THUDM/ImageReward, PyPI `image-reward` 1.5) ---------------
 # Reward normalisation: ImageReward's `score()` returns (head(x) - mean) / std with these two float64 literals
-# (ImageReward/ImageReward.py in THUDM/ImageReward; also ../shared/fixtures/imagereward_tiny/meta.json "reward_norm").
+# (ImageReward/ImageReward.py in THUDM/ImageReward; docs/design.md §2).
 REWARD_MEAN = 0.16717362830052426
 REWARD_STD = 1.0333394966054072
 # CLIP pixel statistics used by ImageReward's transform (BLIP/CLIP `Normalize`); applied in float32.
@@ -20,7 +20,7 @@ PATCH_SIZE = 16
 # bert-base-uncased WordPiece vocabulary: 30522 entries; ImageReward appends [DEC] (bos, 30522) and [ENC] (30523).
 BERT_BASE_VOCAB_TOKENS = 30522
 EXTRA_SPECIAL_TOKENS = ("[DEC]", "[ENC]")
-# sha256 of the verified bert-base-uncased vocab.txt (../shared/data/README.md); informative only.
+# sha256 of the verified bert-base-uncased vocab.txt (docs/design.md §2); informative only.
 BERT_BASE_VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 # LayerNorm epsilons: timm ViT uses 1e-6 (HF's BLIP vision default is 1e-5, so it must be set); BERT uses 1e-12.
 VISION_LAYER_NORM_EPS = 1e-6
@@ -105,7 +105,7 @@ IMAGEREWARD_V1 = ImageRewardConfig(
     vision_width=1024, vision_layers=24, vision_heads=16, vision_mlp=4096,
     text_width=768, text_layers=12, text_heads=12, text_ffn=3072,
 )
-# The golden fixture's sizes (../shared/fixtures/imagereward_tiny/med_config.json and meta.json "model").
+# The sizes of the golden-tensor model (docs/design.md §6).
 TINY = ImageRewardConfig(
     name="tiny",
     vision_width=16, vision_layers=2, vision_heads=2, vision_mlp=64,
