@@ -5,7 +5,7 @@ reads weight tensors, except the two `modulation` parameters that Wan itself add
 So the same forward drives this file's `WanDiT` and ComfyUI's loaded `WanModel` (fp8, GGUF or LoRA-patched
 layers keep working because their own `forward` runs).
 
-Conventions follow Wan 2.1 / Self-Forcing / Krea (see ../shared/fixtures/README.md §1.2): tokens are
+Conventions follow Wan 2.1 / Self-Forcing / Krea (docs/design.md §2): tokens are
 frame-major then row then column; RoPE pairs adjacent channels, split (t, h, w) = 22/21/21 pairs at
 head_dim 128 (angles in float64, applied in float32 by default, complex128 with exact_rope=True);
 per-frame timestep modulation; no text padding mask.
@@ -348,7 +348,7 @@ class CausalWan:
 
     def __init__(self, net: nn.Module, cfg: WanDiTConfig, dtype: torch.dtype | None = None,
                  device: torch.device | str | None = None, key: str | None = None, *,
-                 attention_fn: AttentionFn | None = None, exact_rope: bool = False, compile: bool = False):
+                 attention_fn: AttentionFn | None = None, exact_rope: bool = False, compile: bool | str = False):
         self.net = net
         self.key = key  # identity for derived-data caches (weights file + dtype); None = this object
         self.cfg = cfg
@@ -362,8 +362,9 @@ class CausalWan:
         self._rope_real: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None  # fp32 (cos, sin) per axis
         self._mods: dict[int, tuple[tuple, torch.Tensor]] = {}  # id(param) -> (version stamp, fp32 device copy)
         self._regions = (block_qkv, block_cross_query, block_ffn)
-        if compile:
-            self._regions = tuple(torch.compile(fn, dynamic=False) for fn in self._regions)
+        if compile:  # True: inductor; a string names another torch.compile backend (tests use "eager")
+            backend = "inductor" if compile is True else str(compile)
+            self._regions = tuple(torch.compile(fn, dynamic=False, backend=backend) for fn in self._regions)
         self.calls = 0  # forward calls made (counted work)
 
     # -- per-prompt ----------------------------------------------------------------------------------------
