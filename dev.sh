@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # One entry point for a fresh clone:  ./dev.sh demo [args]  |  ./dev.sh test [pytest args]  |  ./dev.sh bench
-# Creates ./.venv on first use, installs torch only when none is importable (CPU build 2.13.0 on these
-# machines), then the pack's requirements plus the test extras.
+# Creates ./.venv on first use, installs torch only when none is importable, then the pack's requirements
+# plus the test extras.
+#   SDVG_TORCH_INDEX   where torch comes from (only when .venv has no torch yet):
+#                      unset = PyPI's default build (on Linux x86_64 the CUDA build: several GB of CUDA wheels);
+#                      cpu   = https://download.pytorch.org/whl/cpu (CPU only, a few hundred MB);
+#                      any other value is passed to pip as --index-url (e.g. https://download.pytorch.org/whl/cu128).
+#   SDVG_TORCH_VERSION torch version to install (default 2.13.0, the version the tests were run with).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -10,7 +15,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 VPY=.venv/bin/python
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
-  "$VPY" -m pip install -q "torch==2.13.0"
+  torch_index=()
+  case "${SDVG_TORCH_INDEX:-}" in
+    "") ;;
+    cpu) torch_index=(--index-url https://download.pytorch.org/whl/cpu) ;;
+    *) torch_index=(--index-url "$SDVG_TORCH_INDEX") ;;
+  esac
+  echo "installing torch==${SDVG_TORCH_VERSION:-2.13.0} ${torch_index[*]:-from PyPI (default build)}" >&2
+  "$VPY" -m pip install -q "${torch_index[@]}" "torch==${SDVG_TORCH_VERSION:-2.13.0}"
 fi
 stamp=.venv/.sdvg-reqs
 if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ]; then
