@@ -46,6 +46,8 @@ STATE_DICT_ENTRY = "state_dict"  # Lightning / generic training wrappers
 _UNSAFE_MARKERS = ("global", "can only build", "can only create new object")
 # torch warns about non-default pickle protocols while reading old files; the reader reports problems itself.
 _PROTOCOL_WARNING = "Detected pickle protocol"
+# torch's weights_only unpickler names the FRAME opcode (0x95, pickle protocol >= 4) it does not support this way.
+_NEW_PROTOCOL_OPCODE = "Unsupported operand 149"
 
 
 @dataclass(frozen=True)
@@ -112,9 +114,10 @@ def _read_safetensors(p: Path, dtype: torch.dtype | None, error: type[Checkpoint
 
 
 def _read_pickle(p: Path, error: type[CheckpointError], hint: str) -> object:
+    caught: list[warnings.WarningMessage] = []
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_PROTOCOL_WARNING, category=UserWarning)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             return torch.load(str(p), map_location="cpu", weights_only=True, mmap=_is_zip(p))
     except pickle.UnpicklingError as e:
         text = str(e)
@@ -123,9 +126,17 @@ def _read_pickle(p: Path, error: type[CheckpointError], hint: str) -> object:
             raise error(f"{p} was refused as unsafe: unpickling it would import and run code ({detail}). This pack "
                         f"only loads plain weights (torch.load weights_only=True). Use the .safetensors version of "
                         f"this model, or re-save the weights as .safetensors from a trusted environment{hint}.", p) from e
+        protocol = next((str(w.message).split()[3] for w in caught if str(w.message).startswith(_PROTOCOL_WARNING)), "")
+        if protocol and _NEW_PROTOCOL_OPCODE in text:
+            raise error(f"{p} was written with pickle protocol {protocol}, which torch's safe reader (weights_only=True) "
+                        f"cannot open. Re-save it as .safetensors (or with torch.save's default protocol).", p) from e
         raise error(_corrupt(p, e, hint), p) from e
     except Exception as e:  # random bytes raise anything: EOFError, KeyError, IndexError, RuntimeError (zip)...
         raise error(_corrupt(p, e, hint), p) from e
+    finally:  # pass on every warning but torch's pickle-protocol note (the messages above say what matters)
+        for w in caught:
+            if not str(w.message).startswith(_PROTOCOL_WARNING):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def _corrupt(p: Path, e: BaseException, hint: str) -> str:

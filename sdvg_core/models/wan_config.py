@@ -77,10 +77,10 @@ class WanDiTConfig:
 PRESETS: dict[str, WanDiTConfig] = {
     "wan2.1-t2v-1.3b": WanDiTConfig(name="wan2.1-t2v-1.3b", dim=1536, ffn_dim=8960, num_heads=12, num_layers=30),
     "wan2.1-t2v-14b": WanDiTConfig(name="wan2.1-t2v-14b", dim=5120, ffn_dim=13824, num_heads=40, num_layers=40),
-    # The golden fixture model (../shared/fixtures/causal_wan_tiny/meta.json).
+    # The golden-tensor model (docs/design.md §6).
     "tiny": WanDiTConfig(name="tiny", dim=64, ffn_dim=128, num_heads=2, num_layers=2, text_dim=32),
     # Demo/benchmark pair: same text width and head_dim as "tiny"; the target's forward costs ~7.4x the
-    # drafter's, the 1.3B:14B ratio at 832x480 (DESIGN.md §5).
+    # drafter's, the 1.3B:14B ratio at 832x480 (docs/design.md §5).
     "tiny-drafter": WanDiTConfig(name="tiny-drafter", dim=64, ffn_dim=128, num_heads=2, num_layers=2, text_dim=32),
     "tiny-target": WanDiTConfig(name="tiny-target", dim=128, ffn_dim=384, num_heads=4, num_layers=6, text_dim=32),
 }
@@ -174,21 +174,21 @@ def t2v_problem(keys: Iterable[str], in_dim: int | None, out_dim: int | None, *,
                 config_class: str | None = None) -> str | None:
     """What makes this network something other than a Wan 2.1 T2V DiT (None when nothing does)."""
     keys = list(keys)
-    if config_class and config_class.upper().startswith("WAN") and config_class not in COMFY_T2V_CONFIGS:
-        return f"ComfyUI model type {config_class} (SDVG accepts {' / '.join(COMFY_T2V_CONFIGS)})"
-    if model_type is not None and model_type not in T2V_MODEL_TYPES:
-        return f"a Wan '{model_type}' model"
     for marker, what in VARIANT_MARKERS:
         hits = [k for k in keys if k.startswith(marker) or f".{marker}" in k]
         if hits:
             return f"{what}: it has {key_count(hits)}"
-    extra = sorted({k.split(".")[0] for k in keys} - set(T2V_TOP_LEVEL))
-    if extra:
-        return f"a Wan variant with extra parts {extra} that a text-to-video DiT does not have"
     if in_dim is not None and in_dim != T2V_LATENT_CHANNELS:
         return IN_DIM_VARIANTS.get(in_dim, f"a model with {in_dim} input channels")
     if out_dim is not None and out_dim != T2V_LATENT_CHANNELS:
         return f"a model predicting {out_dim}-channel latents (Wan 2.2 TI2V-5B uses the 48-channel Wan 2.2 VAE)"
+    if config_class and config_class.upper().startswith("WAN") and config_class not in COMFY_T2V_CONFIGS:
+        return f"ComfyUI model type {config_class} (SDVG accepts {' / '.join(COMFY_T2V_CONFIGS)})"
+    if model_type is not None and model_type not in T2V_MODEL_TYPES:
+        return f"a Wan '{model_type}' model"
+    extra = sorted({k.split(".")[0] for k in keys} - set(T2V_TOP_LEVEL))
+    if extra:
+        return f"a Wan variant with extra parts {extra} that a text-to-video DiT does not have"
     return None
 
 
