@@ -5,7 +5,9 @@ import succeeds and defines no nodes. The node layer is imported relatively: Com
 """
 import importlib.util
 
-if importlib.util.find_spec("comfy_api") is not None:
+# `__package__` is empty when this file is imported as a top-level module (pytest collecting the checkout in an
+# environment where ComfyUI is pip-installed): the relative import cannot work there, and no nodes are wanted.
+if __package__ and importlib.util.find_spec("comfy_api") is not None:
     from .nodes import comfy_entrypoint  # noqa: F401
 
     __all__ = ["comfy_entrypoint"]

@@ -11,6 +11,7 @@ import comfy.model_management as mm
 import comfy.utils
 
 from ..sdvg_core.engine.engine import EngineConfig, ProgressEvent
+from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.engine.plot import render_report_plot
 from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly, ThresholdPolicy
 from ..sdvg_core.engine.recipes import recipe_by_name
@@ -136,6 +137,7 @@ class SDVGStart(io.ComfyNode):
         frames = run.session.vae.config.pixel_frames(spec.num_latent_frames)
         text = (f"{spec.num_blocks} blocks x {spec.frames_per_block} latent frames -> {frames} frames at "
                 f"{spec.width}x{spec.height}, seed {spec.seed}, recipe {recipe}")
+        host.show_text(text)
         return io.NodeOutput(run, ui=ui.PreviewText(text))
 
 
@@ -204,6 +206,7 @@ class SDVGScoreBlock(io.ComfyNode):
         new = state.session.engine().score_draft(state.state)
         scores = new.pending.frame_scores
         text = f"block {new.next_block}: min {min(scores):+.3f} | frames " + " ".join(f"{s:+.3f}" for s in scores)
+        host.show_text(text)
         return io.NodeOutput(state.with_state(new), float(min(scores)), text, ui=ui.PreviewText(text))
 
 
@@ -266,6 +269,7 @@ class SDVGRoute(io.ComfyNode):
         rec = new.blocks[-1]
         score = "-" if rec.score is None else f"{rec.score:+.3f}"
         text = f"block {b}: {rec.decision} -> {rec.producer} (min score {score}, tau {tau:+.2f})"
+        host.show_text(text)
         return io.NodeOutput(state.with_state(new, tau=float(tau), policy=policy.describe()), text,
                              ui=ui.PreviewText(text))
 
@@ -275,7 +279,8 @@ def _report(run: host.Run, wall: float | None):
     meta = {"target": s.target.info, "drafter": s.drafter.info if s.drafter else "-",
             "image_reward": s.scorer.info if s.scorer else "-", "lineage": run.state.lineage,
             "frames": str(s.vae.config.pixel_frames(len(run.state.blocks) * run.state.spec.frames_per_block))}
-    return build_report(run.state, run.policy or "-", s.config.recipe, _steps(run), wall_seconds=wall, meta=meta)
+    return build_report(run.state, run.policy or "-", s.config.recipe, _steps(run), wall_seconds=wall, meta=meta,
+                        run_id=host.current_run_id())
 
 
 def _finish_outputs(run: host.Run, wall: float | None):
@@ -312,6 +317,7 @@ class SDVGFinish(io.ComfyNode):
         if not state.state.blocks:
             raise host.SDVGError("SDVG Finish: no block committed; connect the state output of SDVG Loop End")
         frames, table, plot, js = _finish_outputs(state, None)
+        host.show_text(table)
         return io.NodeOutput(frames, table, plot, js, ui=ui.PreviewText(table))
 
 
@@ -332,7 +338,13 @@ class SDVGGenerate(io.ComfyNode):
                                tooltip="Accept a draft when its min ImageReward >= tau (policy sdvg)."),
                 io.Boolean.Input("force_reject_first", default=True,
                                  tooltip="Block 0 always comes from the target; its draft is never computed."),
-            ] + run_inputs()[10:],
+            ] + run_inputs()[10:] + [
+                io.Boolean.Input("fresh_run", default=False,
+                                 tooltip="On: this node neither takes results from nor leaves them in the cache shared "
+                                         "by SDVG nodes, so its wall time is a fresh run's (use it to compare times, "
+                                         "e.g. target-only vs SDVG). Off: moving tau recomputes only from the first "
+                                         "changed block."),
+            ],
             outputs=[io.Image.Output(display_name="frames", tooltip="all frames, 0..1, 16 fps"),
                      io.String.Output(display_name="report", tooltip="per-block table: producer, decision, scores, forwards"),
                      io.Image.Output(display_name="plot", tooltip="min score per block, tau line, bars coloured by producer"),
@@ -341,7 +353,7 @@ class SDVGGenerate(io.ComfyNode):
 
     @classmethod
     def execute(cls, target, vae, positive, prompt, width, height, num_blocks, seed, policy, tau, force_reject_first,
-                recipe, decode_rule, cache_gb, drafter=None, image_reward=None) -> io.NodeOutput:
+                recipe, decode_rule, cache_gb, fresh_run=False, drafter=None, image_reward=None) -> io.NodeOutput:
         what = "SDVG Generate"
         if policy not in POLICIES:
             raise host.SDVGError(f"{what}: policy must be one of {POLICIES}, got {policy!r}")
@@ -351,11 +363,14 @@ class SDVGGenerate(io.ComfyNode):
                "draft_only": lambda: DraftOnly(force_reject_first=bool(force_reject_first))}[policy]()
         if policy != "target_only":
             _need(run, what, drafter=True, scorer=policy == "sdvg")
-        engine = run.session.engine(host.BlockProgress(num_blocks, _steps(run)))
+        # fresh_run: a private memo for this call only (nothing taken from or left for other nodes' runs)
+        memo = TieredMemo(int(cache_gb * 2**30)) if fresh_run else None
+        engine = run.session.engine(host.BlockProgress(num_blocks, _steps(run)), memo=memo)
         t0 = time.perf_counter()
         state = run.state
         while not state.done:
             state = engine.route(state, pol)
         run = run.with_state(state, tau=float(tau) if policy == "sdvg" else None, policy=pol.describe())
         frames, table, plot, js = _finish_outputs(run, time.perf_counter() - t0)
+        host.show_text(table)
         return io.NodeOutput(frames, table, plot, js, ui=ui.PreviewText(table))

@@ -7,6 +7,7 @@ dtype, or the ComfyUI model object + patch uuid) so the engine's shared memo sur
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import uuid
@@ -62,12 +63,23 @@ class SDVGError(RuntimeError):
 
 # ------------------------------------------------------------------------------------------------ folders
 def register_folders() -> None:
-    """Add models/image_reward and models/sdvg_prompts to ComfyUI's registry (keeping yaml-configured paths)."""
+    """Add models/image_reward and models/sdvg_prompts through ComfyUI's public folder API (keeping yaml paths).
+
+    Upstream ComfyUI (0.3.x) takes `add_model_folder_path(name, full_path)` and keeps the extensions in a mutable
+    set; the pip-installable builds (0.12.x) take `extensions=` and place `models/<name>` under every base path
+    themselves (their registry refuses `.get(name, default)` and item assignment puts folders outside models/).
+    """
+    add = folder_paths.add_model_folder_path
+    try:
+        takes_extensions = "extensions" in inspect.signature(add).parameters
+    except (TypeError, ValueError):
+        takes_extensions = False
     for name, exts in ((REWARD_FOLDER, REWARD_EXTENSIONS), (PROMPTS_FOLDER, PROMPT_EXTENSIONS)):
-        default = os.path.join(folder_paths.models_dir, name)
-        paths, old_exts = folder_paths.folder_names_and_paths.get(name, ([], set()))
-        paths = list(paths) + ([default] if default not in paths else [])
-        folder_paths.folder_names_and_paths[name] = (paths, set(old_exts) | exts)
+        if takes_extensions:
+            add(name, extensions=set(exts))
+        else:
+            add(name, os.path.join(folder_paths.models_dir, name))
+            folder_paths.folder_names_and_paths[name][1].update(exts)
 
 
 def file_list(folder: str) -> list[str]:
@@ -77,20 +89,32 @@ def file_list(folder: str) -> list[str]:
         return []
 
 
+def missing_file_message(folder: str, name: str, what: str, source: str) -> str:
+    """What to tell the user when a picked file is not in the folder: the folders searched, the files there, the source."""
+    try:
+        searched = [str(p) for p in folder_paths.get_folder_paths(folder)]
+    except KeyError:
+        searched = []
+    present = file_list(folder)
+    return (f"{what}: file {name!r} not found in models/{folder} (searched: {', '.join(searched) or 'no folder registered'}; "
+            f"files there: {', '.join(present[:8]) or 'none'}). Get it from {source}, put it in one of those folders, "
+            f"then press R in ComfyUI to refresh the file lists.")
+
+
 def resolve_file(folder: str, name: str, what: str, source: str) -> str:
     """Full path of a file picked in a combo, or an error naming the folders searched and the file's source."""
     path = folder_paths.get_full_path(folder, name) if name else None
     if path is not None:
-        return path
-    try:
-        searched = folder_paths.get_folder_paths(folder)
-    except KeyError:
-        searched = []
-    present = file_list(folder)
-    raise SDVGError(
-        f"{what}: file {name!r} not found in models/{folder} (searched: {', '.join(searched) or 'no folder registered'}; "
-        f"files there: {', '.join(present[:8]) or 'none'}). Get it from {source}, put it in one of those folders, "
-        f"then press R in ComfyUI to refresh the file lists.")
+        return str(path)
+    raise SDVGError(missing_file_message(folder, name, what, source))
+
+
+def check_file(folder: str, name: str, what: str, source: str) -> bool | str:
+    """For a loader's `validate_inputs`: True, or the pack's message. Newer ComfyUI checks combo values at /prompt
+    ("Value not in list") unless the node validates the input itself, which would hide the folders and source."""
+    if name and folder_paths.get_full_path(folder, name) is not None:
+        return True
+    return missing_file_message(folder, name, what, source)
 
 
 # ------------------------------------------------------------------------------------------------ dtypes
@@ -374,13 +398,48 @@ class Session:
     scorer: HostedScorer | None
     config: EngineConfig
 
-    def engine(self, progress: Callable[[ProgressEvent], None] | None = None) -> Engine:
-        """A light Engine over the shared memo, with ComfyUI's Cancel as interrupt callback."""
+    def engine(self, progress: Callable[[ProgressEvent], None] | None = None, memo: TieredMemo | None = None) -> Engine:
+        """A light Engine over the shared memo (or `memo`: a private one for a fresh run), with ComfyUI's Cancel as
+        interrupt callback and the current execution's id as run id."""
         e = Engine(self.target.runner, self.vae, self.drafter.runner if self.drafter else None, self.scorer,
-                   self.config, memo=MEMO)
+                   self.config, memo=MEMO if memo is None else memo)
         e.callbacks.interrupt = mm.throw_exception_if_processing_interrupted
         e.callbacks.progress = progress
+        e.callbacks.run_id = current_run_id()
         return e
+
+
+_FALLBACK_RUN_ID = uuid.uuid4().hex
+
+
+def show_text(text: str) -> None:
+    """Draw `text` on the node running now (frontends >= 1.2x show progress text on the node; for the loop's
+    expanded copies the text goes to the node the user placed, whose id ends the copy's id). No-op elsewhere."""
+    try:
+        from comfy_execution.utils import get_executing_context
+        from server import PromptServer
+    except ImportError:
+        return
+    ctx = get_executing_context()
+    server = getattr(PromptServer, "instance", None)
+    if ctx is None or server is None or not hasattr(server, "send_progress_text"):
+        return
+    try:
+        server.send_progress_text(text, str(ctx.node_id).rsplit(".", 1)[-1])
+    except Exception as e:  # display only: never fail a generation over it
+        LOG.debug("SDVG: progress text not sent: %s", e)
+
+
+def current_run_id() -> str:
+    """The id of the ComfyUI execution running now (its prompt id): every block a node computes is stamped with it,
+    so SDVG Finish can tell blocks computed by this queue press from blocks taken from ComfyUI's node cache (an
+    earlier press). Outside an execution (no context): one id per process."""
+    try:
+        from comfy_execution.utils import get_executing_context
+    except ImportError:
+        return _FALLBACK_RUN_ID
+    ctx = get_executing_context()
+    return str(ctx.prompt_id) if ctx is not None and getattr(ctx, "prompt_id", None) else _FALLBACK_RUN_ID
 
 
 @dataclass(frozen=True)

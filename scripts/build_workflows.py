@@ -183,15 +183,19 @@ def loop_workflow(sp: dict) -> dict:
     g.link(route, "state", le, "state")
     g.link(le, "state", fin, "state")
     save_video(g, fin, (2400, 0), "video/SDVG")
-    plot = g.node("PreviewImage", (2060, 600), title="Scores vs tau", size=(660, 420))
+    plot = g.node("PreviewImage", (2860, 0), title="Scores vs tau", size=(660, 420))
     g.link(fin, "plot", plot, "images")
+    rep = g.node("PreviewAny", (2060, 680), title="Report (which blocks were reused, what was recomputed)",
+                 size=(1460, 360))
+    g.link(fin, "report", rep, "source")
     g.group("One block (repeated by SDVG Loop End until every block is committed)", (780, 480, 1240, 560))
-    g.note((2060, 180), "## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE "
-                        "decodes it, **ImageReward** scores every frame and **SDVG Route** keeps the draft when the "
-                        "lowest frame score is >= **tau**; otherwise the 14B **target** redoes the block from the "
-                        "same noise. Block 0 always comes from the target (its draft is never computed: the route's "
-                        "`scored` input is lazy).\n\nMove **tau** and queue again: only the blocks from the first "
-                        "changed decision are recomputed.\n\n" + FILES_NOTE, size=(300, 380))
+    g.note((0, 900), "## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE "
+                     "decodes it, **ImageReward** scores every frame and **SDVG Route** keeps the draft when the "
+                     "lowest frame score is >= **tau**; otherwise the 14B **target** redoes the block from the "
+                     "same noise. Block 0 always comes from the target (its draft is never computed: the route's "
+                     "`scored` input is lazy).\n\nMove **tau** and queue again: only the blocks from the first "
+                     "changed decision are recomputed; the **Report** says per block whether this run computed it "
+                     "and how many forwards it recomputed.\n\n" + FILES_NOTE, size=(740, 520))
     return g.to_json()
 
 
@@ -219,7 +223,8 @@ def baseline_workflow(sp: dict) -> dict:
     for i, (policy, title, prefix) in enumerate((("target_only", "Target only (14B every block)", "video/target_only"),
                                                  ("sdvg", "SDVG (tau -0.7)", "video/SDVG"))):
         y = i * 820
-        gen = g.node("SDVGGenerate", (800, y), {"num_blocks": 9, "policy": policy, "tau": -0.7}, title=title)
+        gen = g.node("SDVGGenerate", (800, y), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},
+                     title=title)
         wire_run(g, m, gen)
         save_video(g, gen, (1180, y), prefix)
         rep = g.node("PreviewAny", (1640, y), title=f"Report: {policy}", size=(620, 300))
@@ -229,9 +234,10 @@ def baseline_workflow(sp: dict) -> dict:
         runs.append(gen)
     g.group("Baseline: the 14B target makes every block", (780, -80, 1500, 800), "#8A8")
     g.group("SDVG: drafter + ImageReward + target on rejected blocks", (780, 740, 1500, 800), "#88A")
-    g.note((0, 920), "## Target-only vs SDVG\n\nSame prompt, seed and noise. The target-only run and SDVG share "
-                     "block 0 (both from the target), so the second run reuses it. Compare the two videos and the "
-                     "reports: counted forwards, acceptance, counted speedup.\n\n" + FILES_NOTE, size=(740, 360))
+    g.note((0, 920), "## Target-only vs SDVG\n\nSame prompt, seed and noise. Both nodes have **fresh_run** on: "
+                     "neither takes blocks from the other's run (block 0 is the same target block in both), so each "
+                     "report's wall time is a fresh run's. Compare the two videos and the reports: wall time, counted "
+                     "forwards, acceptance, counted speedup.\n\n" + FILES_NOTE, size=(740, 520))
     return g.to_json()
 
 

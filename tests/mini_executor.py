@@ -5,11 +5,13 @@ upstream values, except rawLink inputs (the link itself); lazy inputs passed as 
 asks for them; hidden unique_id/dynprompt/prompt on a class clone; node expansion (GraphBuilder prefix
 '<node>.<call>.<graph>.', ephemeral nodes, results resolved through links, duplicate ids refused); and a
 CLASSIC-like output cache keyed by class, constants, fingerprint, ancestors' keys (and the node id for nodes
-with a hidden unique_id), so a re-queue re-runs only what changed.
+with a hidden unique_id), so a re-queue re-runs only what changed; each `run` has its own prompt id, set as
+the executing context around every node (comfy_execution.utils).
 """
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 
@@ -58,6 +60,7 @@ class MiniExecutor:
     def run(self, prompt: dict) -> dict[str, dict]:
         """Execute every output node; returns {node id: ui dict}. `executed` / `cached` list what happened."""
         self.dyn = DynamicPrompt(prompt)
+        self.prompt_id = uuid.uuid4().hex  # like ComfyUI's prompt id: the executing context of every node
         self.values: dict[str, tuple] = {}
         self.ui: dict[str, dict] = {}
         self.executed: list[tuple[str, str]] = []
@@ -141,7 +144,10 @@ class MiniExecutor:
         clone = type(cls.__name__, (cls,), {"hidden": io.HiddenHolder(unique_id=nid, dynprompt=self.dyn,
                                                                          prompt=self.dyn.original)})
         GraphBuilder.set_default_prefix(nid, 0, 0)
-        out = clone.execute(**kwargs)
+        from comfy_execution.utils import CurrentNodeContext
+
+        with CurrentNodeContext(self.prompt_id, nid):
+            out = clone.execute(**kwargs)
         self.executed.append((nid, ct))
         if out.expand is not None:
             if not schema.enable_expand:

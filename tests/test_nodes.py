@@ -393,3 +393,71 @@ def test_report_plot_renders(env):
     colors = {c for _, c in img.getcolors(1 << 20)}
     assert {plot.COLORS["drafter"], plot.COLORS["target"], plot.COLORS["forced"], plot.COLORS["tau"]} <= colors
     assert math.isfinite(rep.counted_speedup)
+
+
+# ------------------------------------------------------------------------------------------------ what the report says
+def test_every_workflow_shows_the_report_on_screen():
+    """Node 'ui text' is not drawn by the frontend: every Finish/Generate report must feed a text-display node."""
+    for path in WORKFLOWS:
+        wf = wt.load(path)
+        nodes = {n["id"]: n for n in wf["nodes"]}
+        sources = [n for n in wf["nodes"] if n["type"] in ("SDVGFinish", "SDVGGenerate")]
+        assert sources, path.name
+        for src in sources:
+            slot = next(i for i, o in enumerate(src["outputs"]) if o["name"] == "report")
+            shown = [nodes[l[3]]["type"] for l in wf["links"] if l[1] == src["id"] and l[2] == slot]
+            assert "PreviewAny" in shown, (path.name, src["id"], shown)
+
+
+def test_report_after_cancel_and_requeue_marks_node_cache_blocks(env):
+    """Cancel before Finish, then queue again: the routes come from the executor's node cache (old run id), Finish
+    runs now. Every block must say it was not computed by this execution, and the recomputed line must appear."""
+    pack, classes = env
+    pack.nodes.host.MEMO.clear()
+    api = wt.set_inputs(api_for(REPO / "workflows" / "sdvg_loop_step_by_step.json", classes), "SDVGRoute", tau=-5.0)
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    first = report_of(pack, ex, api)
+    assert all(b["computed_now"] for b in first["blocks"]) and first["blocks_from_earlier_runs"] == 0
+    assert len({b["run_id"] for b in first["blocks"]}) == 1 and first["blocks"][0]["run_id"] == first["run_id"]
+    # "Cancel" hit while SDVG Finish was running: its (and its viewers') results never reached the cache
+    for key in [k for k in ex.cache if k[0] in ("SDVGFinish", "PreviewAny", "PreviewImage", "CreateVideo", "SaveVideo")]:
+        del ex.cache[key]
+    ui = ex.run(api)
+    assert "SDVGFinish" in {c for _, c in ex.executed} and "SDVGRoute" not in {c for _, c in ex.executed}
+    rep = report_of(pack, ex, api)
+    n = SMALL["num_blocks"]
+    assert rep["run_id"] != first["run_id"] and rep["blocks_from_earlier_runs"] == n
+    assert not any(b["computed_now"] for b in rep["blocks"])
+    assert (rep["recomputed_drafter_forwards"], rep["recomputed_target_forwards"]) == (0, 0)
+    text = ui[node_of(api, "PreviewAny")]["text"][0]
+    assert "this run recomputed drafter 0, target 0 forwards" in text
+    assert f"* {n} block(s) were not computed by this run" in text
+    rows = [r for r in map(str.split, text.splitlines()) if len(r) > 2 and r[0].isdigit() and r[1] in ("target", "drafter")]
+    assert len(rows) == n and all("no" in r and "whole" in r for r in rows), rows
+
+
+def test_baseline_times_are_fresh_runs(env):
+    """sdvg_vs_target_only: neither Generate node takes blocks from the other's run (fresh_run on both), so both
+    wall times are fresh runs; with fresh_run off the second node's report says its time is not a fresh run."""
+    pack, classes = env
+    pack.nodes.host.MEMO.clear()
+    api = api_for(REPO / "workflows" / "sdvg_vs_target_only.json", classes, tau=-5.0)
+    gens = [k for k, v in api.items() if v["class_type"] == "SDVGGenerate"]
+    assert all(api[g]["inputs"]["fresh_run"] is True for g in gens)
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    for g in gens:
+        rep = report_of(pack, ex, api, nid=g)
+        assert rep["fresh_run"] and not any(b["reused"] for b in rep["blocks"]), (api[g]["inputs"]["policy"], rep["blocks"])
+        assert rep["blocks"][0]["work"]["target_forwards"] > 0  # block 0 computed by each node itself
+    shared = {g: {**n, "inputs": {**n["inputs"], "fresh_run": False}} if g in gens else n for g, n in api.items()}
+    pack.nodes.host.MEMO.clear()
+    ex = MiniExecutor(classes)
+    ex.run(shared)
+    reps = [report_of(pack, ex, shared, nid=g) for g in gens]
+    assert sum(not r["fresh_run"] for r in reps) == 1  # the node that ran second took block 0 from the first
+    second = next(r for r in reps if not r["fresh_run"])
+    assert second["blocks"][0]["reused"] and second["blocks"][0]["work"]["target_forwards"] == 0
+    table = ex.ui[next(g for g, r in zip(gens, reps) if not r["fresh_run"])]["text"][0]
+    assert "NOT a fresh run's time" in table

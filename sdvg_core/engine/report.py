@@ -2,8 +2,11 @@
 
 Forward counts are what each block costs in a fresh run (`BlockRecord.cost`: computed now or reused from
 the memo); `recomputed_*` says what this particular run computed (less after a re-run at another tau).
+Given the run id of the execution building the report, every block says whether this execution computed
+it (`computed_now`): a block whose record carries another run id came from a host's own cache (ComfyUI's
+node cache after Cancel + re-queue), so its seconds are an earlier run's and its work is not recomputed.
 Counted work is in drafter-forward units: a target forward costs `cost_ratio` drafter forwards (default
-7.4, the 1.3B:14B ratio at 832x480, DESIGN.md §5). The target-only baseline of the same recipe is
+7.4, the 1.3B:14B ratio at 832x480, docs/design.md §5). The target-only baseline of the same recipe is
 counted, not run: Krea rebuilds the target cache before every block but the first (1 + steps per block),
 Self-Forcing commits every block but the last with a clean forward.
 """
@@ -15,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from .recipes import KreaRecipe, Recipe
 from .state import GenerationState
 
-DEFAULT_COST_RATIO = 7.4  # target (14B) forward / drafter (1.3B) forward at 832x480 (DESIGN.md §5)
+DEFAULT_COST_RATIO = 7.4  # target (14B) forward / drafter (1.3B) forward at 832x480 (docs/design.md §5)
 
 
 @dataclass(frozen=True)
@@ -27,8 +30,10 @@ class BlockReport:
     frame_scores: list[float]
     work: dict[str, int]  # computed by this run
     cost: dict[str, int]  # the block's work in a fresh run
-    seconds: dict[str, float]
+    seconds: dict[str, float]  # measured when the block was computed (an earlier run's when not computed_now)
     reused: list[str]
+    run_id: str = ""  # the execution that computed the block
+    computed_now: bool = True  # computed by the execution that built this report (False: from a host cache)
 
 
 @dataclass(frozen=True)
@@ -47,34 +52,51 @@ class RunReport:
     counted_cost: float  # drafter-forward units
     target_only_cost: float
     counted_speedup: float  # target_only_cost / counted_cost
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase, blocks computed now only
     wall_seconds: float | None = None
     meta: dict[str, str] = field(default_factory=dict)
+    run_id: str | None = None  # the execution that built this report (None: every block counts as computed now)
+    blocks_from_earlier_runs: int = 0  # blocks this execution did not compute (taken from a host's cache)
+    fresh_run: bool = True  # every block and every part of it was computed by this execution (wall = a fresh run's time)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
 
     def table(self) -> str:
-        """A fixed-width per-block table plus the totals, for terminals and ComfyUI text outputs."""
+        """A fixed-width per-block table plus the totals, for terminals and ComfyUI text outputs.
+
+        `now` says per block whether this execution computed it (yes / part: some results came from the memo /
+        no: the whole block came from an earlier run, e.g. ComfyUI's node cache, and its seconds are that run's).
+        """
         lines = [f"policy: {self.policy} | recipe: {self.recipe}",
                  f"{'block':>5} {'producer':>8} {'decision':>8} {'min/agg':>8} {'frames(min..max)':>18} "
-                 f"{'D fw':>4} {'T fw':>4} {'secs':>7} reused"]
+                 f"{'D fw':>4} {'T fw':>4} {'secs':>8} {'now':>4} reused"]
         for b in self.blocks:
             fs = f"{min(b.frame_scores):+.3f}..{max(b.frame_scores):+.3f}" if b.frame_scores else "-"
             sc = f"{b.score:+.3f}" if b.score is not None else "-"
+            now = "no" if not b.computed_now else ("part" if b.reused else "yes")
+            secs = f"{sum(b.seconds.values()):.3f}" + ("*" if not b.computed_now else "")
+            reused = ",".join(b.reused) if b.computed_now else "whole block (earlier run)"
             lines.append(f"{b.index:>5} {b.producer:>8} {b.decision:>8} {sc:>8} {fs:>18} "
                          f"{b.cost.get('drafter_forwards', 0):>4} {b.cost.get('target_forwards', 0):>4} "
-                         f"{sum(b.seconds.values()):>7.3f} {','.join(b.reused) or '-'}")
+                         f"{secs:>8} {now:>4} {reused or '-'}")
+        if self.blocks_from_earlier_runs:
+            lines.append(f"* {self.blocks_from_earlier_runs} block(s) were not computed by this run: they came from "
+                         f"ComfyUI's cache of an earlier run (e.g. before Cancel); their seconds are that run's")
         acc = "-" if self.acceptance_blocks_1_to_n is None else f"{self.acceptance_blocks_1_to_n:.1%}"
         lines.append(f"acceptance blocks 1..N-1: {acc} | all N blocks: {self.acceptance_all_blocks:.1%}")
-        lines.append(f"forwards: drafter {self.drafter_forwards}, target {self.target_forwards} | counted cost "
+        lines.append(f"forwards (fresh run): drafter {self.drafter_forwards}, target {self.target_forwards} | counted cost "
                      f"{self.counted_cost:.1f} vs target-only {self.target_only_cost:.1f} (1:{self.cost_ratio:g}) "
                      f"-> counted speedup {self.counted_speedup:.2f}x")
         if (self.recomputed_drafter_forwards, self.recomputed_target_forwards) != (self.drafter_forwards, self.target_forwards):
             lines.append(f"this run recomputed drafter {self.recomputed_drafter_forwards}, target "
                          f"{self.recomputed_target_forwards} forwards (the rest came from the cache)")
         if self.wall_seconds is not None:
-            lines.append(f"wall {self.wall_seconds:.2f} s; phases " + ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items()))
+            line = f"wall {self.wall_seconds:.2f} s; phases " + ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items())
+            if not self.fresh_run:
+                line += ("\nNOT a fresh run's time: results were taken from the cache (see 'reused'/'now'); compare "
+                         "times only between runs that computed everything, or compare the counted cost above")
+            lines.append(line)
         return "\n".join(lines)
 
 
@@ -101,17 +123,22 @@ def reference_forwards(recipe: Recipe, rejected: list[bool], steps: int) -> tupl
 
 def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps: int,
                  cost_ratio: float = DEFAULT_COST_RATIO, wall_seconds: float | None = None,
-                 meta: dict[str, str] | None = None) -> RunReport:
+                 meta: dict[str, str] | None = None, run_id: str | None = None) -> RunReport:
+    """The report of `state`. `run_id`: the execution building it; blocks whose record carries another run id
+    are marked as not computed now, and their work does not count as recomputed."""
     blocks = [BlockReport(b.index, b.producer, b.decision, b.score, list(b.frame_scores), dict(b.work), dict(b.cost),
-                          {k: round(v, 6) for k, v in b.seconds.items()}, list(b.reused)) for b in state.blocks]
+                          {k: round(v, 6) for k, v in dict(b.seconds).items()}, list(b.reused),
+                          run_id=getattr(b, "run_id", ""), computed_now=run_id is None or getattr(b, "run_id", "") == run_id)
+              for b in state.blocks]
     n = len(blocks)
+    now = [b for b in blocks if b.computed_now]
     accepted = [b.decision == "accepted" for b in blocks]
     d_fw = sum(b.cost.get("drafter_forwards", 0) for b in blocks)
     t_fw = sum(b.cost.get("target_forwards", 0) for b in blocks)
     cost = d_fw + cost_ratio * t_fw
     base = cost_ratio * target_only_forwards(recipe, n, steps)
     seconds: dict[str, float] = {}
-    for b in blocks:
+    for b in now:
         for k, v in b.seconds.items():
             seconds[k] = round(seconds.get(k, 0.0) + v, 6)
     return RunReport(
@@ -119,8 +146,10 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         acceptance_blocks_1_to_n=(sum(accepted[1:]) / (n - 1)) if n > 1 else None,
         acceptance_all_blocks=sum(accepted) / n if n else 0.0,
         drafter_forwards=d_fw, target_forwards=t_fw,
-        recomputed_drafter_forwards=sum(b.work.get("drafter_forwards", 0) for b in blocks),
-        recomputed_target_forwards=sum(b.work.get("target_forwards", 0) for b in blocks),
+        recomputed_drafter_forwards=sum(b.work.get("drafter_forwards", 0) for b in now),
+        recomputed_target_forwards=sum(b.work.get("target_forwards", 0) for b in now),
         cost_ratio=cost_ratio, counted_cost=cost,
         target_only_cost=base, counted_speedup=base / cost if cost else float("inf"),
-        seconds=seconds, wall_seconds=wall_seconds, meta=dict(meta or {}))
+        seconds=seconds, wall_seconds=wall_seconds, meta=dict(meta or {}), run_id=run_id,
+        blocks_from_earlier_runs=n - len(now),
+        fresh_run=len(now) == n and not any(b.reused for b in blocks))
