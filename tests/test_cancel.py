@@ -110,3 +110,56 @@ def test_anchor_encode_stops_within_one_block():
     with pytest.raises(Cancelled):
         vae.encode_anchor_frame(torch.rand(1, 3, 32, 48) * 2 - 1, (32, 48), interrupt=RaiseOnCall(2))
     assert blocks[0] == 1
+
+
+# ----------------------------------------------------------------------------------- refusing sizes up front
+def test_decoder_cache_estimate_bounds_the_real_cache():
+    from sdvg_core.engine.memory import vae_decode_memory
+
+    vae = random_vae(0)
+    _, cache = vae.decode_stream(torch.randn(1, vae.config.z_dim, 2, 6, 8))  # 48x64 pixels
+    est, _ = vae_decode_memory(vae.config, torch.float32, 48, 64)
+    assert cache.nbytes <= est <= 1.01 * cache.nbytes
+
+
+def test_kv_estimate_is_the_allocated_window():
+    from sdvg_core.engine.memory import dit_memory
+
+    cfg = PRESETS["tiny-target"]
+    kv = KVCache.empty(cfg, batch=1, window_frames=6, tokens_per_frame=6, device="cpu", dtype=torch.float32)
+    est = dit_memory(cfg, torch.float32, tokens_per_frame=6, window_frames=6, frames_per_block=3)
+    assert est.kv == kv.nbytes and est.window_tokens == 36
+    assert est.weights == sum(p.numel() * 4 for p in build_random(cfg).parameters())
+
+
+def test_self_forcing_window_is_the_whole_video():
+    """At 832x480, 9 blocks: Krea's window is 9,360 tokens, Self-Forcing's the whole video (27 frames, 42,120)."""
+    from sdvg_core.engine.memory import estimate_for_spec
+    from sdvg_core.engine.recipes import recipe_by_name
+    from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+    from sdvg_core.models.vae import VAE_PRESETS
+
+    spec = GenerationSpec(PromptConditioning.make("p", torch.zeros(1, 4, 4096)), 832, 480, 9, 0)
+    dits = [(PRESETS["wan2.1-t2v-14b"], torch.bfloat16)]
+    vae = VAE_PRESETS["wan2.1-vae"]
+    krea = estimate_for_spec(spec, recipe_by_name("krea"), dits, vae, torch.bfloat16)
+    sf = estimate_for_spec(spec, recipe_by_name("self_forcing"), dits, vae, torch.bfloat16)
+    assert krea.dits[0].window_tokens == 9360 and sf.dits[0].window_tokens == 42120
+    assert sf.dits[0].kv * 2 == krea.dits[0].kv * 9  # 4.5x the KV reservation (issue 9: was fixed at 9,360)
+
+
+def test_refuses_a_size_that_cannot_fit_naming_estimate_and_limit():
+    from sdvg_core.engine.memory import GIB, MemoryRefused, check_fits, estimate_generation
+    from sdvg_core.models.vae import VAE_PRESETS
+
+    def est(h, w):
+        return estimate_generation(dits=[(PRESETS["wan2.1-t2v-14b"], torch.bfloat16),
+                                         (PRESETS["wan2.1-t2v-1.3b"], torch.bfloat16)],
+                                   vae=VAE_PRESETS["wan2.1-vae"], vae_dtype=torch.bfloat16, height=h, width=w,
+                                   window_frames=6, context_frames=3)
+
+    check_fits(est(480, 832), 80 * GIB)  # Krea at 832x480 fits an 80 GB card
+    with pytest.raises(MemoryRefused) as e:
+        check_fits(est(4096, 4096), 141 * GIB, "cuda:0")
+    msg = str(e.value)
+    assert "GiB" in msg and "141.0 GiB of cuda:0" in msg and "KV window" in msg and "VAE decode" in msg
