@@ -46,6 +46,13 @@ class _LoadDiT(io.ComfyNode):
         )
 
     @classmethod
+    def validate_inputs(cls, model_name: str, input_types=None) -> bool | str:
+        # checked here (not as a combo value) so a missing file names the folders and the source on every ComfyUI
+        if input_types and "model" in input_types:  # a connected MODEL replaces the file
+            return True
+        return host.check_file(host.DIFFUSION_FOLDER, model_name, f"SDVG Load {cls.ROLE.title()}", host.SOURCES[cls.ROLE])
+
+    @classmethod
     def execute(cls, model_name: str, pt_entry: str, weight_dtype: str, model=None) -> io.NodeOutput:
         role = cls.ROLE
         if model is not None:
@@ -109,6 +116,10 @@ class SDVGLoadImageReward(io.ComfyNode):
             ],
             outputs=[SDVGReward.Output(display_name="image_reward", tooltip="the scorer, for SDVG Start / Generate")],
         )
+
+    @classmethod
+    def validate_inputs(cls, reward_name: str) -> bool | str:
+        return host.check_file(host.REWARD_FOLDER, reward_name, "SDVG Load ImageReward", host.SOURCES["image_reward"])
 
     @classmethod
     def execute(cls, reward_name: str, dtype: str, micro_batch: int) -> io.NodeOutput:
