@@ -1,0 +1,89 @@
+"""Prompt sets (one prompt per line, MovieGenVideoBench format) and the on-disk prompt-embedding cache.
+
+Embeddings are encoded once per (encoder, prompt) and saved as .safetensors; workers and re-runs read the
+file instead of running umT5 again.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from sdvg_core.io.text import demo_embeddings, load_embeddings, save_embeddings
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A benchmark prompt: id k = line k+1 of the file (the benchmark's numbering)."""
+
+    id: int
+    text: str
+
+
+def read_prompts(path: str | Path, limit: int | None = None) -> list[Prompt]:
+    """Prompts of a one-per-line file; blank lines keep their number but are skipped."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    prompts = [Prompt(k, line.strip()) for k, line in enumerate(lines) if line.strip()]
+    return prompts[:limit] if limit is not None else prompts
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """How prompts become embeddings: `key` names the encoder (part of the cache key and the run fingerprint)."""
+
+    key: str
+    encode: Callable[[str], torch.Tensor]
+
+
+def demo_encoder(text_dim: int) -> Encoder:
+    """The tiny models' stand-in embeddings (sdvg_core.io.text.demo_embeddings)."""
+    return Encoder(f"demo-embeddings:{text_dim}", lambda text: demo_embeddings(text, text_dim))
+
+
+def umt5_encoder(folder: str | Path, device: str = "cpu") -> Encoder:
+    """umT5 from a local folder; the model is loaded on first use and kept for the following prompts."""
+    from transformers import AutoTokenizer, UMT5EncoderModel
+
+    from sdvg_core.io.text import WAN_TEXT_LEN, umt5_folders
+
+    model_dir, tok_dir = umt5_folders(folder)
+    loaded: dict = {}
+
+    def encode(text: str) -> torch.Tensor:
+        if not loaded:
+            loaded["tok"] = AutoTokenizer.from_pretrained(str(tok_dir), local_files_only=True)
+            loaded["model"] = UMT5EncoderModel.from_pretrained(str(model_dir), local_files_only=True).to(device).eval()
+        ids = loaded["tok"]([text], padding="max_length", truncation=True, max_length=WAN_TEXT_LEN, return_tensors="pt")
+        with torch.no_grad():
+            h = loaded["model"](input_ids=ids.input_ids.to(device), attention_mask=ids.attention_mask.to(device)).last_hidden_state
+        return (h.float() * ids.attention_mask.to(device)[..., None]).cpu()
+
+    return Encoder(f"umt5:{Path(folder).expanduser().resolve()}", encode)
+
+
+def cache_path(cache_dir: str | Path, encoder_key: str, text: str) -> Path:
+    """The cache file of one (encoder, prompt): a content hash, so a changed prompt or encoder never collides."""
+    h = hashlib.blake2b(f"{encoder_key}\n{text}".encode(), digest_size=16).hexdigest()
+    return Path(cache_dir) / f"{h}.safetensors"
+
+
+def cached_embeddings(cache_dir: str | Path, encoder: Encoder, prompts: list[Prompt]) -> tuple[dict[int, Path], int]:
+    """Cache files for every prompt, encoding only the missing ones -> ({prompt id: file}, number encoded now)."""
+    files, encoded = {}, 0
+    for p in prompts:
+        f = cache_path(cache_dir, encoder.key, p.text)
+        if not f.is_file():
+            tmp = f.with_suffix(".tmp.safetensors")
+            save_embeddings(tmp, p.text, encoder.encode(p.text))
+            tmp.replace(f)  # atomic: a killed run never leaves a half-written cache file
+            encoded += 1
+        files[p.id] = f
+    return files, encoded
+
+
+def load_cached(path: str | Path) -> torch.Tensor:
+    """Embeddings [1, L, D] from a cache file."""
+    return load_embeddings(path)[1]

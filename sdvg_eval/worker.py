@@ -1,0 +1,170 @@
+"""One worker: loads the models once and runs (prompt, seed) units, every config of a unit over one shared memo.
+
+Used in-process (`--workers 0`) and as the body of each Ray actor, so both paths compute the same rows.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine, EngineConfig
+from sdvg_core.engine.memo import TieredMemo
+from sdvg_core.engine.recipes import recipe_by_name
+from sdvg_core.engine.report import build_report
+from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+
+from .config import parse_config
+from .metrics import build_metric
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """Which models and geometry a worker loads: the tiny embedded models or real files (as in the demo CLI)."""
+
+    tiny: bool = True
+    drafter: str | None = None
+    target: str | None = None
+    vae: str | None = None
+    reward: str | None = None
+    vocab: str | None = None
+    pt_entry: str = "generator_ema"
+    device: str = "cpu"
+    dtype: str = "fp32"
+    width: int = 96
+    height: int = 64
+    blocks: int = 6
+    recipe: str = "krea"
+    decode_rule: str = "standard"
+    memo_bytes: int = DEFAULT_MEMO_BYTES
+    threads: int = 1  # torch intra-op threads per worker on CPU (tiny models gain nothing from more)
+    needs_drafter: bool = True
+    needs_scorer: bool = True
+
+    def identity(self) -> dict[str, str]:
+        """What makes two runs' rows comparable: model files (path, size, mtime) or tiny seeds, and the geometry."""
+        from sdvg_core.io.checkpoint import file_identity
+
+        models = {"models": "tiny random (sdvg_core.demo.tiny, seed 0)"} if self.tiny else {
+            k: file_identity(v) for k in ("drafter", "target", "vae", "reward") if (v := getattr(self, k))}
+        return {**models, "pt_entry": self.pt_entry, "dtype": self.dtype, "size": f"{self.width}x{self.height}",
+                "blocks": str(self.blocks), "recipe": self.recipe, "decode_rule": self.decode_rule}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A (prompt, seed) task: every config of the sweep runs on it over one shared memo."""
+
+    prompt_id: int
+    text: str
+    seed: int
+    embeddings_file: str
+
+
+def load_models(s: ModelSetup):
+    """(drafter, target, vae, scorer) for the setup; every model carries the `.key` the engine's memo needs."""
+    if s.tiny:
+        from sdvg_core.demo.tiny import tiny_models
+
+        m = tiny_models(seed=0)
+        return m.drafter, m.target, m.vae, m.scorer
+    from sdvg_core.io.checkpoint import load_wan_dit, load_wan_vae
+    from sdvg_core.models.reward import ImageRewardScorer
+    from sdvg_core.models.wan import CausalWan
+
+    dtype = DTYPES[s.dtype]
+    tnet, tcfg, _ = load_wan_dit(s.target, dtype=dtype, device=s.device)
+    target = CausalWan(tnet, tcfg, key=f"{s.target}:{s.dtype}")
+    drafter = None
+    if s.needs_drafter:
+        dnet, dcfg, _ = load_wan_dit(s.drafter, dtype=dtype, device=s.device, pt_entry=s.pt_entry)
+        drafter = CausalWan(dnet, dcfg, key=f"{s.drafter}:{s.pt_entry}:{s.dtype}")
+    vae = load_wan_vae(s.vae, dtype=torch.float32 if s.device == "cpu" else torch.float16, device=s.device)
+    scorer = ImageRewardScorer.from_files(s.reward, s.vocab, device=s.device) if s.reward else None
+    return drafter, target, vae, scorer
+
+
+def frames_digest(frames: torch.Tensor) -> str:
+    """Content hash of the output frames (float32 bytes): equal digests = bit-identical videos."""
+    c = frames.detach().to("cpu", torch.float32).contiguous()
+    return hashlib.blake2b(c.numpy().tobytes(), digest_size=16).hexdigest()
+
+
+def block_columns(num_blocks: int) -> list[str]:
+    """s1..sK (draft score) and b1..bK (1 = draft accepted) for blocks 1..K, K = blocks - 1 (block 0 is forced)."""
+    k = range(1, num_blocks)
+    return [f"s{i}" for i in k] + [f"b{i}" for i in k]
+
+
+class UnitRunner:
+    """Holds the models and the metrics; `run_config` makes one row, sharing the memo within the current unit."""
+
+    def __init__(self, setup: ModelSetup, metric_specs: list[str], out_dir: str, save_videos: bool = False,
+                 run_fp: str = "", worker_name: str = "main"):
+        if setup.device == "cpu":
+            torch.set_num_threads(setup.threads)
+        self.setup, self.out_dir, self.save_videos, self.run_fp = setup, Path(out_dir), save_videos, run_fp
+        self.worker_name = worker_name
+        self.drafter, self.target, self.vae, self.scorer = load_models(setup)
+        self.metrics = [(spec, build_metric(spec, self.scorer, setup.device)) for spec in metric_specs]
+        self.engine_config = EngineConfig(recipe=recipe_by_name(setup.recipe), decode_rule=setup.decode_rule,
+                                          memo_bytes=setup.memo_bytes)
+        self._unit: Unit | None = None
+        self._memo: TieredMemo | None = None
+
+    def pid(self) -> int:
+        """This worker's process id (tests kill it to prove resume)."""
+        return os.getpid()
+
+    def _memo_for(self, unit: Unit) -> TieredMemo:
+        """The unit's shared memo: threshold configs of one (prompt, seed) reuse their common prefix."""
+        if self._unit != unit:
+            self._unit, self._memo = unit, TieredMemo(self.setup.memo_bytes)
+        return self._memo
+
+    def run_config(self, unit: Unit, config_name: str) -> dict:
+        """Generate the video of one (config, prompt, seed), score it with every metric -> one CSV row."""
+        from .prompts import load_cached
+        from .metrics import metric_name
+
+        cfg = parse_config(config_name)
+        s = self.setup
+        prompt = PromptConditioning.make(unit.text, load_cached(unit.embeddings_file))
+        spec = GenerationSpec(prompt, s.width, s.height, s.blocks, unit.seed)
+        policy = cfg.policy(unit.prompt_id, unit.seed)
+        engine = Engine(self.target, self.vae, self.drafter if cfg.needs_drafter else None,
+                        self.scorer if cfg.needs_scorer else None, self.engine_config, memo=self._memo_for(unit))
+        t0 = time.perf_counter()
+        state = engine.generate(spec, policy)
+        frames = engine.frames(state)
+        wall = time.perf_counter() - t0
+        rep = build_report(state, policy.describe(), engine.recipe, engine.plan.num_steps, wall_seconds=wall)
+        row: dict = {"config": cfg.name, "prompt_id": unit.prompt_id, "seed": unit.seed}
+        for spec_str, metric in self.metrics:
+            row[metric_name(spec_str)] = metric.score(frames, unit.text)
+        computed_cost = rep.recomputed_drafter_forwards + rep.cost_ratio * rep.recomputed_target_forwards
+        row.update(time_s=wall, fresh_time=int(rep.fresh_run), counted_cost=rep.counted_cost,
+                   target_only_cost=rep.target_only_cost, counted_speedup=rep.counted_speedup,
+                   drafter_forwards=rep.drafter_forwards, target_forwards=rep.target_forwards,
+                   computed_drafter_forwards=rep.recomputed_drafter_forwards,
+                   computed_target_forwards=rep.recomputed_target_forwards, computed_cost=computed_cost,
+                   acceptance=rep.acceptance_blocks_1_to_n if rep.acceptance_blocks_1_to_n is not None else "")
+        for b in state.blocks[1:]:
+            row[f"s{b.index}"] = "" if b.score is None else b.score  # min or mean over frames, per the policy
+            row[f"b{b.index}"] = int(b.decision == "accepted")
+        row["frames_digest"] = frames_digest(frames)
+        row["video"] = ""
+        if self.save_videos:
+            from sdvg_core.io.video import write_video
+
+            safe = cfg.name.replace(":", "_")
+            row["video"] = str(write_video(frames, self.out_dir / "videos" / f"{safe}_p{unit.prompt_id}_s{unit.seed}.mp4"))
+        row.update(worker=self.worker_name, run=self.run_fp, prompt=unit.text)
+        return row
+
