@@ -25,7 +25,7 @@ if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
   "$VPY" -m pip install -q "${torch_index[@]}" "torch==${SDVG_TORCH_VERSION:-2.13.0}"
 fi
 stamp=.venv/.sdvg-reqs
-if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ] || [ requirements-eval.txt -nt "$stamp" ]; then
   "$VPY" -m pip install -q -r requirements-dev.txt
   touch "$stamp"
 fi
@@ -34,5 +34,7 @@ case "$cmd" in
   test)  exec "$VPY" -m pytest -q "$@" ;;
   demo)  exec "$VPY" -m sdvg_core.demo "$@" ;;
   bench) exec "$VPY" bench/bench_engine.py "$@" ;;
-  *) echo "usage: ./dev.sh {test|demo|bench} [args]" >&2; exit 2 ;;
+  eval)  exec "$VPY" -m sdvg_eval "$@" ;;
+  eval-report) exec "$VPY" -m sdvg_eval.report "$@" ;;
+  *) echo "usage: ./dev.sh {test|demo|bench|eval|eval-report} [args]" >&2; exit 2 ;;
 esac

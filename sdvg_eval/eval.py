@@ -65,6 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
     p.add_argument("--gpus-per-worker", type=float, default=None, help="default 1 on a GPU device, else 0")
     p.add_argument("--save-videos", action="store_true", help="write OUT/videos/CONFIG_pID_sSEED.mp4")
+    p.add_argument("--fresh-timing", action="store_true",
+                   help="a fresh memo per config: measured seconds are fresh-run times (no sweep saving)")
     p.add_argument("--no-report", action="store_true", help="skip summary.md / pareto.png at the end")
     return p.parse_args(argv)
 
@@ -160,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if a.workers == 0 or not jobs:
-            res = run_local(jobs, setup, a.metrics, out, appender, a.save_videos, run_fp, on_row)
+            res = run_local(jobs, setup, a.metrics, out, appender, a.save_videos, run_fp, on_row,
+                            not a.fresh_timing)
         else:
             res = _run_on_ray(a, jobs, setup, out, appender, run_fp, gpu, on_row)
     finally:
@@ -204,7 +207,7 @@ def _run_on_ray(a, jobs, setup, out, appender, run_fp, gpu, on_row):
                                    else int(res_.get("CPU", 1) // a.cpus_per_worker))
         print(f"Ray: {workers} worker(s), {a.cpus_per_worker} CPU and {gpus_per_worker} GPU each", file=sys.stderr)
         return run_ray(jobs, setup, a.metrics, out, appender, a.save_videos, run_fp, workers, a.cpus_per_worker,
-                       gpus_per_worker, on_row)
+                       gpus_per_worker, on_row, not a.fresh_timing)
     finally:
         ray.shutdown()
 

@@ -54,6 +54,7 @@ def summarise(rows: list[dict], metrics: list[str]) -> list[ConfigSummary]:
         by.setdefault(r["config"], []).append(r)
     base = by.get(SPEEDUP_BASELINE)
     base_s = _mean([float(r["time_s"]) for r in base]) if base else None
+    base_fresh = bool(base) and all(r["fresh_time"] == "1" for r in base)
     out = []
     for name, rs in by.items():
         c = parse_config(name)
@@ -61,9 +62,10 @@ def summarise(rows: list[dict], metrics: list[str]) -> list[ConfigSummary]:
         bcols = [k for k in rs[0] if k.startswith("b") and k[1:].isdigit()]
         decisions = [int(r[k]) for r in rs for k in bcols if r[k] != ""]
         counted = sum(float(r["target_only_cost"]) for r in rs) / sum(float(r["counted_cost"]) for r in rs)
-        out.append(ConfigSummary(
+        fresh = all(r["fresh_time"] == "1" for r in rs)
+        out.append(ConfigSummary(  # a measured speedup only between fresh-run times
             name, c.kind, c.value, len(rs), {m: _mean([float(r[m]) for r in rs]) for m in metrics}, secs,
-            all(r["fresh_time"] == "1" for r in rs), base_s / secs if base_s and secs else None, counted,
+            fresh, base_s / secs if fresh and base_fresh and secs else None, counted,
             sum(decisions) / len(decisions) if decisions else None))
     order = {k: i for i, k in enumerate(("target-only", "draft-only", "accept-all", "random", "sdvg", "sdvg-mean"))}
     return sorted(out, key=lambda s: (order[s.kind], -(s.value or 0)))
@@ -119,9 +121,9 @@ def markdown(summ: list[ConfigSummary], metrics: list[str], savings: list[UnitSa
     lines.append("")
     if any(not s.all_fresh for s in summ):
         lines.append("\\* measured with the unit's shared memo (the prefix a config shares with an earlier config of "
-                     "the same prompt was not recomputed), so these seconds are not a fresh run's; the counted "
-                     "speedup is exact either way (fresh-run forwards, target:drafter cost ratio from the engine "
-                     "report).")
+                     "the same prompt was not recomputed), so these seconds are not a fresh run's and no measured "
+                     "speedup is given (run with --fresh-timing for fresh-run seconds); the counted speedup is exact "
+                     "either way (fresh-run forwards, target:drafter cost ratio from the engine report).")
     if ImageRewardMean.name in metrics:
         lines.append(f"note: {IMAGEREWARD_NOTE}.")
     comp = sum(u.computed_forwards for u in savings)

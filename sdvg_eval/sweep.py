@@ -51,12 +51,13 @@ def _say(msg: str) -> None:
 
 
 def run_local(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path, appender: Appender,
-              save_videos: bool, run_fp: str, on_row: Callable[[dict], None] | None = None) -> SweepOutcome:
+              save_videos: bool, run_fp: str, on_row: Callable[[dict], None] | None = None,
+              share_memo: bool = True) -> SweepOutcome:
     """Single process, no Ray: one runner, the jobs in order (the path the bit-for-bit tests compare against)."""
     res = SweepOutcome()
     if not jobs:
         return res
-    runner = UnitRunner(setup, metrics, str(out), save_videos, run_fp, "main")
+    runner = UnitRunner(setup, metrics, str(out), save_videos, run_fp, "main", share_memo)
     (out / WORKERS_FILE).write_text(json.dumps({"main": runner.pid()}))
     for job in jobs:
         for c in job.configs:
@@ -70,7 +71,7 @@ def run_local(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path,
 
 def run_ray(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path, appender: Appender, save_videos: bool,
             run_fp: str, workers: int, cpus_per_worker: float, gpus_per_worker: float,
-            on_row: Callable[[dict], None] | None = None) -> SweepOutcome:
+            on_row: Callable[[dict], None] | None = None, share_memo: bool = True) -> SweepOutcome:
     """One actor per worker slot loads the models once; each gets one unit at a time (its configs in order)."""
     import ray
     from ray.exceptions import RayActorError, RayTaskError
@@ -85,7 +86,7 @@ def run_ray(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path, a
     def new_actor():
         name = f"w{next(counter)}"
         return name, Actor.options(name=f"sdvg-eval-{run_fp}-{name}-{time.time_ns()}").remote(
-            setup, metrics, str(out), save_videos, run_fp, name)
+            setup, metrics, str(out), save_videos, run_fp, name, share_memo)
 
     actors = dict(new_actor() for _ in range(min(workers, len(jobs))))
     pids = {}

@@ -106,11 +106,11 @@ class UnitRunner:
     """Holds the models and the metrics; `run_config` makes one row, sharing the memo within the current unit."""
 
     def __init__(self, setup: ModelSetup, metric_specs: list[str], out_dir: str, save_videos: bool = False,
-                 run_fp: str = "", worker_name: str = "main"):
+                 run_fp: str = "", worker_name: str = "main", share_memo: bool = True):
         if setup.device == "cpu":
             torch.set_num_threads(setup.threads)
         self.setup, self.out_dir, self.save_videos, self.run_fp = setup, Path(out_dir), save_videos, run_fp
-        self.worker_name = worker_name
+        self.worker_name, self.share_memo = worker_name, share_memo
         self.drafter, self.target, self.vae, self.scorer = load_models(setup)
         self.metrics = [(spec, build_metric(spec, self.scorer, setup.device)) for spec in metric_specs]
         self.engine_config = EngineConfig(recipe=recipe_by_name(setup.recipe), decode_rule=setup.decode_rule,
@@ -123,8 +123,10 @@ class UnitRunner:
         return os.getpid()
 
     def _memo_for(self, unit: Unit) -> TieredMemo:
-        """The unit's shared memo: threshold configs of one (prompt, seed) reuse their common prefix."""
-        if self._unit != unit:
+        """The unit's shared memo: threshold configs of one (prompt, seed) reuse their common prefix.
+
+        Without `share_memo` every config gets a fresh memo, so its measured seconds are a fresh run's."""
+        if self._unit != unit or not self.share_memo:
             self._unit, self._memo = unit, TieredMemo(self.setup.memo_bytes)
         return self._memo
 
