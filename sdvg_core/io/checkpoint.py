@@ -46,6 +46,9 @@ STATE_DICT_ENTRY = "state_dict"  # Lightning / generic training wrappers
 _UNSAFE_MARKERS = ("global", "can only build", "can only create new object")
 # torch warns about non-default pickle protocols while reading old files; the reader reports problems itself.
 _PROTOCOL_WARNING = "Detected pickle protocol"
+# Lines of torch's weights_only error text that are advice, not the reason (the reason is the remaining line).
+_TORCH_BOILERPLATE = ("Weights only load failed", "weights_only", "torch.load", "Please file an issue",
+                      "WeightsUnpickler error:")
 # torch's weights_only unpickler names the FRAME opcode (0x95, pickle protocol >= 4) it does not support this way.
 _NEW_PROTOCOL_OPCODE = "Unsupported operand 149"
 
@@ -141,8 +144,10 @@ def _read_pickle(p: Path, error: type[CheckpointError], hint: str) -> object:
 
 def _corrupt(p: Path, e: BaseException, hint: str) -> str:
     """Message for a .pt whose bytes are not a torch checkpoint."""
-    text = str(e).strip().splitlines()
-    detail = f"{type(e).__name__}: {text[-1] if text else 'no detail'}"
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    # torch's weights_only errors wrap the one useful line in advice about weights_only=False; keep that line only
+    useful = [ln for ln in lines if not any(b in ln for b in _TORCH_BOILERPLATE)]
+    detail = f"{type(e).__name__}: {useful[0] if useful else 'no detail'}"
     return (f"{p} ({p.stat().st_size:,} bytes) is not a readable checkpoint (corrupt or truncated): torch.load "
             f"failed ({detail}). Download it again{hint}.")
 
@@ -227,7 +232,7 @@ def load_wan_dit(path: str | os.PathLike, config: WanDiTConfig | str | None = No
     raw, entry = read_state_dict(p, pt_entry=pt_entry, dtype=dtype, what="Wan DiT checkpoint")
     sd, prefix = normalize_prefix(raw, DIT_LAYOUT, p)
     try:
-        check_t2v_state_dict(sd, Path(p).name)
+        check_t2v_state_dict(sd, p)
     except WrongWanModel as e:
         raise CheckpointError(f"{e} {INDISTINGUISHABLE_NOTE}", p) from e
     cfg = _resolve_dit_config(config if config is not None else preset, sd, p)
