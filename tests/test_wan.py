@@ -1,27 +1,53 @@
 """Block-causal Wan DiT: parity with the Self-Forcing reference fixture and cache invariants."""
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.models.wan_config import PRESETS, detect_preset
+from sdvg_core.models.wan_config import PRESETS, WanDiTConfig, detect_preset
 from sdvg_core.engine.schedule import add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
 from sdvg_core.models.wan import CausalWan, KVCache, WanDiT, build_random
 
 TOL = 1e-4  # fixtures README §5: honest fp32 implementations land at 1e-6..1e-5; real bugs are >= 1.7e-3
 
 
+@dataclass(frozen=True)
+class CausalFixture:
+    """The causal_wan_tiny fixture: config and geometry read from its meta.json, the loaded network, the tensors."""
+
+    cfg: WanDiTConfig
+    net: WanDiT
+    T: dict[str, torch.Tensor]
+    blocks: int
+    frames_per_block: int
+    tokens_per_frame: int
+    window_frames: int  # KV-cache capacity in latent frames
+    calls_per_block: int
+
+
 @pytest.fixture(scope="module")
-def causal_fixture():
+def causal_fixture() -> CausalFixture:
     from conftest import require_shared
 
     d = require_shared("fixtures") / "causal_wan_tiny"
-    w = load_file(d / "weights.safetensors")
-    cfg = detect_preset(w)
+    meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+    mc, geo = meta["model_config"], meta["geometry"]
+    cfg = WanDiTConfig.from_mapping(mc, name="causal_wan_tiny")
+    assert cfg.head_dim == mc["head_dim"] and list(cfg.rope_pairs) == mc["rope_split_t_h_w_complex_pairs"]
     net = WanDiT(cfg).eval()
-    net.load_state_dict(w, strict=True)
-    return cfg, net, load_file(d / "tensors.safetensors")
+    net.load_state_dict({k.removeprefix("model."): v for k, v in load_file(d / "weights.safetensors").items()},
+                        strict=True)
+    T = load_file(d / "tensors.safetensors")
+    tpf = cfg.tokens_per_frame(geo["H"], geo["W"])
+    assert tpf == geo["frame_seq_length"] and T["initial_noise"].shape[1] == geo["num_latent_frames"]
+    capacity = meta["kv_cache"]["per_layer_shape"][1]  # [B, tokens, heads, head_dim]
+    return CausalFixture(cfg, net, T, blocks=geo["num_blocks"], frames_per_block=geo["frames_per_block"],
+                         tokens_per_frame=tpf, window_frames=capacity // tpf,
+                         calls_per_block=meta["call_indexing"]["calls_per_block"])
 
 
 def _maxdiff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -29,21 +55,24 @@ def _maxdiff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def test_self_forcing_inference_matches_reference(causal_fixture):
-    """All 15 model calls (4 denoising + 1 commit per block, 3 blocks), x0s, final latents and KV cache."""
-    cfg, net, T = causal_fixture
-    run = CausalWan(net, cfg)
+    """Every model call (denoising steps + commit per block), x0s, final latents and KV cache."""
+    fx = causal_fixture
+    cfg, T, F = fx.cfg, fx.T, fx.frames_per_block
+    run = CausalWan(fx.net, cfg)
     plan = self_forcing_plan()
+    assert fx.calls_per_block == plan.num_steps + 1  # the denoising steps and the commit
     inter: dict[str, torch.Tensor] = {}
     text = run.encode_text(T["text_context"], hook=lambda n, t: inter.__setitem__(n, t))
-    kv = KVCache.empty(cfg, batch=1, window_frames=21, tokens_per_frame=6, device="cpu", dtype=torch.float32)
+    kv = KVCache.empty(cfg, batch=1, window_frames=fx.window_frames, tokens_per_frame=fx.tokens_per_frame,
+                       device="cpu", dtype=torch.float32)
     worst = {"flow_pred": 0.0, "x0_pred": 0.0, "intermediates": 0.0}
-    for b in range(3):
-        x = T["initial_noise"][:, 3 * b:3 * b + 3]
+    for b in range(fx.blocks):
+        x = T["initial_noise"][:, F * b:F * b + F]
         for s, t in enumerate(plan.timesteps):
-            k = 5 * b + s
+            k = fx.calls_per_block * b + s
             hk: dict[str, torch.Tensor] = {}
             assert torch.equal(x, T[f"call{k:02d}/model_input"]) or _maxdiff(x, T[f"call{k:02d}/model_input"]) < TOL
-            out = run.forward(x, timestep_tensor(t, 1, 3), text, frame_offset=3 * b, kv=kv,
+            out = run.forward(x, timestep_tensor(t, 1, F), text, frame_offset=F * b, kv=kv,
                               hook=lambda n, v: hk.__setitem__(n, v))
             x0 = flow_to_x0(x, out.flow, plan.sigmas[s])
             worst["flow_pred"] = max(worst["flow_pred"], _maxdiff(out.flow, T[f"call{k:02d}/flow_pred"]))
@@ -53,35 +82,41 @@ def test_self_forcing_inference_matches_reference(causal_fixture):
                     worst["intermediates"] = max(worst["intermediates"], _maxdiff(hk[name], T[ref_key]))
             if s + 1 < plan.num_steps:
                 x = add_noise(x0, T["renoise_noise"][b, s][None], plan.sigmas[s + 1])
-        commit = run.forward(x0, timestep_tensor(0.0, 1, 3), text, frame_offset=3 * b, kv=kv, commit=True)
+        commit = run.forward(x0, timestep_tensor(0.0, 1, F), text, frame_offset=F * b, kv=kv, commit=True)
         kv = commit.kv
-        k = 5 * b + 4
+        k = fx.calls_per_block * b + plan.num_steps
         worst["flow_pred"] = max(worst["flow_pred"], _maxdiff(commit.flow, T[f"call{k:02d}/flow_pred"]))
         worst[f"block{b}/denoised"] = _maxdiff(x0, T[f"block{b}/denoised"])
     worst["text_embedding"] = _maxdiff(inter["text_embedding_out"], T["call00/inter/text_embedding_out"])
     worst["kv_cache"] = max(max(_maxdiff(kv.keys(i).transpose(1, 2), T[f"kv_cache/layer{i}/k"]),
-                                _maxdiff(kv.values(i).transpose(1, 2), T[f"kv_cache/layer{i}/v"])) for i in range(2))
-    assert run.calls == 15
+                                _maxdiff(kv.values(i).transpose(1, 2), T[f"kv_cache/layer{i}/v"]))
+                            for i in range(cfg.num_layers))
+    assert run.calls == fx.blocks * fx.calls_per_block
     print("\n[parity causal_wan_tiny] " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()))
     assert max(worst.values()) <= TOL, worst
 
 
 def test_full_sequence_masked_forward_matches_reference(causal_fixture):
-    cfg, net, T = causal_fixture
-    run = CausalWan(net, cfg)
+    fx = causal_fixture
+    cfg, T, F = fx.cfg, fx.T, fx.frames_per_block
+    run = CausalWan(fx.net, cfg)
     text = run.encode_text(T["text_context"])
-    a = run.forward(T["output_latents"], T["fullseq_A/timestep"], text, block_mask_frames=3)
-    b = run.forward(T["fullseq_B/model_input"], T["fullseq_B/timestep"], text, block_mask_frames=3)
+    a = run.forward(T["output_latents"], T["fullseq_A/timestep"], text, block_mask_frames=F)
+    b = run.forward(T["fullseq_B/model_input"], T["fullseq_B/timestep"], text, block_mask_frames=F)
     diffs = {"A_flow": _maxdiff(a.flow, T["fullseq_A/flow_pred"]), "B_flow": _maxdiff(b.flow, T["fullseq_B/flow_pred"])}
-    # frames 6-8 of B at t=1000 equal the first denoising call of block 2
+    # the last block of B is at t=1000 (sigma 1): it equals the first denoising call of that block
+    last = slice(F * (fx.blocks - 1), F * fx.blocks)
+    assert torch.all(T["fullseq_B/timestep"][:, last] == self_forcing_plan().timesteps[0])
     x0_b = flow_to_x0(T["fullseq_B/model_input"], b.flow, 1.0)
-    diffs["B_x0_block2"] = _maxdiff(x0_b[:, 6:], T["fullseq_B/x0_pred"][:, 6:])
+    diffs["B_x0_last_block"] = _maxdiff(x0_b[:, last], T["fullseq_B/x0_pred"][:, last])
     print("\n[parity fullseq] " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
     assert max(diffs.values()) <= TOL, diffs
     mask = T["fullseq/block_causal_mask"].bool()
-    block_of = torch.arange(54) // 18
+    tokens_per_block = F * fx.tokens_per_frame
+    n = fx.blocks * tokens_per_block
+    block_of = torch.arange(n) // tokens_per_block
     ours = block_of[None, :] <= block_of[:, None]
-    assert torch.equal(ours, mask | torch.eye(54, dtype=torch.bool))
+    assert torch.equal(ours, mask | torch.eye(n, dtype=torch.bool))
 
 
 def _random_setup(seed: int = 0, frames: int = 9, h: int = 4, w: int = 6):
@@ -89,8 +124,13 @@ def _random_setup(seed: int = 0, frames: int = 9, h: int = 4, w: int = 6):
     net = build_random(cfg, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
     ctx = torch.randn(1, 16, cfg.text_dim, generator=gen)
-    lat = torch.randn(1, frames, 16, h, w, generator=gen)
+    lat = torch.randn(1, frames, cfg.in_dim, h, w, generator=gen)  # [1, F, C, h, w]
     return cfg, CausalWan(net, cfg), ctx, lat
+
+
+def _tpf(cfg: WanDiTConfig, lat: torch.Tensor) -> int:
+    """Tokens per latent frame of latents [B, F, C, h, w]."""
+    return cfg.tokens_per_frame(lat.shape[-2], lat.shape[-1])
 
 
 def test_cached_block_by_block_equals_full_block_causal_forward():
@@ -99,7 +139,8 @@ def test_cached_block_by_block_equals_full_block_causal_forward():
     text = run.encode_text(ctx)
     t = torch.tensor([[0.0] * 6 + [700.0] * 3])
     full = run.forward(lat, t, text, block_mask_frames=3).flow
-    kv = KVCache.empty(cfg, batch=1, window_frames=9, tokens_per_frame=6, device="cpu", dtype=torch.float32)
+    kv = KVCache.empty(cfg, batch=1, window_frames=lat.shape[1], tokens_per_frame=_tpf(cfg, lat), device="cpu",
+                       dtype=torch.float32)
     outs = []
     for b in range(3):
         tb = t[:, 3 * b:3 * b + 3]
@@ -116,7 +157,9 @@ def test_scratch_writes_and_branches_never_change_a_committed_view():
     cfg, run, ctx, lat = _random_setup(seed=3)
     text = run.encode_text(ctx)
     t0 = timestep_tensor(0.0, 1, 3)
-    kv0 = KVCache.empty(cfg, batch=1, window_frames=9, tokens_per_frame=6, device="cpu", dtype=torch.float32)
+    kv0 = KVCache.empty(cfg, batch=1, window_frames=lat.shape[1], tokens_per_frame=_tpf(cfg, lat), device="cpu",
+                        dtype=torch.float32)
+    block_tokens = 3 * _tpf(cfg, lat)
     parent = run.forward(lat[:, :3], t0, text, kv=kv0, commit=True).kv
     child_a = run.forward(lat[:, 3:6], t0, text, frame_offset=3, kv=parent, commit=True).kv
     snapshot = [child_a.keys(i).clone() for i in range(cfg.num_layers)]
@@ -127,7 +170,7 @@ def test_scratch_writes_and_branches_never_change_a_committed_view():
     assert child_b.buffer is not child_a.buffer
     for i in range(cfg.num_layers):
         assert torch.equal(child_a.keys(i), snapshot[i])
-        assert torch.equal(parent.keys(i), child_a.keys(i)[:, :, :18])
+        assert torch.equal(parent.keys(i), child_a.keys(i)[:, :, :block_tokens])
     # scratch writes after a view's prefix leave the view itself unchanged
     before = [parent.keys(i).clone() for i in range(cfg.num_layers)]
     run.forward(other, timestep_tensor(500.0, 1, 3), text, frame_offset=3, kv=parent)
@@ -151,15 +194,16 @@ def test_window_relative_rope_equals_absolute():
 def test_rolling_window_keeps_newest_frames():
     cfg, run, ctx, lat = _random_setup(seed=7, frames=12)
     text = run.encode_text(ctx)
-    kv = KVCache.empty(cfg, batch=1, window_frames=6, tokens_per_frame=6, device="cpu", dtype=torch.float32)
+    kv = KVCache.empty(cfg, batch=1, window_frames=6, tokens_per_frame=_tpf(cfg, lat), device="cpu", dtype=torch.float32)
+    block_tokens = 3 * _tpf(cfg, lat)
     t0 = timestep_tensor(0.0, 1, 3)
     views = []
     for b in range(4):
         kv = run.forward(lat[:, 3 * b:3 * b + 3], t0, text, frame_offset=3 * b, kv=kv, commit=True).kv
         views.append(kv)
     assert views[1].frames == 6 and views[2].frames == 6 and views[3].frames == 6
-    # after rolling, the window holds blocks 2 and 3: block 3's keys were written at slots 18..35
-    assert torch.equal(views[3].keys(0)[:, :, :18], views[2].keys(0)[:, :, 18:])
+    # after rolling, the window holds blocks 2 and 3: block 3's keys were written in the second block's slots
+    assert torch.equal(views[3].keys(0)[:, :, :block_tokens], views[2].keys(0)[:, :, block_tokens:])
 
 
 def test_bad_inputs_are_refused():
