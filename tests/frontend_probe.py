@@ -7,7 +7,9 @@ Needs only aiohttp (a ComfyUI dependency), so run it with ComfyUI's python. For 
 context (the frontend restores the last workflow from local storage): load it with `app.loadGraphData`, list the
 node types the frontend could not create (missing nodes) and the dialogs shown, and return the API prompt the
 Queue button would send (`app.graphToPrompt()`). Prints one JSON object {path: {...}}; exit status 1 when a
-workflow has missing nodes.
+workflow has missing nodes. With --shots DIR it also saves what a person sees: DIR/<name>.png (the whole workflow,
+the view fitted to it) and DIR/<name>.jpg (a small card image, the size of the template browser's thumbnails);
+the frontend's version is reported as "frontend".
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ PROBE = r"""
       id: n.id, type: n.type, missing: !!n.has_errors || !(n.type in LiteGraph.registered_node_types)}));
   const dialogs = [...document.querySelectorAll('.p-dialog, [role=dialog]')].map(e => e.innerText);
   const api = (await app.graphToPrompt()).output;
-  return JSON.stringify({nodes, dialogs, api});
+  const frontend = window.__COMFYUI_FRONTEND_VERSION__ || (window.comfyAPI && window.comfyAPI.app && '') || '';
+  return JSON.stringify({nodes, dialogs, api, frontend});
 })()
 """
 
@@ -71,10 +74,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def probe(url: str, chromium: str, paths: list[str]) -> dict:
+FIT = r"""
+(() => {  // fit the view to every node and group (with the title bars), close dialogs and side panels
+  document.querySelectorAll('.p-dialog-close-button, [aria-label=Close]').forEach(b => b.click());
+  const ns = app.graph._nodes || app.graph.nodes || [];
+  let x0 = 1e9, y0 = 1e9, x1 = -1e9, y1 = -1e9;
+  for (const n of ns) { x0 = Math.min(x0, n.pos[0]); y0 = Math.min(y0, n.pos[1] - 40);
+                        x1 = Math.max(x1, n.pos[0] + n.size[0]); y1 = Math.max(y1, n.pos[1] + n.size[1]); }
+  for (const g of (app.graph._groups || app.graph.groups || [])) { const b = g._bounding || g.bounding;
+      x0 = Math.min(x0, b[0]); y0 = Math.min(y0, b[1]); x1 = Math.max(x1, b[0] + b[2]); y1 = Math.max(y1, b[1] + b[3]); }
+  const c = app.canvas.canvas, r = c.getBoundingClientRect();
+  const scale = Math.min(r.width / (x1 - x0 + 80), r.height / (y1 - y0 + 80));
+  app.canvas.ds.scale = scale;
+  app.canvas.ds.offset[0] = -x0 + 40 / scale + (r.width / scale - (x1 - x0 + 80)) / 2;
+  app.canvas.ds.offset[1] = -y0 + 40 / scale;
+  app.canvas.setDirty(true, true);
+  return JSON.stringify({left: r.left, top: r.top, width: r.width, height: r.height});
+})()
+"""
+
+
+async def screenshot(p: "Page", stem: str, out: Path) -> None:
+    import base64
+
+    box = json.loads(await p.eval(FIT))
+    await asyncio.sleep(1.0)
+    png = (await p.call("Page.captureScreenshot", format="png"))["result"]["data"]
+    (out / f"{stem}.png").write_bytes(base64.b64decode(png))
+    clip = {"x": box["left"], "y": box["top"], "width": box["width"], "height": box["height"],
+            "scale": 512 / box["width"]}
+    jpg = (await p.call("Page.captureScreenshot", format="jpeg", quality=85, clip=clip))["result"]["data"]
+    (out / f"{stem}.jpg").write_bytes(base64.b64decode(jpg))
+
+
+async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = None) -> dict:
     port, profile = free_port(), tempfile.mkdtemp(prefix="sdvg-fe-")
     browser = subprocess.Popen([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                                "--disable-background-networking", "--disable-dev-shm-usage", "--window-size=1600,1000",
+                                "--disable-background-networking", "--disable-dev-shm-usage", "--window-size=1920,1080",
+                                "--remote-allow-origins=*",
                                 f"--remote-debugging-port={port}", f"--user-data-dir={profile}", "about:blank"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     out = {}
@@ -109,7 +146,10 @@ async def probe(url: str, chromium: str, paths: list[str]) -> dict:
                         res = json.loads(await p.eval(PROBE % (text, json.dumps(Path(path).name))))
                         out[path] = {"missing": sorted({n["type"] for n in res["nodes"] if n["missing"]}),
                                      "missing_dialog": [d for d in res["dialogs"] if "Missing" in d and "Node" in d],
-                                     "node_count": len(res["nodes"]), "api": res["api"]}
+                                     "node_count": len(res["nodes"]), "api": res["api"],
+                                     "frontend": res.get("frontend", "")}
+                        if shots is not None:
+                            await screenshot(p, Path(path).stem, shots)
                         p.reader.cancel()
                     await b.call("Target.closeTarget", targetId=tid)
                     await b.call("Target.disposeBrowserContext", browserContextId=ctx)
@@ -129,8 +169,11 @@ def main() -> int:
     ap.add_argument("workflows", nargs="+")
     ap.add_argument("--url", default="http://127.0.0.1:8188")
     ap.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
+    ap.add_argument("--shots", type=Path, help="save <name>.png (whole workflow) and <name>.jpg (card) here")
     a = ap.parse_args()
-    res = asyncio.run(probe(a.url.rstrip("/"), a.chromium, a.workflows))
+    if a.shots:
+        a.shots.mkdir(parents=True, exist_ok=True)
+    res = asyncio.run(probe(a.url.rstrip("/"), a.chromium, a.workflows, a.shots))
     print(json.dumps(res))
     return 1 if any(r["missing"] or r["missing_dialog"] for r in res.values()) else 0
 

@@ -33,10 +33,18 @@ import workflow_tools as wt
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
+# the pip-installable build (hiddenswitch's fork, 0.12.x) keeps ComfyUI under comfy/cmd/ and finds its workspace
+# (models/, custom_nodes/, output/) from the working directory; upstream runs main.py from its checkout
+PIP_BUILD = bool(COMFYUI_DIR) and (Path(COMFYUI_DIR) / "comfy" / "cmd" / "main.py").is_file()
+# frontend: the one the host ships, or SDVG_FRONTEND_ROOT (e.g. the static/ folder of comfyui-frontend-package 1.58.1)
+FRONTEND_ROOT = os.environ.get("SDVG_FRONTEND_ROOT")
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((REPO / "workflows").glob("*.json"))
-PACK_DIR_NAME = "ComfyUI-SDVG"
+# The checkout is linked under a name of its own into a custom_nodes folder of the test's own base directory, and
+# only that folder is scanned: a copy installed as custom_nodes/ComfyUI-SDVG in COMFYUI_DIR is not loaded, so the
+# tests always exercise this checkout (test_object_info_lists_every_node prints which copy it loaded).
+PACK_DIR_NAME = "ComfyUI-SDVG-under-test"
 PROMPT = "a corgi puppy runs through a sunny meadow, slow motion, cinematic"
 EMB, EMB_4096 = "test_prompt.safetensors", "test_prompt_4096.safetensors"
 SMALL = {"width": 64, "height": 48, "num_blocks": 3}
@@ -92,12 +100,18 @@ class Server:
         self.root, self.port = root, _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(root / f"{name}.log", "w")
-        args = [comfy_python(), "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(self.port),
-                "--extra-model-paths-config", str(root / "extra_model_paths.yaml"),
-                "--output-directory", str(root / "output"), "--temp-directory", str(root / "temp"),
-                "--user-directory", str(root / "user"),
-                "--disable-all-custom-nodes", "--whitelist-custom-nodes", PACK_DIR_NAME]
-        self.proc = subprocess.Popen(args, cwd=COMFYUI_DIR, stdout=self.log, stderr=subprocess.STDOUT)
+        common = ["--cpu", "--listen", "127.0.0.1", "--port", str(self.port), "--base-directory", str(root),
+                  "--extra-model-paths-config", str(root / "extra_model_paths.yaml"),
+                  "--output-directory", str(root / "output"), "--temp-directory", str(root / "temp"),
+                  "--user-directory", str(root / "user")] + (["--front-end-root", FRONTEND_ROOT] if FRONTEND_ROOT else [])
+        if PIP_BUILD:  # its console script, run in the test's workspace (custom_nodes/ and models/ there)
+            launcher = Path(comfy_python()).parent / "comfyui"
+            args, cwd = [str(launcher), *common], root
+        else:  # upstream: main.py; --whitelist-custom-nodes also skips other custom_nodes folders a yaml may add
+            args = [comfy_python(), str(Path(COMFYUI_DIR) / "main.py"), *common,
+                    "--disable-all-custom-nodes", "--whitelist-custom-nodes", PACK_DIR_NAME]
+            cwd = COMFYUI_DIR
+        self.proc = subprocess.Popen(args, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.time()
         while time.time() - t0 < 180:
             if self.proc.poll() is not None:
@@ -133,8 +147,8 @@ class Server:
                 entry = h[pid]
                 entry["seconds"] = time.time() - t0
                 if entry["status"]["status_str"] != "success":
-                    errors = [d for e, d in entry["status"]["messages"] if e == "execution_error"]
-                    raise AssertionError(f"prompt failed: {json.dumps(errors)[:3000]}")
+                    errors = [d for e, d in messages(entry) if e == "execution_error"]
+                    raise AssertionError(f"prompt failed: {json.dumps(errors or entry['status'])[:3000]}")
                 return entry
             time.sleep(0.3)
         raise AssertionError("prompt timed out: " + self.tail())
@@ -163,8 +177,7 @@ def root(tmp_path_factory):
     (root / "custom_nodes" / PACK_DIR_NAME).symlink_to(REPO, target_is_directory=True)
     (root / "extra_model_paths.yaml").write_text(
         f"sdvg_test:\n    base_path: {root / 'models'}\n    is_default: true\n    diffusion_models: diffusion_models\n"
-        f"    vae: vae\n    text_encoders: text_encoders\n    image_reward: image_reward\n    sdvg_prompts: sdvg_prompts\n"
-        f"    custom_nodes: {root / 'custom_nodes'}\n")
+        f"    vae: vae\n    text_encoders: text_encoders\n    image_reward: image_reward\n    sdvg_prompts: sdvg_prompts\n")
     return root
 
 
@@ -201,8 +214,19 @@ def reports(entry: dict, probes: dict[str, str]) -> dict[str, dict]:
     return {nid: json.loads(entry["outputs"][pid]["text"][0]) for nid, pid in probes.items()}
 
 
+def messages(entry: dict) -> list[tuple[str, dict]]:
+    """(event, data) pairs of a history entry: upstream stores [event, data] lists, the pip build may store dicts."""
+    out = []
+    for m in entry.get("status", {}).get("messages", []) or []:
+        if isinstance(m, dict):
+            out.append((m.get("event") or m.get("type") or "", m.get("data") or m))
+        else:
+            out.append((m[0], m[1]))
+    return out
+
+
 def cached_nodes(entry: dict) -> set[str]:
-    return {n for e, d in entry["status"]["messages"] if e == "execution_cached" for n in d["nodes"]}
+    return {n for e, d in messages(entry) if e == "execution_cached" for n in d.get("nodes", [])}
 
 
 def video_frames(root: Path, entry: dict) -> list[int]:
@@ -221,10 +245,17 @@ def test_object_info_lists_every_node(server):
     info = server.object_info
     assert SDVG_NODES <= set(info), SDVG_NODES - set(info)
     assert {k for k in info if k.startswith("SDVG")} == SDVG_NODES
-    for k in SDVG_NODES:
-        assert info[k]["python_module"] == f"custom_nodes.{PACK_DIR_NAME}" and info[k]["category"].startswith("SDVG")
-    assert sorted(server.get("/workflow_templates")[PACK_DIR_NAME]) == sorted(p.stem for p in WORKFLOWS)
-    print(f"\n/object_info: {len(info)} nodes, {len(SDVG_NODES)} SDVG; server up in {server.start_seconds:.1f} s")
+    modules = {info[k]["python_module"] for k in SDVG_NODES}
+    assert len(modules) == 1 and next(iter(modules)).endswith(PACK_DIR_NAME), modules  # one copy: this checkout
+    assert all(info[k]["category"].startswith("SDVG") for k in SDVG_NODES)
+    templates = server.get("/workflow_templates")
+    ours = [k for k, v in templates.items() if set(v) & {p.stem for p in WORKFLOWS}]
+    assert ours == [PACK_DIR_NAME], templates  # listed once, by this copy
+    assert sorted(templates[PACK_DIR_NAME]) == sorted(p.stem for p in WORKFLOWS)
+    installed = [d.name for d in (Path(COMFYUI_DIR) / "custom_nodes").glob("*") if (d / "sdvg_core").is_dir()]
+    print(f"\n/object_info: {len(info)} nodes, {len(SDVG_NODES)} SDVG from {next(iter(modules))} = {REPO} "
+          f"({'pip build ' if PIP_BUILD else ''}{COMFYUI_DIR}); copies installed in its custom_nodes, not loaded: "
+          f"{installed or 'none'}; server up in {server.start_seconds:.1f} s")
 
 
 def test_core_nodes_match_the_ci_fakes(server):
