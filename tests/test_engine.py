@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import gc
+import json
 import math
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.models.wan_config import PRESETS, detect_preset
+from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
 from sdvg_core.engine.engine import Engine, EngineConfig, ProgressEvent
 from sdvg_core.engine.noise import BlockNoise
 from sdvg_core.engine.policy import DraftOnly, FixedPattern, RandomPolicy, TargetOnly, ThresholdPolicy
@@ -17,7 +18,7 @@ from sdvg_core.engine.report import build_report, reference_forwards
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning
 from sdvg_core.io.text import demo_embeddings
 from sdvg_core.demo.tiny import DEMO_PROMPT, tiny_models
-from sdvg_core.models.vae import WanVAE
+from sdvg_core.models.vae import WanVAE, WanVAEConfig
 from sdvg_core.models.wan import CausalWan, WanDiT, build_random
 
 TOL = 1e-4
@@ -46,29 +47,61 @@ RECIPES = [KreaRecipe(), SelfForcingRecipe()]
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Parity with the Krea reference loop (../shared/fixtures/krea_recipe_tiny)
+# Parity with the Krea reference loop (golden tensors, docs/design.md §6)
 # ---------------------------------------------------------------------------------------------------------
 
+def _fixture_configs(fixtures_dir, name: str) -> tuple[dict, WanDiTConfig, WanVAEConfig]:
+    """The fixture's meta.json and the DiT / VAE configs it was made with (every size read from the file)."""
+    meta = json.loads((fixtures_dir / name / "meta.json").read_text())
+    mc = meta["model_config"]
+    dit = WanDiTConfig(name=f"{name}-dit", dim=mc["dim"], ffn_dim=mc["ffn_dim"], num_heads=mc["num_heads"],
+                       num_layers=mc["num_layers"], text_dim=mc["text_dim"], text_len=mc["text_len"],
+                       in_dim=mc["in_dim"], out_dim=mc["out_dim"], freq_dim=mc["freq_dim"],
+                       patch_size=tuple(mc["patch_size"]), eps=mc["eps"], qk_norm=mc["qk_norm"],
+                       cross_attn_norm=mc["cross_attn_norm"])
+    vmeta = json.loads((fixtures_dir / "wan_vae_tiny" / "meta.json").read_text())["vae_config"]
+    vae = WanVAEConfig(name="fixture-vae", dim=vmeta["dim"], z_dim=vmeta["z_dim"], dim_mult=tuple(vmeta["dim_mult"]),
+                       num_res_blocks=vmeta["num_res_blocks"], attn_scales=tuple(vmeta["attn_scales"]),
+                       temporal_downsample=tuple(vmeta["temperal_downsample"]))
+    return meta, dit, vae
+
+
 def _fixture_engine(fixtures_dir, tensors: str, config: EngineConfig, tracer=None):
-    """The fixture DiT as target and the fixture VAE, fed the fixture's pre-drawn noise."""
+    """The fixture DiT as target and the fixture VAE, fed the fixture's pre-drawn noise; sizes from meta.json."""
+    meta, cfg, vcfg = _fixture_configs(fixtures_dir, tensors)
     w = load_file(fixtures_dir / "causal_wan_tiny" / "weights.safetensors")
-    cfg = detect_preset(w)
     net = WanDiT(cfg).eval()
-    net.load_state_dict(w)
-    vae = WanVAE.from_state_dict(load_file(fixtures_dir / "wan_vae_tiny" / "weights.safetensors"))
+    net.load_state_dict({k.removeprefix("model."): v for k, v in w.items()})
+    vae = WanVAE.from_state_dict(load_file(fixtures_dir / "wan_vae_tiny" / "weights.safetensors"), config=vcfg)
+    vae.key = "fixture-vae"
     T = load_file(fixtures_dir / tensors / "tensors.safetensors")
+    F = _frames_per_block(meta)
 
     def noise(spec, b):  # re-noising draws as [steps-1, B, F, C, h, w]
-        return BlockNoise(T["initial_noise"][:, 3 * b:3 * b + 3], T["renoise_noise"][b][:, None])
+        return BlockNoise(T["initial_noise"][:, F * b:F * (b + 1)], T["renoise_noise"][b][:, None])
 
-    return Engine(CausalWan(net, cfg), vae, config=config, noise_fn=noise, tracer=tracer), T
+    engine = Engine(CausalWan(net, cfg, key="fixture-dit"), vae, config=config, noise_fn=noise, tracer=tracer)
+    return engine, T, meta
+
+
+def _frames_per_block(meta: dict) -> int:
+    """Latent frames per block as the fixture's meta.json records it (Krea server session or SF geometry)."""
+    return meta["session"]["num_frame_per_block"] if "session" in meta else meta["geometry"]["frames_per_block"]
+
+
+def _fixture_spec(T, meta) -> GenerationSpec:
+    """The fixture's geometry: pixel size from the latent shape x the VAE's 8x, blocks from the noise length."""
+    _, frames, _, h, w = T["initial_noise"].shape  # [1, blocks * F, C, h, w]
+    F = _frames_per_block(meta)
+    return GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), w * 8, h * 8, frames // F, seed=0,
+                          frames_per_block=F)
 
 
 def test_krea_recipe_matches_reference(fixtures_dir):
     traced: dict[str, torch.Tensor] = {}
-    engine, T = _fixture_engine(fixtures_dir, "krea_recipe_tiny", EngineConfig(recipe=KreaRecipe(), decode_rule="krea"),
-                                tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
-    spec = GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), 48, 32, 4, seed=0)
+    engine, T, meta = _fixture_engine(fixtures_dir, "krea_recipe_tiny", EngineConfig(recipe=KreaRecipe(), decode_rule="krea"),
+                                      tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
+    spec = _fixture_spec(T, meta)
     state = engine.generate(spec, TargetOnly())
 
     worst: dict[str, float] = {}
@@ -82,25 +115,28 @@ def test_krea_recipe_matches_reference(fixtures_dir):
         worst[group] = max(worst.get(group, 0.0), d)
         matched += 1
     worst["output_latents"] = (_latents(state) - T["output_latents"]).abs().max().item()
-    # 4 blocks x 5 calls x (input, flow, x0), 3 rebuild inputs, 2 anchors x (pixel, latent),
-    # rebuilt caches (3 blocks x 2 layers x k/v) and caches after the last call (4 x 2 x 2)
-    assert matched == 4 * 5 * 3 + 3 + 2 * 2 + 3 * 2 * 2 + 4 * 2 * 2
+    # every reference tensor of a model call, rebuild, anchor and cache was traced and compared
+    n, layers, steps = spec.num_blocks, engine.target.cfg.num_layers, engine.plan.num_steps
+    anchors = sum(1 for k in T if k.endswith("/anchor/latent"))
+    assert matched == n * steps * 3 + (n - 1) + 2 * anchors + (n - 1) * layers * 2 + n * layers * 2
     print(f"\n[parity krea_recipe_tiny] {matched} tensors; " + ", ".join(f"{k} {v:.2e}" for k, v in sorted(worst.items())))
     assert max(worst.values()) <= TOL, worst
-    # the model calls: block 0 makes 5, later blocks 1 rebuild + 5 (23 in all, as the reference)
-    assert [b.work["target_forwards"] for b in state.blocks] == [5, 6, 6, 6]
-    assert engine.frames(state).shape == (45, 32, 48, 3)
+    # the model calls: block 0 makes `steps`, later blocks 1 rebuild + `steps` (as the reference)
+    assert [b.work["target_forwards"] for b in state.blocks] == [steps] + [steps + 1] * (n - 1)
+    pixel_frames = engine.vae.config.pixel_frames(spec.num_latent_frames)
+    assert engine.frames(state).shape == (pixel_frames, spec.height, spec.width, 3)
 
 
 def test_self_forcing_recipe_matches_reference(fixtures_dir):
     """Target-only under the Self-Forcing recipe is the causal_wan_tiny pipeline (3 blocks, commit at t=0)."""
-    engine, T = _fixture_engine(fixtures_dir, "causal_wan_tiny", EngineConfig(recipe=SelfForcingRecipe()))
-    spec = GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), 48, 32, 3, seed=0)
+    engine, T, meta = _fixture_engine(fixtures_dir, "causal_wan_tiny", EngineConfig(recipe=SelfForcingRecipe()))
+    spec = _fixture_spec(T, meta)
     state = engine.generate(spec, TargetOnly())
     d = (_latents(state) - T["output_latents"]).abs().max().item()
     print(f"\n[parity causal_wan_tiny via engine] output_latents {d:.2e}")
     assert d <= TOL
-    assert [b.work["target_forwards"] for b in state.blocks] == [4, 5, 5]  # commits are lazy: none after the last
+    steps = engine.plan.num_steps  # commits are lazy: one per block before the next, none after the last
+    assert [b.work["target_forwards"] for b in state.blocks] == [steps] + [steps + 1] * (spec.num_blocks - 1)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -108,13 +144,21 @@ def test_self_forcing_recipe_matches_reference(fixtures_dir):
 # ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
-def test_tau_inf_is_target_only_bit_for_bit(models, recipe):
-    a = _engine(models, recipe).generate(_spec(), TargetOnly())
+def test_tau_above_every_score_is_target_only_bit_for_bit(models, recipe):
+    """SDVG's real path (draft, decode, score, reject) at a tau above every score equals the target-only run."""
+    scores = [x for x in _scores_all_accepted(models, recipe) if x is not None]
+    tau = max(scores) + 1.0  # finite: every draft is drafted, decoded and scored, then rejected
+    ref = _engine(models, recipe).generate(_spec(), TargetOnly())
     e = _engine(models, recipe)
-    b = e.generate(_spec(), ThresholdPolicy(tau=math.inf))
-    assert torch.equal(_latents(a), _latents(b))
-    assert torch.equal(_engine(models, recipe).frames(a), e.frames(b))
-    assert all(r.producer == "target" and r.work["drafter_forwards"] == 0 and r.work["scored_frames"] == 0 for r in b.blocks)
+    s = e.generate(_spec(), ThresholdPolicy(tau=tau))
+    assert [r.decision for r in s.blocks] == ["forced"] + ["rejected"] * (BLOCKS - 1)
+    assert all(r.work["drafter_forwards"] > 0 and r.work["scored_frames"] > 0 for r in s.blocks[1:])
+    assert torch.equal(_latents(s), _latents(ref))
+    assert torch.equal(e.frames(s), _engine(models, recipe).frames(ref))
+    # tau = +inf is the same decision made without drafting anything
+    inf = _engine(models, recipe).generate(_spec(), ThresholdPolicy(tau=math.inf))
+    assert torch.equal(_latents(inf), _latents(ref))
+    assert all(r.work["drafter_forwards"] == 0 and r.work["scored_frames"] == 0 for r in inf.blocks)
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
@@ -271,23 +315,41 @@ def test_random_policy_and_patterns(models):
     assert p.blocks[2].work["drafter_forwards"] > 0  # a rejected block was drafted first
 
 
-def test_interrupt_cancels_between_steps(models):
-    e = _engine(models)
-    calls = {"n": 0}
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
+def test_interrupt_leaves_no_partial_block_and_the_rerun_recomputes_exactly_it(models, recipe):
+    """Cancel in the middle of block k's steps: nothing of block k is memoised, blocks < k are reused by the
+    next run, block k is computed again in full, and the video equals an uninterrupted run bit for bit."""
+    k, cancel_after_step = 2, 2
+    e = _engine(models, recipe)
+    steps = e.plan.num_steps
 
     class Cancelled(Exception):
         pass
 
-    def interrupt():
-        calls["n"] += 1
-        if calls["n"] > 7:
+    armed = {"on": False}
+
+    def progress(ev: ProgressEvent) -> None:
+        if ev.kind == "step" and ev.block == k and ev.step == cancel_after_step:
+            armed["on"] = True
+
+    def interrupt() -> None:
+        if armed["on"]:
             raise Cancelled()
 
-    e.callbacks.interrupt = interrupt
-    state = e.start(_spec())
+    e.callbacks.progress, e.callbacks.interrupt = progress, interrupt
     with pytest.raises(Cancelled):
-        e.generate(_spec(), ThresholdPolicy(tau=-0.5))
-    assert state.blocks == () and calls["n"] == 8
+        e.generate(_spec(), TargetOnly())
+    assert e.memo.kinds().get("target") == k  # blocks 0..k-1 finished; no partial result of block k is kept
+    assert e.memo.kinds().get("pixels") == k
+    e.callbacks.progress, e.callbacks.interrupt = None, None
+    again = e.generate(_spec(), TargetOnly())
+    for r in again.blocks[:k]:
+        assert r.work["target_forwards"] == 0 and r.work["vae_decode_frames"] == 0 and "target" in r.reused, r
+    assert again.blocks[k].work["target_forwards"] >= steps and "target" not in again.blocks[k].reused
+    assert again.blocks[k].work["vae_decode_frames"] == again.blocks[k].latents.shape[1]
+    fresh = _engine(models, recipe).generate(_spec(), TargetOnly())
+    assert torch.equal(_latents(again), _latents(fresh))
+    assert [r.cost for r in again.blocks] == [r.cost for r in fresh.blocks]
 
 
 def test_report_json_and_acceptance(models):
@@ -318,7 +380,7 @@ def test_bad_inputs_give_clear_errors(models):
         _spec(h=40)
     other = PRESETS["tiny"].__class__(**{**PRESETS["tiny"].__dict__, "name": "x", "in_dim": 32, "out_dim": 32})
     with pytest.raises(ValueError, match="drafter and target disagree on latent channels"):
-        Engine(models.target, models.vae, CausalWan(build_random(other), other))
+        Engine(models.target, models.vae, CausalWan(build_random(other), other, key="other"))
     bad = GenerationSpec(PromptConditioning.make("p", torch.zeros(1, 512, 4096)), W, H, 2, 0)
     with pytest.raises(ValueError, match="prompt embeddings have width 4096 but the target expects 32"):
         _engine(models).start(bad)
@@ -338,3 +400,81 @@ def test_zero_memo_budget_still_decodes_each_block_once(models):
     ref = _engine(models, SelfForcingRecipe()).generate(_spec(), TargetOnly())
     assert torch.equal(_latents(s), _latents(ref))
     assert sum(r.work["target_forwards"] for r in s.blocks) == sum(r.work["target_forwards"] for r in ref.blocks)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The seams: stable model identity, frozen records, recipes owning their context
+# ---------------------------------------------------------------------------------------------------------
+
+def test_models_without_a_stable_key_are_refused(models):
+    keyless = CausalWan(models.target.net, models.target.cfg)  # key None
+    with pytest.raises(ValueError, match="the target model .* has no stable `key`"):
+        Engine(keyless, models.vae)
+    vae = WanVAE(models.vae.config)  # a fresh VAE has key None
+    with pytest.raises(ValueError, match="the VAE .* has no stable `key`"):
+        Engine(models.target, vae)
+
+
+def test_block_records_are_really_immutable(models):
+    s = _engine(models).generate(_spec(blocks=2), ThresholdPolicy(tau=-0.5))
+    r = s.blocks[1]
+    for name in ("work", "cost", "seconds"):
+        with pytest.raises(TypeError):
+            getattr(r, name)["drafter_forwards"] = 99
+        with pytest.raises(AttributeError):
+            getattr(r, name).clear()
+    assert isinstance(r.frame_scores, tuple) and isinstance(r.reused, tuple)
+    assert dict(r.work)["drafter_forwards"] == r.work["drafter_forwards"] and hash(r.work) == hash(r.work)
+    import pickle
+
+    assert pickle.loads(pickle.dumps(r.cost)) == r.cost
+
+
+def test_engine_has_no_recipe_specific_branches():
+    import inspect
+
+    import sdvg_core.engine.engine as eng
+
+    src = inspect.getsource(eng)
+    import re
+
+    assert not re.search(r"isinstance\([^)]*recipe", src, re.IGNORECASE)
+    assert "SelfForcingRecipe" not in src  # the engine names no recipe but its default (KreaRecipe)
+
+
+def test_a_new_recipe_is_one_class(models):
+    """A recipe with its own context rule (here: no context at all, every block starts fresh) plugs in as is."""
+    from dataclasses import dataclass
+
+    from sdvg_core.engine.schedule import self_forcing_plan
+
+    @dataclass(frozen=True)
+    class NoContext:
+        name: str = "no_context"
+        rebuilds_context_every_block = False
+        has_reference_sdvg = False
+
+        @property
+        def plan(self):
+            return self_forcing_plan()
+
+        def window_frames(self, frames_per_block, num_latent_frames):
+            return frames_per_block
+
+        def validate(self, spec):
+            pass
+
+        def context_forwards(self, num_blocks):
+            return 0
+
+        def context(self, host, role, runner, state, b, tally):
+            return host.empty_kv(runner, state.spec), 0
+
+    e = _engine(models, NoContext())
+    s = e.generate(_spec(), TargetOnly())
+    steps = e.plan.num_steps
+    assert [r.work["target_forwards"] for r in s.blocks] == [steps] * BLOCKS  # no context forwards
+    # with no context, every block is the same function of its own noise: block b equals a 1-block run's block 0
+    one = _engine(models, NoContext()).generate(_spec(blocks=1), TargetOnly())
+    assert torch.equal(s.blocks[0].latents, one.blocks[0].latents)
+    assert not torch.equal(s.blocks[1].latents, s.blocks[0].latents)  # different noise per block

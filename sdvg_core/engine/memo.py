@@ -11,6 +11,8 @@ from typing import Any, Hashable
 
 import torch
 
+from .keys import key_kind
+
 
 def nbytes_of(value: Any, _seen: set[int] | None = None) -> int:
     """Bytes held by the tensors inside a value (tensors, dataclasses, tuples/lists/dicts; shared ones once)."""
@@ -121,7 +123,7 @@ class Memo:
         """Entry count per key kind (the first element of tuple keys), for reports and tests."""
         out: dict[str, int] = {}
         for k in self._data:
-            kind = k[0] if isinstance(k, tuple) else str(k)
+            kind = key_kind(k)
             out[kind] = out.get(kind, 0) + 1
         return out
 

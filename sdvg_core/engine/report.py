@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from .recipes import KreaRecipe, Recipe
+from .recipes import Recipe
 from .state import GenerationState
 
 DEFAULT_COST_RATIO = 7.4  # target (14B) forward / drafter (1.3B) forward at 832x480 (docs/design.md §5)
@@ -104,7 +104,7 @@ def target_only_forwards(recipe: Recipe, num_blocks: int, steps: int) -> int:
     """Target forwards of the target-only baseline: the steps of every block plus one context forward per
     block after the first (Krea: a cache rebuild before it; Self-Forcing: the clean commit of the block
     before it, made lazily, so none follows the last block)."""
-    return num_blocks * steps + (num_blocks - 1)
+    return num_blocks * steps + recipe.context_forwards(num_blocks)
 
 
 def reference_forwards(recipe: Recipe, rejected: list[bool], steps: int) -> tuple[int, int]:
@@ -113,7 +113,7 @@ def reference_forwards(recipe: Recipe, rejected: list[bool], steps: int) -> tupl
     The reference drafts every block (block 0 too), rebuilds both caches before every block but the
     first, and runs the target's steps on every rejected block. Only the Krea recipe has a reference.
     """
-    if not isinstance(recipe, KreaRecipe):
+    if not recipe.has_reference_sdvg:
         raise ValueError("the reference SDVG implementation exists for the Krea recipe only")
     n = len(rejected)
     drafter = n * steps + (n - 1)

@@ -7,13 +7,57 @@ is looked up by it, never stored in the state.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Iterator, Literal, Mapping, TypeVar
 
 import torch
 
 Producer = Literal["drafter", "target"]
 Decision = Literal["accepted", "rejected", "forced"]  # forced: rejected without drafting (block 0 / target-only)
+
+V = TypeVar("V", int, float)
+
+
+class Counts(Mapping[str, V]):
+    """An immutable name -> number mapping (work, cost, seconds of a block): a frozen record stays frozen.
+
+    Reads like a dict (`c["drafter_forwards"]`, `c.get(...)`, `dict(c)`), compares equal to any mapping with
+    the same items, hashes, pickles; it has no way to be changed after creation.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, data: Mapping[str, V] | None = None):
+        object.__setattr__(self, "_items", tuple((str(k), v) for k, v in (data or {}).items()))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Counts is immutable")
+
+    def __getitem__(self, key: str) -> V:
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items))
+
+    def __reduce__(self):
+        return (Counts, (dict(self._items),))
+
+    def __repr__(self) -> str:
+        return f"Counts({dict(self._items)!r})"
+
+
+def _frozen(c: Mapping) -> Counts:
+    return c if isinstance(c, Counts) else Counts(c)
+
 
 LATENT_SPATIAL = 8  # Wan 2.1 VAE: 8x8 pixels per latent
 PATCH_SPATIAL = 2  # Wan 2.1 DiT patch (1, 2, 2)
@@ -96,11 +140,18 @@ class BlockRecord:
     decision: Decision
     score: float | None  # aggregated (min or mean) draft score, None when nothing was scored
     frame_scores: tuple[float, ...]
-    work: dict[str, int]  # work computed by this call: drafter_forwards, target_forwards, vae_decode_frames, ...
-    cost: dict[str, int]  # work the block takes in a fresh run (work + results reused from the memo)
-    seconds: dict[str, float]  # per phase: context, draft, decode, score, target
+    work: Counts  # work computed by this call: drafter_forwards, target_forwards, vae_decode_frames, ...
+    cost: Counts  # work the block takes in a fresh run (work + results reused from the memo)
+    seconds: Counts  # per phase: context, draft, decode, score, target
     reused: tuple[str, ...]  # derived results taken from the memo instead of recomputed
     lineage: str  # lineage after committing this block
+    run_id: str = ""  # the execution that computed this record (a host's run id; "" when none was given)
+
+    def __post_init__(self):
+        for name in ("work", "cost", "seconds"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+        object.__setattr__(self, "frame_scores", tuple(self.frame_scores))
+        object.__setattr__(self, "reused", tuple(self.reused))
 
 
 @dataclass(frozen=True)
@@ -111,10 +162,14 @@ class PendingBlock:
     latents: torch.Tensor | None = None  # drafter output [1, F, C, h, w]
     frames: torch.Tensor | None = None  # decoded draft frames [T, H, W, 3] in 0..1
     frame_scores: tuple[float, ...] | None = None
-    work: dict[str, int] = field(default_factory=dict)
-    cost: dict[str, int] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
+    work: Counts = Counts()
+    cost: Counts = Counts()
+    seconds: Counts = Counts()
     reused: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in ("work", "cost", "seconds"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
 
 
 @dataclass(frozen=True)

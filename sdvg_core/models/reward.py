@@ -2,7 +2,7 @@
 
 The PyPI `image-reward` package is deliberately not used (old timm/fairscale pins, undeclared `clip`, breaks on
 transformers >= 4.56, strict=False loading, hub downloads). Its numerics are reproduced here and checked against
-golden fixtures produced by that package (../shared/fixtures/imagereward_tiny).
+golden tensors produced by that package (docs/design.md §6).
 """
 from __future__ import annotations
 
@@ -205,6 +205,7 @@ class ImageRewardScorer:
         check_base_tokenizer_full(tokenizer, model.cfg)
         self.model = model
         self.cfg = model.cfg
+        self.key: str | None = None  # stable identity for the engine's memo (weights file), set by loaders
         self.tokenizer = tokenizer
         self.micro_batch = micro_batch
         self.uint8_mode = uint8_mode

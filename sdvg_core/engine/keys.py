@@ -1,0 +1,125 @@
+"""Typed memo keys: one frozen dataclass per kind of derived data, each naming every identity it depends on.
+
+A key holds the stable keys of the models involved (never `id()`), the prompt, the context recipe, the VAE
+decode rule, the noise source and the lineage of the history (docs/design.md §3.2). Two results share a key
+only if they are the same computation, so a memo shared by many engines (a ComfyUI server) or a tau sweep can
+never hand one history's cache to another. `kind` names the key's family in reports and tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Hashable
+
+
+@dataclass(frozen=True)
+class TextKey:
+    """Cross-attention K/V of one prompt for one model."""
+
+    kind: ClassVar[str] = "text"
+    model: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class KVKey:
+    """A model's self-attention context (KV cache) for the block after `lineage`, as `recipe` builds it.
+
+    `vae` and `rule` are part of it because a recipe may build context from decoded and re-encoded pixels
+    (Krea's anchor frame).
+    """
+
+    kind: ClassVar[str] = "kv"
+    model: str
+    prompt: str
+    recipe: Hashable
+    vae: str
+    rule: str
+    lineage: str
+
+
+@dataclass(frozen=True)
+class AnchorKey:
+    """Krea's anchor latent for the block after `lineage`: a decoded pixel frame re-encoded by the VAE."""
+
+    kind: ClassVar[str] = "anchor"
+    vae: str
+    rule: str
+    recipe: Hashable
+    lineage: str
+
+
+@dataclass(frozen=True)
+class BlockKey:
+    """The latents one model (`role` = drafter or target) generates for the block after `lineage`."""
+
+    role: str
+    model: str
+    prompt: str
+    recipe: Hashable
+    vae: str
+    rule: str
+    noise: str
+    lineage: str
+
+    @property
+    def kind(self) -> str:
+        return self.role
+
+
+@dataclass(frozen=True)
+class PixelsKey:
+    """Decoded pixels of the committed block whose lineage (after committing it) is `lineage`."""
+
+    kind: ClassVar[str] = "pixels"
+    vae: str
+    rule: str
+    lineage: str
+
+
+@dataclass(frozen=True)
+class DecoderCacheKey:
+    """The VAE decoder's causal feature cache after the committed block with lineage `lineage`."""
+
+    kind: ClassVar[str] = "dcache"
+    vae: str
+    rule: str
+    lineage: str
+
+
+@dataclass(frozen=True)
+class DraftDecodeKey:
+    """A draft's decoded pixels (from a copy of the committed decoder cache) and the cache after it."""
+
+    kind: ClassVar[str] = "draft_decode"
+    draft: BlockKey
+    vae: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class ScoreKey:
+    """ImageReward per-frame scores of a decoded draft against the prompt text."""
+
+    kind: ClassVar[str] = "score"
+    draft: DraftDecodeKey
+    scorer: str
+    prompt_text: str
+
+
+def key_kind(key: Hashable) -> str:
+    """The family of a memo key: `kind` of a typed key, the first element of a tuple, else its text."""
+    kind = getattr(key, "kind", None)
+    if isinstance(kind, str):
+        return kind
+    return str(key[0]) if isinstance(key, tuple) and key else str(key)
+
+
+def require_key(obj: object, what: str) -> str:
+    """The stable identity string of a model; refuse objects without one (ids are reused after GC)."""
+    key = getattr(obj, "key", None)
+    if not isinstance(key, str) or not key:
+        raise ValueError(
+            f"the {what} ({type(obj).__name__}) has no stable `key`: set `.key` to a string naming its weights "
+            f"(e.g. file path + modification time + dtype). The engine's memo keys derived data by model identity, "
+            f"and object ids are reused after garbage collection, so they cannot serve.")
+    return key
