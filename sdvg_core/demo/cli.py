@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ..engine.engine import Engine, EngineConfig, ProgressEvent
-from ..io.checkpoint import CheckpointError, load_wan_dit, read_state_dict
+from ..io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
 from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
 from ..engine.recipes import recipe_by_name
 from ..engine.report import build_report
@@ -161,15 +161,14 @@ def _real_models(a: argparse.Namespace, dtype: torch.dtype):
 
     target_net, tcfg, trep = load_wan_dit(a.target, dtype=dtype, device=a.device)
     print(f"target: {trep.describe()}")
-    target = CausalWan(target_net, tcfg, key=f"{a.target}:{dtype}")
+    target = CausalWan(target_net, tcfg, key=trep.key)
     drafter = None
     if needs_draft:
         dnet, dcfg, drep = load_wan_dit(a.drafter, dtype=dtype, device=a.device, pt_entry=a.pt_entry)
         print(f"drafter: {drep.describe()}")
-        drafter = CausalWan(dnet, dcfg, key=f"{a.drafter}:{a.pt_entry}:{dtype}")
-    sd, _ = read_state_dict(a.vae)
+        drafter = CausalWan(dnet, dcfg, key=drep.key)
     vae_dtype = torch.float32 if a.device == "cpu" else torch.float16
-    vae = WanVAE.from_state_dict(sd, dtype=vae_dtype, device=a.device)
+    vae = load_wan_vae(a.vae, dtype=vae_dtype, device=a.device)  # sets vae.key from the file
     scorer = ImageRewardScorer.from_files(a.reward, a.vocab, device=a.device) if needs_score else None
     return drafter, target, vae, scorer
 
