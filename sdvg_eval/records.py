@@ -18,6 +18,7 @@ END = ["frames_digest", "video", "worker", "run", "prompt"]
 UNIT_COLUMNS = ["prompt_id", "seed", "configs", "computed_forwards", "naive_forwards", "computed_cost", "naive_cost",
                 "saving"]
 CODE_PACKAGES = ("sdvg_core", "sdvg_eval")  # their sources define what a row means
+CODE_VERSION_ENV = "SDVG_EVAL_CODE_VERSION"  # pins the code version (tests in a tree others edit; deliberate reuse)
 
 
 class RunMismatch(RuntimeError):
@@ -30,7 +31,11 @@ def columns(metric_names: list[str], block_cols: list[str]) -> list[str]:
 
 
 def code_version(root: Path | None = None) -> dict[str, str]:
-    """A content hash of the packages' sources (and the git commit, informational): rows of other code are refused."""
+    """A content hash of the packages' sources (and the git commit, informational): rows of other code are refused.
+
+    The environment variable SDVG_EVAL_CODE_VERSION replaces the hash (it is then recorded as given)."""
+    if os.environ.get(CODE_VERSION_ENV):
+        return {"code": f"pinned:{os.environ[CODE_VERSION_ENV]}"}
     root = root or Path(__file__).resolve().parents[1]
     h = hashlib.blake2b(digest_size=12)
     for pkg in CODE_PACKAGES:

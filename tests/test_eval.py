@@ -1,0 +1,256 @@
+"""The evaluation harness (sdvg_eval): configs, records, resume after kills, bit-for-bit rows, sweep saving,
+metrics (CLIP from a local folder), the summary table and the Pareto plot. Tiny models on the CPU; the Ray
+tests start a local Ray with 2 CPUs and skip when Ray is not installed (CI installs requirements-eval.txt)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from sdvg_eval.config import PAPER_CONFIGS, parse_config, parse_configs
+from sdvg_eval.records import read_rows
+from sdvg_core.engine.policy import DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPTS = ["a red fox jumps over a frozen creek at dawn", "two astronauts play chess on the moon",
+           "a paper boat drifts down a rainy street", "a hummingbird hovers near a purple flower"]
+CONFIGS = ["target-only", "accept-all", "random:0.5", "sdvg:-0.8", "sdvg:-1.5"]
+GEOMETRY = ["--width", "48", "--height", "32", "--blocks", "3"]  # 2 routed blocks; tests' usual tiny size
+# columns that must agree bit for bit whatever ran where (time, worker and reuse counts depend on the schedule)
+SAME = ("config", "prompt_id", "seed", "imagereward_mean", "clip", "counted_cost", "target_only_cost",
+        "drafter_forwards", "target_forwards", "acceptance", "s1", "s2", "b1", "b2", "frames_digest")
+RUN_TIMEOUT = 300  # seconds: a generous bound for one tiny sweep on a busy 2-core machine
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+def _write_clip(folder: Path) -> Path:
+    """A tiny random CLIPModel + CLIP BPE tokenizer (vocab/merges written here), saved with save_pretrained."""
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    vocab = letters + [c + "</w>" for c in letters] + ["th", "the</w>", "<|startoftext|>", "<|endoftext|>"]
+    (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+    (folder / "merges.txt").write_text("#version: 0.2\nt h\nth e</w>\n")
+    tok = CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    cfg = CLIPConfig(text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                                      num_attention_heads=2, max_position_embeddings=64,
+                                      bos_token_id=len(vocab) - 2, eos_token_id=len(vocab) - 1),
+                     vision_config=dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37,
+                                        num_hidden_layers=1, num_attention_heads=2), projection_dim=16)
+    torch.manual_seed(0)
+    CLIPModel(cfg).eval().save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("eval")
+    prompts = d / "prompts.txt"
+    prompts.write_text("\n".join(PROMPTS) + "\n")
+    return {"dir": d, "prompts": prompts, "clip": _write_clip(d / "clip")}
+
+
+def _cmd(w: dict, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "sdvg_eval", "--tiny", "--prompts", str(w["prompts"]), "--configs", *CONFIGS,
+            "--metrics", "imagereward", f"clip:{w['clip']}", *GEOMETRY, "--out", str(out), "--no-report", *extra]
+
+
+CODE = "test-" + os.urandom(4).hex()  # pinned for this session: other edits of the tree must not split its runs
+
+
+def _env(code: str = CODE) -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0",
+            "SDVG_EVAL_CODE_VERSION": code}
+
+
+def _data_rows(path: Path) -> int:
+    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
+
+
+def _run_killed(cmd: list[str], out: Path, kill: callable, after_rows: int) -> None:
+    """Start a sweep, call kill(proc) once `after_rows` rows are on disk, wait for the process to end."""
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.monotonic()
+    while _data_rows(out / "rows.csv") < after_rows:
+        assert proc.poll() is None, f"sweep ended before the kill:\n{proc.stdout.read()}"
+        assert time.monotonic() - t0 < RUN_TIMEOUT, "sweep too slow"
+        time.sleep(0.05)
+    kill(proc)
+    log = proc.communicate(timeout=RUN_TIMEOUT)[0]
+    return proc.returncode, log
+
+
+def _rerun(cmd: list[str]) -> str:
+    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stderr
+
+
+def _table(out: Path) -> dict:
+    rows = read_rows(out / "rows.csv")
+    keys = [(r["config"], r["prompt_id"], r["seed"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a row was written twice"
+    return {k: {c: r[c] for c in SAME} for k, r in zip(keys, rows)}
+
+
+@pytest.fixture(scope="module")
+def local_run(work) -> Path:
+    """The single-process sweep (--workers 0), killed after 3 rows (the driver is the worker) and re-run."""
+    out = work["dir"] / "local"
+    cmd = _cmd(work, out, "--workers", "0")
+    _run_killed(cmd, out, lambda p: p.send_signal(signal.SIGKILL), after_rows=3)
+    assert 3 <= _data_rows(out / "rows.csv") < len(PROMPTS) * len(CONFIGS)
+    log = _rerun(cmd)
+    assert "row(s) already in" in log
+    return out
+
+
+# ------------------------------------------------------------------------------------------ unit tests
+def test_configs_map_to_the_papers_policies():
+    assert parse_config("target-only").policy(0, 42) == TargetOnly()
+    assert parse_config("draft-only").policy(0, 42) == DraftOnly()
+    assert parse_config("accept-all").policy(0, 42) == DraftOnly(force_reject_first=True)
+    assert parse_config("sdvg:-0.7").policy(3, 42) == ThresholdPolicy(-0.7, "min")
+    assert parse_config("sdvg-mean:-1.5").policy(3, 42) == ThresholdPolicy(-1.5, "mean")
+    r1, r2 = parse_config("random:0.73").policy(1, 42), parse_config("random:0.73").policy(2, 42)
+    assert isinstance(r1, RandomPolicy) and r1.accept_rate == 0.73 and r1 == parse_config("random:0.73").policy(1, 42)
+    assert r1.seed != r2.seed  # seeded per (seed, prompt): reproducible, not the same draw for every prompt
+    assert [c.name for c in parse_configs(["sdvg:-0.7", "target-only", "sdvg:-0.7"])] == ["target-only", "sdvg:-0.7"]
+    assert len(parse_configs(list(PAPER_CONFIGS))) == len(PAPER_CONFIGS)
+    for bad in ("sdvg", "sdvg:x", "random:1.5", "fast", "target-only:1", "sdvg:nan"):
+        with pytest.raises(ValueError):
+            parse_config(bad)
+
+
+def test_bad_flags_exit_2_before_loading(work, tmp_path, capsys):
+    from sdvg_eval.eval import main
+
+    rc = main(["--prompts", str(tmp_path / "none.txt"), "--configs", "sdvg:x", "--metrics", "clip:/nowhere",
+               "--workers", "0", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "none.txt" in err and "sdvg:x" in err and "clip:/nowhere" in err and "--target" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_clip_metric_from_a_local_folder(work):
+    from sdvg_eval.metrics import ClipScore
+
+    m = ClipScore(work["clip"])
+    g = torch.Generator().manual_seed(0)
+    frames = torch.rand(5, 40, 56, 3, generator=g)
+    prompt = "the cat"
+    got = m.score(frames, prompt)
+    # independent path: CLIPModel.forward's logits_per_image = exp(logit_scale) * cosine
+    tok = m.tokenizer([prompt], return_tensors="pt")
+    with torch.no_grad():
+        o = m.model(input_ids=tok.input_ids, attention_mask=tok.attention_mask, pixel_values=m.preprocess(frames))
+        want = float((o.logits_per_image[:, 0] / m.model.logit_scale.exp()).double().mean())
+    assert math.isfinite(got) and -1 <= got <= 1
+    assert got == pytest.approx(want, abs=1e-5)
+    assert m.score(frames[:1], prompt) != pytest.approx(m.score(frames[1:2], prompt), abs=1e-9)  # frame-dependent
+
+
+def test_rows_equal_single_engine_runs_and_saving_is_exact(work, local_run):
+    """Every row of the shared-memo sweep equals a fresh single-engine run bit for bit; the saving is exact."""
+    from sdvg_core.demo.tiny import tiny_models
+    from sdvg_core.engine.engine import Engine
+    from sdvg_core.engine.memo import Memo
+    from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+    from sdvg_core.io.text import demo_embeddings
+    from sdvg_eval.metrics import ClipScore
+    from sdvg_eval.report import unit_savings
+    from sdvg_eval.worker import frames_digest
+
+    rows = read_rows(local_run / "rows.csv")
+    assert len(rows) == len(PROMPTS) * len(CONFIGS)
+    m = tiny_models(seed=0)
+    clip = ClipScore(work["clip"])
+    pid = 1
+    prompt = PromptConditioning.make(PROMPTS[pid], demo_embeddings(PROMPTS[pid], m.target.cfg.text_dim))
+    spec = GenerationSpec(prompt, 48, 32, 3, 42)
+    shared, naive, computed = Memo(1 << 30), 0, 0
+    for name in CONFIGS:
+        row = next(r for r in rows if r["config"] == name and r["prompt_id"] == str(pid))
+        pol = parse_config(name).policy(pid, 42)
+        e = Engine(m.target, m.vae, m.drafter, m.scorer)  # fresh memo: the plain single-process run
+        s = e.generate(spec, pol)
+        frames = e.frames(s)
+        assert row["frames_digest"] == frames_digest(frames), name
+        assert float(row["imagereward_mean"]) == float(m.scorer.score_frames(frames, PROMPTS[pid]).double().mean())
+        assert float(row["clip"]) == clip.score(frames, PROMPTS[pid])
+        for b in s.blocks[1:]:
+            assert row[f"b{b.index}"] == str(int(b.decision == "accepted"))
+            assert row[f"s{b.index}"] == ("" if b.score is None else repr(b.score))
+        naive += sum(b.work["drafter_forwards"] + b.work["target_forwards"] for b in s.blocks)
+        s2 = Engine(m.target, m.vae, m.drafter, m.scorer, memo=shared).generate(spec, pol)  # the sweep's sharing
+        computed += sum(b.work["drafter_forwards"] + b.work["target_forwards"] for b in s2.blocks)
+    u = next(u for u in unit_savings(rows) if u.prompt_id == pid)
+    assert (u.naive_forwards, u.computed_forwards) == (naive, computed)
+    assert 0 < u.computed_forwards < u.naive_forwards and u.saving > 0
+
+
+def test_rows_of_another_setup_are_refused(work, local_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(local_run, out)
+    r = subprocess.run(_cmd(work, out, "--workers", "0", "--blocks", "4"), env=_env(),
+                       capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert r.returncode == 2 and "another setup" in r.stderr and "blocks" in r.stderr
+    r = subprocess.run(_cmd(work, out, "--workers", "0"), env=_env("other-code"), capture_output=True, text=True,
+                       timeout=RUN_TIMEOUT)
+    assert r.returncode == 2 and "differs in: code" in r.stderr
+    assert read_rows(out / "rows.csv") == read_rows(local_run / "rows.csv")  # nothing was appended
+
+
+def test_report_and_plot_hold_the_csv_numbers(local_run):
+    from PIL import Image
+
+    from sdvg_eval.report import PNG_KEY, main as report_main
+
+    assert report_main([str(local_run)]) == 0
+    rows = read_rows(local_run / "rows.csv")
+    md = (local_run / "summary.md").read_text()
+    data = json.loads(Image.open(local_run / "pareto.png").text[PNG_KEY])
+    assert data["y"] == "clip"
+    plotted = {name: (x, y) for pts in data["curves"].values() for x, y, name in pts}
+    plotted.update({name: (x, y) for x, y, name in data["points"]})
+    assert set(plotted) == set(CONFIGS) and "accept-all" in [p[2] for p in data["points"]]
+    for name in CONFIGS:
+        rs = [r for r in rows if r["config"] == name]
+        clip = sum(float(r["clip"]) for r in rs) / len(rs)
+        counted = sum(float(r["target_only_cost"]) for r in rs) / sum(float(r["counted_cost"]) for r in rs)
+        dec = [int(r[k]) for r in rs for k in ("b1", "b2")]
+        line = next(l for l in md.splitlines() if l.startswith(f"| {name} |"))
+        assert f"| {clip:.4f} |" in line and f"| {counted:.2f}x |" in line and f"{sum(dec) / len(dec):.1%}" in line
+        assert plotted[name] == pytest.approx((counted, clip), rel=1e-12)
+    assert data["curves"]["sdvg"] == sorted(data["curves"]["sdvg"])  # the tau curve is joined in speedup order
+    assert "forwards computed vs" in md and "router's own score" in md
+
+
+# ------------------------------------------------------------------------------------------ Ray
+def test_ray_two_actors_kill_a_worker_resume_same_table(work, local_run):
+    pytest.importorskip("ray", reason="Ray not installed (pip install -r requirements-eval.txt); Ray sweep not tested")
+    out = work["dir"] / "ray"
+    cmd = _cmd(work, out, "--workers", "2", "--cpus-per-worker", "1")
+
+    def kill_worker(proc) -> None:
+        pids = json.loads((out / "workers.json").read_text())
+        assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+        os.kill(next(iter(pids.values())), signal.SIGKILL)
+
+    rc, log = _run_killed(cmd, out, kill_worker, after_rows=2)
+    assert "died" in log, log  # the driver saw the death and re-queued the unit's unfinished configs
+    assert "0 to run" in _rerun(cmd)  # a re-run finds every row done
+    assert _table(out) == _table(local_run)  # same final table as the single-process run, bit for bit
+    assert len({r["worker"] for r in read_rows(out / "rows.csv")}) >= 2  # both actors served units
