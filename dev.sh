@@ -33,7 +33,7 @@ cmd=${1:-test}; shift || true
 case "$cmd" in
   test)  exec "$VPY" -m pytest -q "$@" ;;
   demo)  exec "$VPY" -m sdvg_core.demo "$@" ;;
-  bench) exec "$VPY" bench/bench_engine.py "$@" ;;
+  bench) exec "$VPY" bench/bench_scale.py "$@" ;;  # --size {tiny,mid,full} [--device cuda]; bench_engine.py: CPU table
   eval)  exec "$VPY" -m sdvg_eval "$@" ;;
   eval-report) exec "$VPY" -m sdvg_eval.report "$@" ;;
   *) echo "usage: ./dev.sh {test|demo|bench|eval|eval-report} [args]" >&2; exit 2 ;;

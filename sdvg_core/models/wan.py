@@ -582,3 +582,26 @@ def build_random(cfg: WanDiTConfig, seed: int = 0, dtype: torch.dtype = torch.fl
                 fan_in = p[0].numel()
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
     return net.to(dtype).eval()
+
+
+@torch.no_grad()
+def build_random_on(cfg: WanDiTConfig, device: torch.device | str, dtype: torch.dtype, seed: int = 0) -> WanDiT:
+    """A WanDiT with seeded random weights made directly on `device` in `dtype` (meta init, then to_empty).
+
+    For full-size benchmarks: the 14B never passes through CPU RAM in float32. Same distributions as
+    `build_random` (not the same numbers: the generator lives on `device`).
+    """
+    with torch.device("meta"):
+        net = WanDiT(cfg)
+    net = net.to(dtype).to_empty(device=device)  # cast on meta (free), then allocate once in dtype
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for name, p in net.named_parameters():
+        if name.endswith("norm_q.weight") or name.endswith("norm_k.weight") or name.endswith("norm3.weight"):
+            p.normal_(1.0, 0.1, generator=gen)
+        elif p.ndim == 1:
+            p.normal_(0.0, 0.05, generator=gen)
+        elif name.endswith("modulation"):
+            p.normal_(0.0, 1 / math.sqrt(cfg.dim), generator=gen)
+        else:
+            p.normal_(0.0, 1 / math.sqrt(p[0].numel()), generator=gen)
+    return net.eval().requires_grad_(False)
