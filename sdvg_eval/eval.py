@@ -13,6 +13,7 @@ process without Ray. Exit status 2: a usage or input error (nothing was run); 1:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -105,11 +106,8 @@ def preflight(a: argparse.Namespace) -> list[str]:
                 problems.append(f"--{flag} {v}: file not found")
         if not a.umt5:
             problems.append("--umt5 is missing (a local umT5 folder: each prompt is encoded once and cached)")
-    if a.workers != 0:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            problems.append("Ray is not installed: pip install -r requirements-eval.txt, or run with --workers 0")
+    if a.workers != 0 and importlib.util.find_spec("ray") is None:
+        problems.append("Ray is not installed: pip install -r requirements-eval.txt, or run with --workers 0")
     return problems
 
 
@@ -185,29 +183,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_on_ray(a, jobs, setup, out, appender, run_fp, gpu, on_row):
-    """Start (or join) Ray, run the jobs on actors, shut down a local Ray started here."""
+    """Start a local Ray (or join `--ray-address`), run the jobs on actors, shut Ray down again."""
+    import os
+
     import ray
 
     root = str(Path(__file__).resolve().parents[1])
-    gpus_per_worker = a.gpus_per_worker if a.gpus_per_worker is not None else (1.0 if gpu else 0.0)
+    gpw = a.gpus_per_worker if a.gpus_per_worker is not None else (1.0 if gpu else 0.0)
     env = {"env_vars": {"PYTHONPATH": root}}  # local workers import this checkout; cluster nodes need the pack installed
     if a.ray_address:
         ray.init(address=a.ray_address, runtime_env=env, log_to_driver=False)
+        res = ray.cluster_resources()  # default: one actor per GPU of the cluster (per CPU slot without GPUs)
+        workers = a.workers or max(1, int(res.get("GPU", 0) // gpw) if gpw else int(res.get("CPU", 1) // a.cpus_per_worker))
     else:
-        n = a.workers or (torch.cuda.device_count() if gpu else 0) or 1
-        if a.workers is None and not gpu:
-            import os
-
-            n = max(1, int((os.cpu_count() or 1) // a.cpus_per_worker))
-        ray.init(num_cpus=int(n * a.cpus_per_worker), num_gpus=int(n * gpus_per_worker), runtime_env=env,
+        slots = torch.cuda.device_count() if gpu else int((os.cpu_count() or 1) // a.cpus_per_worker)
+        workers = a.workers or max(1, slots)
+        ray.init(num_cpus=max(1, round(workers * a.cpus_per_worker)), num_gpus=round(workers * gpw), runtime_env=env,
                  include_dashboard=False, log_to_driver=False)
+    print(f"Ray: {workers} worker(s), {a.cpus_per_worker} CPU and {gpw} GPU each", file=sys.stderr)
     try:
-        res_ = ray.cluster_resources()
-        workers = a.workers or max(1, int(res_.get("GPU", 0) // gpus_per_worker) if gpus_per_worker
-                                   else int(res_.get("CPU", 1) // a.cpus_per_worker))
-        print(f"Ray: {workers} worker(s), {a.cpus_per_worker} CPU and {gpus_per_worker} GPU each", file=sys.stderr)
         return run_ray(jobs, setup, a.metrics, out, appender, a.save_videos, run_fp, workers, a.cpus_per_worker,
-                       gpus_per_worker, on_row, not a.fresh_timing)
+                       gpw, on_row, not a.fresh_timing)
     finally:
         ray.shutdown()
 

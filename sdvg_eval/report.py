@@ -10,12 +10,12 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from .config import BASELINE_KINDS, CURVE_KINDS, PLOT_FILE, RUN_FILE, SPEEDUP_BASELINE, SUMMARY_FILE, UNITS_FILE, parse_config
 from .metrics import IMAGEREWARD_NOTE, ImageRewardMean
-from .records import END, HEAD, TAIL, UNIT_COLUMNS, read_rows
+from .records import HEAD, TAIL, UNIT_COLUMNS, read_rows
 
 PNG_KEY = "sdvg-points"  # PNG text chunk holding the plotted points
 PLOT_SIZE = (900, 600)  # pixels (PIL path); matplotlib uses the same at 100 dpi

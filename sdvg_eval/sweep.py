@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +84,7 @@ def run_ray(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path, a
 
     def new_actor():
         name = f"w{next(counter)}"
-        return name, Actor.options(name=f"sdvg-eval-{run_fp}-{name}-{time.time_ns()}").remote(
-            setup, metrics, str(out), save_videos, run_fp, name, share_memo)
+        return name, Actor.remote(setup, metrics, str(out), save_videos, run_fp, name, share_memo)
 
     actors = dict(new_actor() for _ in range(min(workers, len(jobs))))
     pids = {}

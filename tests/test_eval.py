@@ -199,17 +199,20 @@ def test_rows_equal_single_engine_runs_and_saving_is_exact(work, local_run):
     assert 0 < u.computed_forwards < u.naive_forwards and u.saving > 0
 
 
-def test_rows_of_another_setup_are_refused(work, local_run, tmp_path):
+def test_rows_of_another_setup_are_refused(work, local_run, tmp_path, monkeypatch, capsys):
     import shutil
+
+    from sdvg_eval.eval import main
 
     out = tmp_path / "copy"
     shutil.copytree(local_run, out)
-    r = subprocess.run(_cmd(work, out, "--workers", "0", "--blocks", "4"), env=_env(),
-                       capture_output=True, text=True, timeout=RUN_TIMEOUT)
-    assert r.returncode == 2 and "another setup" in r.stderr and "blocks" in r.stderr
-    r = subprocess.run(_cmd(work, out, "--workers", "0"), env=_env("other-code"), capture_output=True, text=True,
-                       timeout=RUN_TIMEOUT)
-    assert r.returncode == 2 and "differs in: code" in r.stderr
+    argv = _cmd(work, out, "--workers", "0")[3:]  # in-process: refused before any model loads
+    monkeypatch.setenv("SDVG_EVAL_CODE_VERSION", CODE)
+    assert main(argv + ["--blocks", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "another setup" in err and "blocks" in err
+    monkeypatch.setenv("SDVG_EVAL_CODE_VERSION", "other-code")
+    assert main(argv) == 2 and "differs in: code" in capsys.readouterr().err
     assert read_rows(out / "rows.csv") == read_rows(local_run / "rows.csv")  # nothing was appended
 
 
@@ -254,3 +257,16 @@ def test_ray_two_actors_kill_a_worker_resume_same_table(work, local_run):
     assert "0 to run" in _rerun(cmd)  # a re-run finds every row done
     assert _table(out) == _table(local_run)  # same final table as the single-process run, bit for bit
     assert len({r["worker"] for r in read_rows(out / "rows.csv")}) >= 2  # both actors served units
+
+
+def test_ray_stays_out_of_the_pack():
+    """A ComfyUI user installs requirements.txt only: Ray is in requirements-eval.txt and never imported by the pack."""
+    import re
+
+    pattern = re.compile(r"^\s*(import ray|from ray)\b", re.M)
+    for pkg in ("sdvg_core", "nodes"):
+        for f in (REPO / pkg).rglob("*.py"):
+            assert not pattern.search(f.read_text(encoding="utf-8")), f
+    assert "ray" not in (REPO / "requirements.txt").read_text().lower()
+    assert re.search(r"^ray\b", (REPO / "requirements-eval.txt").read_text(), re.M)
+    assert "-r requirements-eval.txt" in (REPO / "requirements-dev.txt").read_text()
