@@ -9,7 +9,7 @@ Compute only what a decision needs: a forced block is not drafted; a score-blind
 target's context is built only when the target generates; a draft is decoded from the committed decoder cache
 without changing it (pixels.py). `EngineConfig(lazy=False)` does all the work the reference implementation
 does, for comparison; outputs are bit-identical either way. Context building belongs to the recipe
-(recipes.py), accounting to tally.py.
+(recipes.py) through ContextServices (context.py), accounting to tally.py.
 """
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from typing import Callable, Protocol
 
 import torch
 
-from ..models.wan import CausalWan, KVCache, TextKV
-from .keys import BlockKey, DraftDecodeKey, KVKey, ScoreKey, TextKey, require_key
+from ..models.wan import CausalWan
+from .context import ContextServices
+from .keys import BlockKey, DraftDecodeKey, ScoreKey, require_key
 from .memo import Memo
 from .noise import BlockNoise, block_noise
 from .pixels import DecodeEntry, PixelStore
@@ -104,6 +105,8 @@ class Engine:
         self.tracer = tracer
         self.callbacks = Callbacks()
         self.pixels = PixelStore(vae, self.keys["vae"], config.decode_rule, self.memo, lambda: self.callbacks.interrupt)
+        self.services = ContextServices(self.memo, self.recipe, vae, self.pixels, self.keys["vae"], config.decode_rule,
+                                        tracer, self.callbacks)
 
     @staticmethod
     def _noise_key(noise_fn, shared_memo: bool) -> str:
@@ -188,7 +191,7 @@ class Engine:
         accepted = (not forced) and policy.accept(b, score)
         if not lazy and b > 0 and self.recipe.rebuilds_context_every_block:
             with tally.phase("context"):  # the reference builds the target's context whether it is used or not
-                self.recipe.context(self, "target", self._role("target"), state, b, tally)
+                self.recipe.context(self.services, "target", self._role("target"), state, b, tally)
         if accepted:
             latents, producer, decision = p.latents, "drafter", "accepted"
         else:
@@ -241,27 +244,27 @@ class Engine:
         before = dict(tally.cost)
         spec, plan = state.spec, self.plan
         with tally.phase("context"):
-            kv, offset = self.recipe.context(self, role, runner, state, b, tally)
+            kv, offset = self.recipe.context(self.services, role, runner, state, b, tally)
         with tally.phase("draft" if role == "drafter" else "target"):
-            text = self._text(runner, state)
+            text = self.services.text(runner, state)
             noise = self._noise(spec, b).to(runner.device)
             x = noise.initial
             x0 = x
             for s, t in enumerate(plan.timesteps):
                 self._interrupt()
                 ts = timestep_tensor(t, 1, spec.frames_per_block, runner.device)
-                self.trace(f"{role}/block{b}/step{s}/model_input", x)
+                self.services.trace(f"{role}/block{b}/step{s}/model_input", x)
                 flow = runner.forward(x, ts, text, frame_offset=offset, kv=kv, interrupt=self.callbacks.interrupt).flow
                 tally.add(f"{role}_forwards", 1)
                 x0 = flow_to_x0(x.float(), flow.float(), plan.sigmas[s])
-                self.trace(f"{role}/block{b}/step{s}/flow_pred", flow)
-                self.trace(f"{role}/block{b}/step{s}/x0_pred", x0)
+                self.services.trace(f"{role}/block{b}/step{s}/flow_pred", flow)
+                self.services.trace(f"{role}/block{b}/step{s}/x0_pred", x0)
                 if s + 1 < plan.num_steps:
                     x = add_noise(x0, noise.renoise[s], plan.sigmas[s + 1])
                 if self.callbacks.progress is not None:
                     self.callbacks.progress(ProgressEvent("step", b, spec.num_blocks, role, s + 1, plan.num_steps))
-            if self.tracing:
-                self.trace_kv(f"{role}/block{b}/kv_after_last_call", kv, extra=x.shape[1] * kv.tokens_per_frame)
+            if self.services.tracing:
+                self.services.trace_kv(f"{role}/block{b}/kv_after_last_call", kv, extra=x.shape[1] * kv.tokens_per_frame)
         self.memo.put(memo_key, (x0, tally.cost_since(before)))
         return x0
 
@@ -272,72 +275,6 @@ class Engine:
         shape = (1, spec.frames_per_block, self.target.cfg.in_dim, h, w)
         return block_noise(spec.seed, b, shape, self.plan.num_renoise)
 
-    def _text(self, runner: CausalWan, state: GenerationState) -> TextKV:
-        key = TextKey(runner.key, state.spec.prompt.key)
-        text = self.memo.get(key)
-        if text is None:
-            text = self.memo.put(key, runner.encode_text(state.spec.prompt.embeddings, interrupt=self.callbacks.interrupt))
-        return text
-
-    # ------------------------------------------------------------------------------------------ recipe host
-    # What a recipe may use (recipes.ContextHost): memo, keys, model calls, pixels, tracing.
-    @property
-    def vae_key(self) -> str:
-        return self.keys["vae"]
-
-    @property
-    def decode_rule(self) -> str:
-        return self.config.decode_rule
-
-    @property
-    def temporal_compression(self) -> int:
-        return self.vae.config.temporal_compression
-
-    @property
-    def tracing(self) -> bool:
-        return self.tracer is not None
-
-    def kv_key(self, runner: CausalWan, recipe: Recipe, state: GenerationState, b: int) -> KVKey:
-        return KVKey(runner.key, state.spec.prompt.key, recipe, self.vae_key, self.decode_rule, state.lineage_at(b))
-
-    def empty_kv(self, runner: CausalWan, spec: GenerationSpec) -> KVCache:
-        h, w = spec.latent_hw
-        window = self.recipe.window_frames(spec.frames_per_block, spec.num_latent_frames)
-        return KVCache.empty(runner.cfg, batch=1, window_frames=window, tokens_per_frame=runner.cfg.tokens_per_frame(h, w),
-                             device=runner.device, dtype=runner.dtype)
-
-    def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
-                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally) -> KVCache:
-        self._interrupt()
-        out = runner.forward(latents, t, self._text(runner, state), frame_offset=frame_offset, kv=kv, commit=True,
-                             want_output=False, interrupt=self.callbacks.interrupt)
-        tally.add(f"{role}_forwards", 1)
-        tally.add(f"{role}_context_forwards", 1)
-        return out.kv
-
-    def pixels_before(self, b: int, spec: GenerationSpec) -> int:
-        return self.pixels.pixels_before(b, spec)
-
-    def pixel_frame(self, state: GenerationState, g: int, tally: Tally) -> torch.Tensor:
-        return self.pixels.pixel_frame(state, g, tally)
-
-    def encode_frame(self, frame: torch.Tensor, spec: GenerationSpec, tally: Tally) -> torch.Tensor:
-        self._interrupt()
-        latent = self.vae.encode_anchor_frame(frame.to(self.vae.device), (spec.height, spec.width),
-                                              interrupt=self.callbacks.interrupt)  # [1, C, 1, h, w]
-        tally.add("vae_encodes", 1)
-        return latent.permute(0, 2, 1, 3, 4).float()  # [1, 1, C, h, w]
-
-    def trace(self, name: str, t: torch.Tensor) -> None:
-        if self.tracer is not None:
-            self.tracer(name, t)
-
-    def trace_kv(self, name: str, kv: KVCache, extra: int = 0) -> None:
-        """Trace the first length+extra slots of every layer as [B, S, heads, head_dim] (reference layout)."""
-        for i, (k, v) in enumerate(zip(kv.buffer.k, kv.buffer.v)):
-            self.trace(f"{name}/layer{i}/k", k[:, :, : kv.length + extra].transpose(1, 2))
-            self.trace(f"{name}/layer{i}/v", v[:, :, : kv.length + extra].transpose(1, 2))
-
     # ------------------------------------------------------------------------------------------ helpers
     def _role(self, role: str) -> CausalWan:
         runner = self.drafter if role == "drafter" else self.target
@@ -346,11 +283,11 @@ class Engine:
         return runner
 
     def _block_key(self, role: str, state: GenerationState, b: int) -> BlockKey:
-        return BlockKey(role, self._role(role).key, state.spec.prompt.key, self.recipe, self.vae_key,
-                        self.decode_rule, self.noise_key, state.lineage_at(b))
+        return BlockKey(role, self._role(role).key, state.spec.prompt.key, self.recipe, self.keys["vae"],
+                        self.config.decode_rule, self.noise_key, state.lineage_at(b))
 
     def _draft_decode_key(self, state: GenerationState) -> DraftDecodeKey:
-        return DraftDecodeKey(self._block_key("drafter", state, state.next_block), self.vae_key, self.decode_rule)
+        return DraftDecodeKey(self._block_key("drafter", state, state.next_block), self.keys["vae"], self.config.decode_rule)
 
     def _interrupt(self) -> None:
         if self.callbacks.interrupt is not None:

@@ -1,0 +1,88 @@
+"""What a context recipe may use from the engine: memo, stable keys, model calls, committed pixels, tracing.
+
+The engine owns one ContextServices; recipes (recipes.py) get it as their `host` and build a block's KV
+context through it, so recipe code never reaches into the engine. Per-prompt cross-attention K/V live here
+too: every context and denoising call needs them (docs/design.md §3.2).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..models.wan import CausalWan, KVCache, TextKV
+from .keys import KVKey, TextKey
+from .pixels import PixelStore
+from .state import GenerationSpec, GenerationState
+from .tally import Tally
+
+
+class ContextServices:
+    """Implements recipes.ContextHost over the engine's memo, VAE, pixel store, tracer and callbacks."""
+
+    def __init__(self, memo, recipe, vae, pixels: PixelStore, vae_key: str, decode_rule: str,
+                 tracer: Callable[[str, torch.Tensor], None] | None, callbacks):
+        self.memo, self.recipe, self.vae, self.pixels = memo, recipe, vae, pixels
+        self.vae_key, self.decode_rule = vae_key, decode_rule
+        self.tracer, self.callbacks = tracer, callbacks
+
+    def _interrupt(self) -> None:
+        if self.callbacks.interrupt is not None:
+            self.callbacks.interrupt()
+
+    def text(self, runner: CausalWan, state: GenerationState) -> TextKV:
+        """Cross-attention K/V of the prompt for one model, computed once per (model, prompt)."""
+        key = TextKey(runner.key, state.spec.prompt.key)
+        text = self.memo.get(key)
+        if text is None:
+            text = self.memo.put(key, runner.encode_text(state.spec.prompt.embeddings, interrupt=self.callbacks.interrupt))
+        return text
+
+    @property
+    def temporal_compression(self) -> int:
+        return self.vae.config.temporal_compression
+
+    @property
+    def tracing(self) -> bool:
+        return self.tracer is not None
+
+    def kv_key(self, runner: CausalWan, recipe, state: GenerationState, b: int) -> KVKey:
+        return KVKey(runner.key, state.spec.prompt.key, recipe, self.vae_key, self.decode_rule, state.lineage_at(b))
+
+    def empty_kv(self, runner: CausalWan, spec: GenerationSpec) -> KVCache:
+        h, w = spec.latent_hw
+        window = self.recipe.window_frames(spec.frames_per_block, spec.num_latent_frames)
+        return KVCache.empty(runner.cfg, batch=1, window_frames=window, tokens_per_frame=runner.cfg.tokens_per_frame(h, w),
+                             device=runner.device, dtype=runner.dtype)
+
+    def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
+                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally) -> KVCache:
+        self._interrupt()
+        out = runner.forward(latents, t, self.text(runner, state), frame_offset=frame_offset, kv=kv, commit=True,
+                             want_output=False, interrupt=self.callbacks.interrupt)
+        tally.add(f"{role}_forwards", 1)
+        tally.add(f"{role}_context_forwards", 1)
+        return out.kv
+
+    def pixels_before(self, b: int, spec: GenerationSpec) -> int:
+        return self.pixels.pixels_before(b, spec)
+
+    def pixel_frame(self, state: GenerationState, g: int, tally: Tally) -> torch.Tensor:
+        return self.pixels.pixel_frame(state, g, tally)
+
+    def encode_frame(self, frame: torch.Tensor, spec: GenerationSpec, tally: Tally) -> torch.Tensor:
+        self._interrupt()
+        latent = self.vae.encode_anchor_frame(frame.to(self.vae.device), (spec.height, spec.width),
+                                              interrupt=self.callbacks.interrupt)  # [1, C, 1, h, w]
+        tally.add("vae_encodes", 1)
+        return latent.permute(0, 2, 1, 3, 4).float()  # [1, 1, C, h, w]
+
+    def trace(self, name: str, t: torch.Tensor) -> None:
+        if self.tracer is not None:
+            self.tracer(name, t)
+
+    def trace_kv(self, name: str, kv: KVCache, extra: int = 0) -> None:
+        """Trace the first length+extra slots of every layer as [B, S, heads, head_dim] (reference layout)."""
+        for i, (k, v) in enumerate(zip(kv.buffer.k, kv.buffer.v)):
+            self.trace(f"{name}/layer{i}/k", k[:, :, : kv.length + extra].transpose(1, 2))
+            self.trace(f"{name}/layer{i}/v", v[:, :, : kv.length + extra].transpose(1, 2))
