@@ -30,7 +30,6 @@ from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning
 from ..io.reward_files import ImageRewardError, find_vocab
 from ..io.text import demo_embeddings, encode_umt5, load_embeddings, umt5_folders
 from .tiny import DEMO_PROMPT, tiny_models
-from ..models.vae import WanVAE
 from ..io.video import write_video
 from ..models.wan import CausalWan
 
