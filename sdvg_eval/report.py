@@ -104,6 +104,10 @@ def _f(v: float | None, fmt: str = ".4f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
 def markdown(summ: list[ConfigSummary], metrics: list[str], savings: list[UnitSaving], run: dict) -> str:
     """The paper-shaped table (config, metrics, s/video, speedups, acceptance) plus the sweep saving."""
     lines = ["# SDVG evaluation", ""]
@@ -116,7 +120,7 @@ def markdown(summ: list[ConfigSummary], metrics: list[str], savings: list[UnitSa
     for s in summ:
         secs = f"{s.seconds:.2f}" + ("" if s.all_fresh else "*")
         lines.append(f"| {s.config} | {s.rows} | " + " | ".join(_f(s.metrics[m]) for m in metrics)
-                     + f" | {secs} | {_f(s.speedup_measured, '.2f')}x | {s.speedup_counted:.2f}x | "
+                     + f" | {secs} | {_x(s.speedup_measured)} | {s.speedup_counted:.2f}x | "
                      + ("-" if s.acceptance is None else f"{s.acceptance:.1%}") + " |")
     lines.append("")
     if any(not s.all_fresh for s in summ):
