@@ -203,6 +203,18 @@ def _render_pil(data: dict, path: Path) -> Path:
     d.text((w // 2 - 100, h - 22), data["x"], fill="black")
     d.text((left, 12), f"{data['y']} vs speedup (Pareto)", fill="black")
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
+    placed: list[tuple[float, float]] = []
+
+    def label(X: float, Y: float, text: str, col: str) -> None:
+        """Write a label next to its marker, moved down while it would overlap one already written."""
+        while any(abs(X - a) < 90 and abs(Y - b) < 12 for a, b in placed):
+            Y += 12
+        placed.append((X, Y))
+        d.text((X, Y), text, fill=col)
+
+    for i, kind in enumerate(data["curves"]):  # legend
+        d.line([w - right - 150, top + 12 + 16 * i, w - right - 130, top + 12 + 16 * i], fill=colors[i % 4], width=2)
+        d.text((w - right - 125, top + 6 + 16 * i), f"{kind} (tau curve)", fill=colors[i % 4])
     for i, (kind, cpts) in enumerate(data["curves"].items()):
         col = colors[i % len(colors)]
         xy = [px(x, y) for x, y, _ in cpts]
@@ -210,12 +222,12 @@ def _render_pil(data: dict, path: Path) -> Path:
             d.line(xy, fill=col, width=2)
         for (X, Y), (_, _, name) in zip(xy, cpts):
             d.ellipse([X - 4, Y - 4, X + 4, Y + 4], fill=col)
-            d.text((X + 6, Y - 12), name, fill=col)
+            label(X + 6, Y - 12, name, col)
     for x, y, name in data["points"]:
         X, Y = px(x, y)
         col = "#d62728" if name == ACCEPT_ALL else "#444444"
         d.rectangle([X - 4, Y - 4, X + 4, Y + 4], fill=col)
-        d.text((X + 6, Y + 2), name, fill=col)
+        label(X + 6, Y + 2, name, col)
     info = PngInfo()
     info.add_text(PNG_KEY, json.dumps(data))
     img.save(path, pnginfo=info)
