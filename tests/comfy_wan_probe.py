@@ -35,10 +35,13 @@ wan = importlib.import_module("sdvg_pack.sdvg_core.models.wan")
 schedule = importlib.import_module("sdvg_pack.sdvg_core.engine.schedule")
 
 
+# Several heads (head_dim 32), so a head-ordering mismatch with ComfyUI's attention shows; text width as umT5's.
+PROBE_SIZES = {"dim": 128, "ffn_dim": 256, "num_heads": 4, "num_layers": 2, "text_dim": 4096}
+
+
 def make(dtype, ops):
     torch.manual_seed(0)
-    net = wanm.WanModel(model_type="t2v", dim=128, ffn_dim=256, num_heads=1, num_layers=2, text_dim=4096,
-                        operations=ops, dtype=dtype)
+    net = wanm.WanModel(model_type="t2v", operations=ops, dtype=dtype, **PROBE_SIZES)
     with torch.no_grad():
         for _, p in net.named_parameters():
             p.copy_((torch.randn(p.shape) * 0.05).to(p.dtype))
@@ -48,13 +51,17 @@ def make(dtype, ops):
 def causal(net, dtype, x, ctx, view=True, kv=True):
     cfg = host.wan_config_from_module(net)
     runner = wan.CausalWan(host.comfy_wan_view(net, dtype) if view else net, cfg, dtype=dtype, device="cpu")
-    cache = wan.KVCache.empty(cfg, batch=1, window_frames=6, tokens_per_frame=12, device="cpu", dtype=dtype) if kv else None
+    assert cfg.num_heads == PROBE_SIZES["num_heads"], cfg  # the pack reads the head count off ComfyUI's model
+    tpf = cfg.tokens_per_frame(x.shape[-2], x.shape[-1])
+    cache = wan.KVCache.empty(cfg, batch=1, window_frames=x.shape[1], tokens_per_frame=tpf, device="cpu",
+                              dtype=dtype) if kv else None
     return runner.forward(x, schedule.timestep_tensor(937.5, 1, 3), runner.encode_text(ctx), kv=cache).flow.float()
 
 
 out = {}
 torch.manual_seed(1)
-x, ctx = torch.randn(1, 3, 16, 6, 8), torch.randn(1, 512, 4096) * 0.3
+x = torch.randn(1, 3, 16, 6, 8)  # [B, F, C, h, w]
+ctx = torch.randn(1, 512, PROBE_SIZES["text_dim"]) * 0.3  # [B, text_len, text_dim]
 with torch.inference_mode():
     net = make(torch.float32, comfy.ops.disable_weight_init)
     ours = causal(net, torch.float32, x, ctx, kv=False)
