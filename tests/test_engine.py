@@ -478,3 +478,14 @@ def test_a_new_recipe_is_one_class(models):
     one = _engine(models, NoContext()).generate(_spec(blocks=1), TargetOnly())
     assert torch.equal(s.blocks[0].latents, one.blocks[0].latents)
     assert not torch.equal(s.blocks[1].latents, s.blocks[0].latents)  # different noise per block
+
+
+def test_generation_under_inference_mode_equals_no_grad(models, tmp_path):
+    """ComfyUI loads and runs models under torch.inference_mode (weights are inference tensors): same bits."""
+    ref = _engine(models).generate(_spec(blocks=2), ThresholdPolicy(tau=-0.5))
+    with torch.inference_mode():
+        inf_models = tiny_models(seed=0, workdir=tmp_path)
+        assert inf_models.target.net.blocks[0].modulation.is_inference()
+        got = _engine(inf_models).generate(_spec(blocks=2), ThresholdPolicy(tau=-0.5))
+        again = _engine(inf_models).generate(_spec(blocks=2), ThresholdPolicy(tau=-0.5))  # cached casts reused
+    assert torch.equal(_latents(got), _latents(ref)) and torch.equal(_latents(again), _latents(ref))
