@@ -75,6 +75,7 @@ def start_run(what: str, target: host.DiTHandle, vae, positive, prompt: str, wid
     try:
         cond = PromptConditioning.make(text, fit_text_len(emb, target.runner.cfg.text_len))
         spec = GenerationSpec(cond, width, height, num_blocks, seed)
+        session.reserve(spec)  # size ComfyUI's reservation for this window; refuse sizes that cannot fit
         state = session.engine().start(spec)
     except ValueError as e:
         raise host.SDVGError(f"{what}: {e}") from e

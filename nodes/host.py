@@ -7,6 +7,7 @@ dtype, or the ComfyUI model object + patch uuid) so the engine's shared memo sur
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import os
@@ -31,6 +32,7 @@ from ..sdvg_core.models.reward import ImageRewardScorer
 from ..sdvg_core.engine.state import GenerationState
 from ..sdvg_core.models.vae import WanVAE
 from ..sdvg_core.models.wan import CausalWan
+from ..sdvg_core.engine.memory import GIB, check_fits, dit_memory, estimate_for_spec, MemoryEstimate
 
 LOG = logging.getLogger("SDVG")
 
@@ -170,12 +172,34 @@ def _patcher(module: torch.nn.Module, load_device, offload_device):
                                             size=mm.module_size(holder))
 
 
+def comfy_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """ComfyUI's `optimized_attention` (sage / flash / xformers / PyTorch, per its launch flags) on q [B, N, Sq, D],
+    k/v [B, N, Sk, D] -> [B, Sq, N*D]; looked up at call time, so it follows ComfyUI's current choice."""
+    from comfy.ldm.modules import attention as comfy_attn
+
+    return comfy_attn.optimized_attention(q, k, v, q.shape[1], skip_reshape=True)
+
+
+def host_attention() -> Callable | None:
+    """comfy_attention when this ComfyUI has `optimized_attention`, else None (CausalWan's SDPA)."""
+    try:
+        from comfy.ldm.modules import attention as comfy_attn  # noqa: F401
+    except ImportError:
+        return None
+    return comfy_attention if hasattr(comfy_attn, "optimized_attention") else None
+
+
 class HostedWan(CausalWan):
-    """CausalWan whose every model call first asks ComfyUI to load this model (and only this one)."""
+    """CausalWan whose every model call first asks ComfyUI to load this model (and only this one).
+
+    `work_bytes` is what a call needs beside the weights (KV window, text K/V, activations): sized for Krea at
+    832x480 at load time, then for the actual recipe window and size by `Session.reserve` at Start.
+    """
 
     def __init__(self, net: torch.nn.Module, cfg: WanDiTConfig, patcher, *, dtype: torch.dtype, key: str,
-                 full_load: bool, work_bytes: int = 0):
-        super().__init__(net, cfg, dtype=dtype, device=patcher.load_device, key=key)
+                 full_load: bool, work_bytes: int = 0, compile: bool | str = False):
+        super().__init__(net, cfg, dtype=dtype, device=patcher.load_device, key=key, attention_fn=host_attention(),
+                         compile=compile)
         self.patcher, self.full_load, self.work_bytes = patcher, full_load, work_bytes
 
     def ensure_loaded(self) -> None:
@@ -203,22 +227,35 @@ class DiTHandle:
         return self.runner.key
 
 
-def work_bytes(cfg: WanDiTConfig, dtype: torch.dtype, tokens: int = 9360) -> int:
-    """GPU memory a model call needs beside the weights: its KV window (2 x layers x tokens x dim) + activations.
-
-    Default tokens = Krea's 6-frame window at 832x480 (9360); a block is half of it. Activations: the fp32
-    residual stream and a few temporaries, plus the FFN hidden layer.
-    """
-    size = torch.finfo(dtype).bits // 8
-    kv = 2 * cfg.num_layers * tokens * cfg.dim * size
-    block = tokens // 2
-    return kv + block * cfg.dim * 4 * 6 + block * cfg.ffn_dim * size * 2
+# The load-time reservation, until Start knows the recipe and size: Krea at 832x480 (1560 tokens per latent frame,
+# a 6-frame window of 3-frame blocks, context rebuilt 3 frames at a time; sdvg_core/engine/recipes.py KreaRecipe).
+DEFAULT_TOKENS_PER_FRAME, DEFAULT_WINDOW_FRAMES, DEFAULT_BLOCK_FRAMES, DEFAULT_CONTEXT_FRAMES = 1560, 6, 3, 3
 
 
-def host_file_dit(net: torch.nn.Module, cfg: WanDiTConfig, dtype: torch.dtype, key: str) -> HostedWan:
+def work_bytes(cfg: WanDiTConfig, dtype: torch.dtype) -> int:
+    """Memory a model call needs beside the weights before Start sizes it (sdvg_core.engine.memory.dit_memory)."""
+    return dit_memory(cfg, dtype, tokens_per_frame=DEFAULT_TOKENS_PER_FRAME, window_frames=DEFAULT_WINDOW_FRAMES,
+                      frames_per_block=DEFAULT_BLOCK_FRAMES, context_frames=DEFAULT_CONTEXT_FRAMES).step
+
+
+def host_file_dit(net: torch.nn.Module, cfg: WanDiTConfig, dtype: torch.dtype, key: str,
+                  compile: bool | str = False) -> HostedWan:
     """Our own WanDiT (plain torch layers) under a ModelPatcher; loaded whole (it cannot be split like comfy ops)."""
     patcher = _patcher(net, mm.get_torch_device(), mm.unet_offload_device())
-    return HostedWan(net, cfg, patcher, dtype=dtype, key=key, full_load=True, work_bytes=work_bytes(cfg, dtype))
+    return HostedWan(net, cfg, patcher, dtype=dtype, key=key, full_load=True, work_bytes=work_bytes(cfg, dtype),
+                     compile=compile)
+
+
+# ComfyUI's TorchCompileModel stores its torch.compile arguments here (comfy_api/torch_helpers/torch_compile.py) and
+# compiles `diffusion_model` only inside `apply_model`, which SDVG never calls; SDVG honours the request instead by
+# compiling its own block regions with the same backend.
+COMFY_COMPILE_OPTION = "torch_compile_kwargs"
+
+
+def comfy_compile_request(model: Any) -> str | None:
+    """The torch.compile backend a TorchCompileModel node asked for on this MODEL, or None."""
+    kwargs = (getattr(model, "model_options", None) or {}).get(COMFY_COMPILE_OPTION)
+    return str(kwargs.get("backend") or "inductor") if isinstance(kwargs, dict) else None
 
 
 def wan_config_from_module(net: torch.nn.Module, comfy_config: Any = None) -> WanDiTConfig:
@@ -305,8 +342,11 @@ def comfy_wan_view(net: torch.nn.Module, dtype: torch.dtype) -> Any:
     return _View(net, patch_embedding=_Fp32Input(net.patch_embedding), blocks=blocks)
 
 
-def host_comfy_model(model: Any, role: str) -> DiTHandle:
-    """Wrap a ComfyUI MODEL (UNETLoader, GGUF, LoRA-patched...) holding a Wan 2.1 T2V network."""
+def host_comfy_model(model: Any, role: str, compile: bool | str = False) -> DiTHandle:
+    """Wrap a ComfyUI MODEL (UNETLoader, GGUF, LoRA-patched...) holding a Wan 2.1 T2V network.
+
+    A TorchCompileModel upstream turns on SDVG's regional compile with its backend (see COMFY_COMPILE_OPTION).
+    """
     base = getattr(model, "model", None)
     net = getattr(base, "diffusion_model", None)
     if net is None:
@@ -319,7 +359,9 @@ def host_comfy_model(model: Any, role: str) -> DiTHandle:
         dtype = auto_dtype(torch.device(model.load_device))
     key = f"comfy|{object_token(base)}|{getattr(model, 'patches_uuid', '')}|{dtype_name(dtype)}"
     view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
-    runner = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype))
+    compile = comfy_compile_request(model) or compile
+    runner = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype),
+                       compile=compile)
     info = (f"{role}: ComfyUI MODEL ({type(net).__name__}, dim {cfg.dim}, {cfg.num_layers} layers, weights "
             f"{dtype_name(weight)}, compute {dtype_name(dtype)})")
     return DiTHandle(role, runner, info)
@@ -407,6 +449,65 @@ class Session:
         e.callbacks.progress = progress
         e.callbacks.run_id = current_run_id()
         return e
+
+    def reserve(self, spec) -> MemoryEstimate:
+        """Size each DiT's per-call reservation for this spec's recipe window and size, and refuse, before any work,
+        a size whose estimated peak exceeds the device's memory (MemoryRefused names the estimate and the limit).
+
+        Weights of ComfyUI-managed MODELs are not counted (ComfyUI can stream them in low-VRAM mode).
+        """
+        handles = [h for h in (self.target, self.drafter) if h is not None]
+        vae = self.vae.inner
+        est = estimate_for_spec(spec, self.config.recipe, [(h.runner.cfg, h.runner.dtype) for h in handles],
+                                vae.config, vae.dtype, vae_weight_bytes=mm.module_size(vae))
+        for h, d in zip(handles, est.dits):
+            h.runner.work_bytes = d.step
+        counted = MemoryEstimate(tuple(d if h.runner.full_load else dataclasses.replace(d, weights=0)
+                                       for h, d in zip(handles, est.dits)), est.vae_weights, est.vae_cache,
+                                 est.vae_activations)
+        device = handles[0].runner.device
+        total = getattr(mm, "get_total_memory", None)
+        if total is not None:
+            check_fits(counted, int(total(device)), f"{device} (ComfyUI's total for it)")
+        LOG.info("SDVG memory estimate: %s", counted.describe())
+        return counted
+
+
+# ------------------------------------------------------------------------------------------------ memo vs ComfyUI
+def release_memo_caches() -> int:
+    """Drop the shared memo's big entries (KV and decoder caches, up to cache_gb); returns the bytes dropped.
+
+    They are derived data: a later run recomputes what it needs. Tensors still referenced by a live run stay alive.
+    """
+    dropped = MEMO.large.bytes + MEMO.large.pinned_bytes
+    MEMO.large.clear()
+    return dropped
+
+
+def _memo_aware_free_memory(original: Callable) -> Callable:
+    """Wrap ComfyUI's `free_memory` so that when it must make room (another model loads, Unload Models,
+    `unload_all_models`), SDVG's cached KV/decoder tensors go first, then ComfyUI unloads models as usual."""
+
+    def free_memory(memory_required, device, keep_loaded=[]):  # noqa: B006 (ComfyUI's signature)
+        if MEMO.large.bytes + MEMO.large.pinned_bytes > 0:
+            free = mm.get_free_memory(device) if hasattr(mm, "get_free_memory") else 0
+            if memory_required > free:
+                dropped = release_memo_caches()
+                mm.soft_empty_cache()
+                LOG.info("SDVG: released %.2f GiB of cached KV/decoder tensors for ComfyUI", dropped / GIB)
+        return original(memory_required, device, keep_loaded)
+
+    free_memory.sdvg_wrapped = original
+    return free_memory
+
+
+def hook_free_memory() -> None:
+    """Install the wrapper once (ComfyUI's own callers look `free_memory` up in its module at call time)."""
+    if hasattr(mm, "free_memory") and not hasattr(mm.free_memory, "sdvg_wrapped"):
+        mm.free_memory = _memo_aware_free_memory(mm.free_memory)
+
+
+hook_free_memory()
 
 
 _FALLBACK_RUN_ID = uuid.uuid4().hex

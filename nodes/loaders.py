@@ -39,7 +39,10 @@ class _LoadDiT(io.ComfyNode):
                                tooltip="Optional: a Wan 2.1 text-to-video MODEL from ComfyUI's loaders (Load "
                                        "Diffusion Model with fp8, GGUF loaders, LoRA loaders). When connected, the "
                                        "file options above are ignored and ComfyUI manages the weights (low VRAM "
-                                       "offloading works)."),
+                                       "offloading works). A TorchCompileModel node before this input turns on "
+                                       "SDVG's regional torch.compile of the transformer blocks with its backend "
+                                       "(ComfyUI's own compile wrapper acts only inside apply_model, which SDVG "
+                                       "does not call)."),
             ],
             outputs=[SDVGModel.Output(display_name=role, tooltip=f"the {role}, for SDVG Start / SDVG Generate"),
                      io.String.Output(display_name="info", tooltip="what was loaded (file, preset, entry, dtype)")],

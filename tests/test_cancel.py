@@ -2,6 +2,8 @@
 VAE decode/encode within one block of one latent frame, and a cancelled call changes no cache."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -163,3 +165,81 @@ def test_refuses_a_size_that_cannot_fit_naming_estimate_and_limit():
         check_fits(est(4096, 4096), 141 * GIB, "cuda:0")
     msg = str(e.value)
     assert "GiB" in msg and "141.0 GiB of cuda:0" in msg and "KV window" in msg and "VAE decode" in msg
+
+
+# ----------------------------------------------------------------------------------- the host: ComfyUI sees SDVG memory
+@pytest.fixture()
+def fake_pack(tmp_path):
+    import fake_host
+
+    with fake_host.installed(tmp_path) as pack:
+        mm = sys.modules["comfy.model_management"]
+        old = (mm.FAKE_FREE_BYTES, mm.FAKE_TOTAL_BYTES)
+        pack.nodes.host.MEMO.clear()
+        try:
+            yield pack, mm
+        finally:
+            mm.FAKE_FREE_BYTES, mm.FAKE_TOTAL_BYTES = old
+            pack.nodes.host.MEMO.clear()
+
+
+def _big_entry() -> torch.Tensor:
+    return torch.zeros(80 * 2**20 // 4)  # 80 MB: a "big" memo entry (the small tier holds <= 64 MB)
+
+
+def test_loading_another_model_reclaims_memo_caches(fake_pack):
+    pack, mm = fake_pack
+    host = pack.nodes.host
+    host.MEMO.put(("kv", "run"), _big_entry())
+    assert host.MEMO.large.bytes > 0
+    patcher = host._patcher(torch.nn.Linear(4, 4), torch.device("cpu"), torch.device("cpu"))
+    mm.load_models_gpu([patcher], memory_required=1 << 20)  # room enough: the caches stay
+    assert host.MEMO.large.bytes > 0
+    mm.FAKE_FREE_BYTES = 1 << 20  # the device is full: another model's load must reclaim SDVG's caches
+    mm.load_models_gpu([patcher], memory_required=1 << 30)
+    assert host.MEMO.large.bytes == 0
+
+
+def test_unload_models_releases_memo_caches(fake_pack):
+    pack, mm = fake_pack
+    host = pack.nodes.host
+    host.MEMO.pin("head", ("decoder", "run"), _big_entry())
+    mm.unload_all_models()  # what the Unload Models button runs
+    assert host.MEMO.large.bytes == 0 and host.MEMO.large.pinned_bytes == 0
+
+
+def _session(pack, recipe: str):
+    """A host Session over the tiny target and VAE, through the pack's own modules (as ComfyUI imports them)."""
+    import importlib
+
+    host = pack.nodes.host
+    tiny = importlib.import_module(pack.__name__ + ".sdvg_core.demo.tiny")
+    engine = importlib.import_module(pack.__name__ + ".sdvg_core.engine.engine")
+    recipes = importlib.import_module(pack.__name__ + ".sdvg_core.engine.recipes")
+    cfg = PRESETS["tiny-target"]
+    runner = host.host_file_dit(tiny.build_random(cfg, seed=0), cfg, torch.float32, "k-target")
+    vae = host.HostedVAE(tiny.random_vae(1), "k-vae")
+    return host.Session(host.DiTHandle("target", runner, ""), None, vae, None,
+                        engine.EngineConfig(recipe=recipes.recipe_by_name(recipe)))
+
+
+def test_start_sizes_the_reservation_from_the_recipe_and_refuses_what_cannot_fit(fake_pack):
+    import importlib
+
+    pack, mm = fake_pack
+    state = importlib.import_module(pack.__name__ + ".sdvg_core.engine.state")
+    memory = importlib.import_module(pack.__name__ + ".sdvg_core.engine.memory")
+    spec = state.GenerationSpec(state.PromptConditioning.make("p", torch.zeros(1, 4, 32)), 96, 64, 9, 0)
+    krea, sf = _session(pack, "krea"), _session(pack, "self_forcing")
+    krea.reserve(spec)
+    sf.reserve(spec)
+    k, s = krea.target.runner.work_bytes, sf.target.runner.work_bytes
+    cfg, tpf = PRESETS["tiny-target"], (64 // 16) * (96 // 16)  # 24 tokens per latent frame at 96x64
+    # Self-Forcing's window is the whole video (9 blocks = 27 latent frames), Krea's 6 (context rebuilt 3 at a time)
+    assert s == memory.dit_memory(cfg, torch.float32, tokens_per_frame=tpf, window_frames=27, frames_per_block=3).step
+    assert k == memory.dit_memory(cfg, torch.float32, tokens_per_frame=tpf, window_frames=6, frames_per_block=3,
+                                  context_frames=3).step
+    assert s > k
+    mm.FAKE_TOTAL_BYTES = 1 << 20
+    with pytest.raises(memory.MemoryRefused, match=r"GiB of cpu"):
+        krea.reserve(spec)

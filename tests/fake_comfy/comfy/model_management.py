@@ -42,6 +42,7 @@ def module_size(module: torch.nn.Module) -> int:
 def load_models_gpu(models, memory_required: int = 0, force_patch_weights: bool = False,
                     minimum_memory_required=None, force_full_load: bool = False) -> None:
     LOAD_CALLS.append(list(models))
+    free_memory(memory_required, get_torch_device())  # as ComfyUI does before loading (looked up at call time)
     for m in models:
         m.loaded = True
         m.model.device = m.load_device  # as ComfyUI does after loading (fails on modules with a read-only .device)
@@ -69,3 +70,26 @@ def throw_exception_if_processing_interrupted() -> None:
     if _interrupted:
         _interrupted = False
         raise InterruptProcessingException()
+
+
+# Memory accounting (ComfyUI: get_free_memory / get_total_memory / free_memory / unload_all_models); tests set these.
+FAKE_FREE_BYTES = 1 << 40
+FAKE_TOTAL_BYTES = 1 << 40
+FREE_CALLS: list[tuple[float, str]] = []  # (memory_required, device) per free_memory call
+
+
+def get_free_memory(dev=None, torch_free_too: bool = False):
+    return (FAKE_FREE_BYTES, FAKE_FREE_BYTES) if torch_free_too else FAKE_FREE_BYTES
+
+
+def get_total_memory(dev=None, torch_total_too: bool = False):
+    return (FAKE_TOTAL_BYTES, FAKE_TOTAL_BYTES) if torch_total_too else FAKE_TOTAL_BYTES
+
+
+def free_memory(memory_required, device, keep_loaded=[]):  # noqa: B006 (ComfyUI's signature)
+    FREE_CALLS.append((memory_required, str(device)))
+    return []
+
+
+def unload_all_models() -> None:
+    free_memory(1e30, get_torch_device())
