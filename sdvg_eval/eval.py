@@ -1,6 +1,6 @@
 """Prompt-set sweeps: every config on every (prompt, seed), one CSV row each, then the paper's table and a Pareto plot.
 
-    python -m sdvg_eval --tiny --prompts ../shared/data/MovieGenVideoBench.txt --limit 8 --workers 2
+    python -m sdvg_eval --tiny --prompts MovieGenVideoBench.txt --limit 8 --workers 2
     python -m sdvg_eval --prompts MovieGenVideoBench.txt --drafter self_forcing_dmd.pt \
         --target krea-realtime-video-14b.safetensors --vae Wan2.1_VAE.pth --reward ImageReward.pt \
         --umt5 umt5-xxl/ --metrics imagereward clip:clip-vit-large/ --ray-address auto --out out/eval
