@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The pack's CausalWan forward vs ComfyUI's own WanModel.forward, same process, same weights, same tokens.
+
+    $COMFYUI_PYTHON tests/comfy_peer_probe.py $COMFYUI_DIR <repo> [--device cpu|cuda] [--layers 2] [--repeats 3]
+
+Real Wan 2.1 1.3B widths (dim 1536, FFN 8960, 12 heads, umT5 width 4096) with few layers; one 3-frame block with an
+empty cache (no KV: the call ComfyUI's forward also makes). For fp32 and bf16: maximum difference of the predicted
+flow, and the time ratio pack / ComfyUI (best of `repeats`, interleaved, after a warm-up of each). The pack runs as
+the host runs it: ComfyUI's `optimized_attention` injected (host.comfy_attention), ComfyUI's layers through
+host.comfy_wan_view. Prints one JSON line.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("comfy")
+ap.add_argument("repo")
+ap.add_argument("--device", default="cpu")
+ap.add_argument("--layers", type=int, default=2)
+ap.add_argument("--repeats", type=int, default=3)
+ap.add_argument("--latent", default="30x52", help="latent h x w of each frame (30x52 = 240x416 px, 1170 tokens)")
+ap.add_argument("--threads", type=int, default=1)
+a = ap.parse_args()
+
+sys.argv = [sys.argv[0]] + (["--cpu"] if a.device == "cpu" else [])
+sys.path.insert(0, a.comfy)
+os.chdir(a.comfy)
+import comfy.options  # noqa: E402
+
+comfy.options.enable_args_parsing()
+import utils.extra_config  # noqa: E402,F401  (ComfyUI's utils package before nodes.py shadows it)
+import torch  # noqa: E402
+
+import comfy.ldm.wan.model as wanm  # noqa: E402
+import comfy.ops  # noqa: E402
+
+spec = importlib.util.spec_from_file_location("sdvg_pack", os.path.join(a.repo, "__init__.py"),
+                                              submodule_search_locations=[a.repo])
+pack = importlib.util.module_from_spec(spec)
+sys.modules["sdvg_pack"] = pack
+spec.loader.exec_module(pack)
+host = pack.nodes.host
+wan = importlib.import_module("sdvg_pack.sdvg_core.models.wan")
+presets = importlib.import_module("sdvg_pack.sdvg_core.models.wan_config").PRESETS
+
+if a.threads:
+    torch.set_num_threads(a.threads)
+dev = torch.device(a.device)
+real = presets["wan2.1-t2v-1.3b"]
+SIZES = {"dim": real.dim, "ffn_dim": real.ffn_dim, "num_heads": real.num_heads, "num_layers": a.layers,
+         "text_dim": real.text_dim}
+T_STEP = 937.5  # a Self-Forcing / Krea denoising timestep
+
+
+def sync() -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def make(dtype):
+    """ComfyUI's WanModel at the real widths with seeded random weights, as ComfyUI would load it (manual cast ops)."""
+    torch.manual_seed(0)
+    ops = comfy.ops.manual_cast if dtype != torch.float32 else comfy.ops.disable_weight_init
+    net = wanm.WanModel(model_type="t2v", operations=ops, dtype=dtype, device=dev, **SIZES)
+    with torch.no_grad():
+        for _, p in net.named_parameters():
+            p.copy_((torch.randn(p.shape, device=dev) / max(p[0].numel(), 1) ** 0.5 * 0.5).to(p.dtype)
+                    if p.ndim > 1 else (torch.randn(p.shape, device=dev) * 0.05).to(p.dtype))
+    return net.eval()
+
+
+def best(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return out, min(times)
+
+
+h, w = (int(v) for v in a.latent.split("x"))
+torch.manual_seed(1)
+x = torch.randn(1, 3, 16, h, w, device=dev)  # [B, F, C, h, w]: one 3-frame block
+ctx = torch.randn(1, 512, SIZES["text_dim"], device=dev) * 0.3  # [B, text_len, text_dim]
+out = {"device": a.device, "torch": torch.__version__, "layers": a.layers, "tokens": 3 * (h // 2) * (w // 2),
+       "threads": torch.get_num_threads(), "attention": host.host_attention().__name__ if host.host_attention() else "sdpa"}
+with torch.inference_mode():
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        net = make(dtype)
+        cfg = host.wan_config_from_module(net)
+        view = host.comfy_wan_view(net, dtype)  # as host_comfy_model runs a ComfyUI MODEL
+        runner = wan.CausalWan(view, cfg, dtype=dtype, device=dev, attention_fn=host.host_attention())
+        text = runner.encode_text(ctx)
+        t = torch.full((1, 3), T_STEP)
+
+        def ours():
+            return runner.forward(x, t, text).flow.float()
+
+        def theirs():
+            return net(x.permute(0, 2, 1, 3, 4).to(dtype), torch.tensor([T_STEP], device=dev),
+                       ctx.to(dtype)).permute(0, 2, 1, 3, 4).float()
+
+        ours(), theirs()  # warm-up each
+        t_ours, t_theirs, t_text = [], [], []
+        for _ in range(a.repeats):  # interleaved
+            a_out, s = best(ours, 1)
+            t_ours.append(s)
+            b_out, s = best(theirs, 1)
+            t_theirs.append(s)
+            _, s = best(lambda: runner.encode_text(ctx), 1)  # once per prompt in the pack; every call in ComfyUI's
+            t_text.append(s)
+        out[f"{name}_max_diff"] = float((a_out - b_out).abs().max())
+        out[f"{name}_scale"] = float(b_out.abs().max())
+        out[f"{name}_pack_s"] = min(t_ours)
+        out[f"{name}_comfy_s"] = min(t_theirs)
+        out[f"{name}_time_ratio"] = min(t_ours) / min(t_theirs)
+        out[f"{name}_time_ratio_with_text"] = (min(t_ours) + min(t_text)) / min(t_theirs)
+        del net, runner, text
+print(json.dumps(out))
