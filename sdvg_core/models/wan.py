@@ -360,7 +360,7 @@ class CausalWan:
         self.compile = compile
         self._rope_exact = None  # complex128 tables (exact path), built on first use
         self._rope_real: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None  # fp32 (cos, sin) per axis
-        self._mods: dict[int, tuple[tuple, torch.Tensor]] = {}  # id(param) -> (version stamp, fp32 device copy)
+        self._mods: dict[int, tuple[tuple, torch.Tensor, torch.Tensor]] = {}  # id(param) -> (stamp, fp32 copy, param)
         self._regions = (block_qkv, block_cross_query, block_ffn)
         if compile:  # True: inductor; a string names another torch.compile backend (tests use "eager")
             backend = "inductor" if compile is True else str(compile)
@@ -463,12 +463,14 @@ class CausalWan:
         Re-cast only when the parameter changes (a new tensor, an in-place update such as a LoRA patch, or a
         move): keyed on its storage pointer, version counter, device and dtype.
         """
-        stamp = (p.data_ptr(), p._version, p.device, p.dtype)
+        # inference tensors (ComfyUI runs nodes under torch.inference_mode) have no version counter
+        version = 0 if p.is_inference() else p._version
+        stamp = (p.data_ptr(), version, p.device, p.dtype)
         hit = self._mods.get(id(p))
-        if hit is not None and hit[0] == stamp:
+        if hit is not None and hit[0] == stamp and hit[2] is p:
             return hit[1]
         cast = p.detach().to(self.device, torch.float32)  # aliases p when it already is fp32 on the device
-        self._mods[id(p)] = (stamp, cast)
+        self._mods[id(p)] = (stamp, cast, p)  # holding p keeps its id from being reused while cached
         return cast
 
     # -- main entry -----------------------------------------------------------------------------------------
