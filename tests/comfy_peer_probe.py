@@ -88,14 +88,17 @@ h, w = (int(v) for v in a.latent.split("x"))
 torch.manual_seed(1)
 x = torch.randn(1, 3, 16, h, w, device=dev)  # [B, F, C, h, w]: one 3-frame block
 ctx = torch.randn(1, 512, SIZES["text_dim"], device=dev) * 0.3  # [B, text_len, text_dim]
+# an older pack (for before/after figures) has no injectable attention: its CausalWan uses SDPA
+attn = host.host_attention() if hasattr(host, "host_attention") else None
+extra = {"attention_fn": attn} if attn is not None else {}
 out = {"device": a.device, "torch": torch.__version__, "layers": a.layers, "tokens": 3 * (h // 2) * (w // 2),
-       "threads": torch.get_num_threads(), "attention": host.host_attention().__name__ if host.host_attention() else "sdpa"}
+       "threads": torch.get_num_threads(), "attention": attn.__name__ if attn else "sdpa"}
 with torch.inference_mode():
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         net = make(dtype)
         cfg = host.wan_config_from_module(net)
         view = host.comfy_wan_view(net, dtype)  # as host_comfy_model runs a ComfyUI MODEL
-        runner = wan.CausalWan(view, cfg, dtype=dtype, device=dev, attention_fn=host.host_attention())
+        runner = wan.CausalWan(view, cfg, dtype=dtype, device=dev, **extra)
         text = runner.encode_text(ctx)
         t = torch.full((1, 3), T_STEP)
 
