@@ -51,28 +51,33 @@ RECIPES = [KreaRecipe(), SelfForcingRecipe()]
 # ---------------------------------------------------------------------------------------------------------
 
 def _fixture_configs(fixtures_dir, name: str) -> tuple[dict, WanDiTConfig, WanVAEConfig]:
-    """The fixture's meta.json and the DiT / VAE configs it was made with (every size read from the file)."""
+    """The fixture's meta.json and the DiT / VAE configs it was made with (every size read from meta.json)."""
     meta = json.loads((fixtures_dir / name / "meta.json").read_text())
-    mc = meta["model_config"]
-    dit = WanDiTConfig(name=f"{name}-dit", dim=mc["dim"], ffn_dim=mc["ffn_dim"], num_heads=mc["num_heads"],
-                       num_layers=mc["num_layers"], text_dim=mc["text_dim"], text_len=mc["text_len"],
-                       in_dim=mc["in_dim"], out_dim=mc["out_dim"], freq_dim=mc["freq_dim"],
-                       patch_size=tuple(mc["patch_size"]), eps=mc["eps"], qk_norm=mc["qk_norm"],
-                       cross_attn_norm=mc["cross_attn_norm"])
-    vmeta = json.loads((fixtures_dir / "wan_vae_tiny" / "meta.json").read_text())["vae_config"]
+    dit = WanDiTConfig.from_mapping(meta["model_config"], name=f"{name}-dit")
+    vmeta = meta.get("vae_config") or json.loads((fixtures_dir / "wan_vae_tiny" / "meta.json").read_text())["vae_config"]
     vae = WanVAEConfig(name="fixture-vae", dim=vmeta["dim"], z_dim=vmeta["z_dim"], dim_mult=tuple(vmeta["dim_mult"]),
                        num_res_blocks=vmeta["num_res_blocks"], attn_scales=tuple(vmeta["attn_scales"]),
                        temporal_downsample=tuple(vmeta["temperal_downsample"]))
     return meta, dit, vae
 
 
+def _weights_file(fixtures_dir, name: str, meta: dict, which: str):
+    """A weights file as the fixture's meta.json names it (relative to the fixture folder)."""
+    w = meta.get("weights", {})
+    if which in w:  # krea_recipe_tiny: {"dit": {"file": ...}, "vae": {"file": ...}}
+        return (fixtures_dir / name / w[which]["file"]).resolve()
+    if which == "dit" and "file" in w:  # causal_wan_tiny: its own DiT weights
+        return fixtures_dir / name / w["file"]
+    return fixtures_dir / "wan_vae_tiny" / "weights.safetensors"  # a fixture naming no VAE: the VAE fixture's
+
+
 def _fixture_engine(fixtures_dir, tensors: str, config: EngineConfig, tracer=None):
     """The fixture DiT as target and the fixture VAE, fed the fixture's pre-drawn noise; sizes from meta.json."""
     meta, cfg, vcfg = _fixture_configs(fixtures_dir, tensors)
-    w = load_file(fixtures_dir / "causal_wan_tiny" / "weights.safetensors")
+    w = load_file(_weights_file(fixtures_dir, tensors, meta, "dit"))
     net = WanDiT(cfg).eval()
     net.load_state_dict({k.removeprefix("model."): v for k, v in w.items()})
-    vae = WanVAE.from_state_dict(load_file(fixtures_dir / "wan_vae_tiny" / "weights.safetensors"), config=vcfg)
+    vae = WanVAE.from_state_dict(load_file(_weights_file(fixtures_dir, tensors, meta, "vae")), config=vcfg)
     vae.key = "fixture-vae"
     T = load_file(fixtures_dir / tensors / "tensors.safetensors")
     F = _frames_per_block(meta)
@@ -89,19 +94,24 @@ def _frames_per_block(meta: dict) -> int:
     return meta["session"]["num_frame_per_block"] if "session" in meta else meta["geometry"]["frames_per_block"]
 
 
-def _fixture_spec(T, meta) -> GenerationSpec:
+def _fixture_spec(T, meta, vae_cfg: WanVAEConfig) -> GenerationSpec:
     """The fixture's geometry: pixel size from the latent shape x the VAE's 8x, blocks from the noise length."""
     _, frames, _, h, w = T["initial_noise"].shape  # [1, blocks * F, C, h, w]
     F = _frames_per_block(meta)
-    return GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), w * 8, h * 8, frames // F, seed=0,
-                          frames_per_block=F)
+    scale = 2 ** (len(vae_cfg.dim_mult) - 1)  # the VAE's spatial compression (8 for Wan 2.1)
+    # the seed is unused: the fixture's own noise is fed through noise_fn
+    return GenerationSpec(PromptConditioning.make("fixture", T["text_context"]), w * scale, h * scale, frames // F,
+                          seed=0, frames_per_block=F)
 
 
 def test_krea_recipe_matches_reference(fixtures_dir):
     traced: dict[str, torch.Tensor] = {}
-    engine, T, meta = _fixture_engine(fixtures_dir, "krea_recipe_tiny", EngineConfig(recipe=KreaRecipe(), decode_rule="krea"),
+    meta = json.loads((fixtures_dir / "krea_recipe_tiny" / "meta.json").read_text())
+    recipe = KreaRecipe(context_frames=meta["window"]["context_frames"],
+                        num_steps=len(meta["schedule"]["denoising_step_list"]))
+    engine, T, meta = _fixture_engine(fixtures_dir, "krea_recipe_tiny", EngineConfig(recipe=recipe, decode_rule="krea"),
                                       tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
-    spec = _fixture_spec(T, meta)
+    spec = _fixture_spec(T, meta, engine.vae.config)
     state = engine.generate(spec, TargetOnly())
 
     worst: dict[str, float] = {}
@@ -130,7 +140,7 @@ def test_krea_recipe_matches_reference(fixtures_dir):
 def test_self_forcing_recipe_matches_reference(fixtures_dir):
     """Target-only under the Self-Forcing recipe is the causal_wan_tiny pipeline (3 blocks, commit at t=0)."""
     engine, T, meta = _fixture_engine(fixtures_dir, "causal_wan_tiny", EngineConfig(recipe=SelfForcingRecipe()))
-    spec = _fixture_spec(T, meta)
+    spec = _fixture_spec(T, meta, engine.vae.config)
     state = engine.generate(spec, TargetOnly())
     d = (_latents(state) - T["output_latents"]).abs().max().item()
     print(f"\n[parity causal_wan_tiny via engine] output_latents {d:.2e}")
