@@ -50,7 +50,7 @@ SOURCES = {
               "file krea-realtime-video-14b.safetensors",
     "image_reward": "ImageReward v1.0: https://huggingface.co/THUDM/ImageReward, file ImageReward.pt, plus the BERT "
                     "vocabulary vocab.txt from https://huggingface.co/google-bert/bert-base-uncased next to it",
-    "prompts": "written by the 'SDVG Save Prompt Embeddings' node",
+    "prompts": "the 'SDVG Save Prompt Embeddings' node, which writes it from a CLIP Text Encode output",
 }
 
 DEFAULT_CACHE_GB = 2.0

@@ -60,6 +60,11 @@ class SDVGLoadPromptEmbeddings(io.ComfyNode):
         )
 
     @classmethod
+    def validate_inputs(cls, embeddings: str) -> bool | str:
+        # checked here (not as a combo value) so a missing file names the folders and the source on every ComfyUI
+        return host.check_file(host.PROMPTS_FOLDER, embeddings, "SDVG Load Prompt Embeddings", host.SOURCES["prompts"])
+
+    @classmethod
     def fingerprint_inputs(cls, embeddings: str):
         path = folder_paths.get_full_path(host.PROMPTS_FOLDER, embeddings)
         return host.file_key(path) if path else embeddings

@@ -10,7 +10,8 @@ is queued through POST /prompt (converted to the API format; ComfyUI's `wan` tex
 which no test can load, so CLIP Loader + CLIP Text Encode are swapped for SDVG Load Prompt Embeddings reading
 an embeddings file of the right width); a re-queue with a moved tau recomputes only from the first flipped
 block (forward counts in the report) and equals a fresh server's run; the MODEL path (UNETLoader, default and
-fp8 weights) works; and, when chromium is installed, the real frontend loads each workflow without missing nodes
+fp8 weights) works; a missing model or embeddings file is refused by POST /prompt with the pack's message (folder,
+files there, source) in the node error the frontend shows; and, when chromium is installed, the real frontend loads each workflow without missing nodes
 and converts it to the same API prompt as tests/workflow_tools.py.
 """
 from __future__ import annotations
@@ -95,6 +96,14 @@ def write_models(root: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ server
+class PromptRefused(AssertionError):
+    """POST /prompt answered an error (validation): the HTTP status and the JSON body the frontend shows."""
+
+    def __init__(self, status: int, body: str):
+        super().__init__(f"/prompt refused the graph ({status}): {body[:3000]}")
+        self.status, self.body = status, body
+
+
 class Server:
     def __init__(self, root: Path, name: str):
         self.root, self.port = root, _free_port()
@@ -139,7 +148,7 @@ class Server:
             with urllib.request.urlopen(req, timeout=30) as r:
                 pid = json.loads(r.read())["prompt_id"]
         except urllib.error.HTTPError as e:
-            raise AssertionError(f"/prompt refused the graph: {e.read().decode()[:3000]}") from e
+            raise PromptRefused(e.code, e.read().decode()) from e
         t0 = time.time()
         while time.time() - t0 < timeout:
             h = self.get(f"/history/{pid}")
@@ -364,15 +373,26 @@ def test_comfyui_model_path_default_and_fp8(server):
           f"decisions {[b['decision'] for b in rep['blocks']]} ({entry['seconds']:.1f} s)")
 
 
-def test_errors_reach_the_user(server):
-    path = REPO / "workflows" / "sdvg_generate.json"
-    api = api_for(server, path)
-    target = next(k for k, v in api.items() if v["class_type"] == "SDVGLoadTarget")
-    api[target]["inputs"]["model_name"] = "missing-14b.safetensors"
-    with pytest.raises(AssertionError) as e:
+@pytest.mark.parametrize("class_type,key,name,folder,source", [
+    ("SDVGLoadTarget", "model_name", "missing-14b.safetensors", "diffusion_models", "krea/krea-realtime-video"),
+    ("SDVGLoadImageReward", "reward_name", "nope.pt", "image_reward", "THUDM/ImageReward"),
+    ("SDVGLoadPromptEmbeddings", "embeddings", "gone.safetensors", "sdvg_prompts", "SDVG Save Prompt Embeddings"),
+], ids=["target", "image_reward", "prompt_embeddings"])
+def test_missing_file_refused_at_prompt_with_the_packs_message(server, class_type, key, name, folder, source):
+    """A missing model is refused by POST /prompt itself (before anything runs) and the node error the frontend shows
+    carries the pack's message (file, folder searched, files there, source), not just 'Value not in list'."""
+    api = api_for(server, REPO / "workflows" / "sdvg_generate.json")
+    nid = next(k for k, v in api.items() if v["class_type"] == class_type)
+    api[nid]["inputs"][key] = name
+    with pytest.raises(PromptRefused) as e:
         server.queue(api)
-    msg = str(e.value)
-    assert "missing-14b.safetensors" in msg and "diffusion_models" in msg and "krea/krea-realtime-video" in msg
+    assert e.value.status == 400, e.value
+    body = json.loads(e.value.body)
+    assert set(body["node_errors"]) == {nid}, body["node_errors"]
+    shown = " ".join(f"{err.get('message', '')} {err.get('details', '')}" for err in body["node_errors"][nid]["errors"])
+    assert name in shown and f"models/{folder}" in shown and source in shown, shown
+    assert str(server.root / "models" / folder) in shown  # the folder searched
+    print(f"\n/prompt refused {class_type}.{key}={name!r} ({e.value.status}): {shown[:300]}")
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")

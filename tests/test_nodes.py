@@ -345,6 +345,26 @@ def test_errors_name_file_folder_and_source(env):
                                 "target")
 
 
+def test_loaders_validate_their_files(env):
+    """validate_inputs (run at /prompt by ComfyUI): True for a file that is there, else the pack's message naming the
+    folder, the files there and the source (newer ComfyUI would otherwise answer only 'Value not in list')."""
+    pack, _ = env
+    n = pack.nodes
+    assert n.SDVGLoadTarget.validate_inputs("krea-realtime-video-14b.safetensors") is True
+    assert n.SDVGLoadDrafter.validate_inputs("self_forcing_dmd.pt") is True
+    assert n.SDVGLoadImageReward.validate_inputs("ImageReward.pt") is True
+    assert n.SDVGLoadPromptEmbeddings.validate_inputs(EMB_FILE) is True
+    msg = n.SDVGLoadTarget.validate_inputs("missing-14b.safetensors")
+    assert "missing-14b.safetensors" in msg and "models/diffusion_models" in msg and "krea/krea-realtime-video" in msg
+    assert n.SDVGLoadTarget.validate_inputs("missing-14b.safetensors", input_types={"model": "MODEL"}) is True
+    msg = n.SDVGLoadImageReward.validate_inputs("nope.pt")
+    assert "nope.pt" in msg and "models/image_reward" in msg and "THUDM/ImageReward" in msg
+    msg = n.SDVGLoadPromptEmbeddings.validate_inputs("gone.safetensors")
+    assert isinstance(msg, str) and "gone.safetensors" in msg and "models/sdvg_prompts" in msg
+    assert "SDVG Save Prompt Embeddings" in msg and EMB_FILE in msg  # where files come from; the ones that are there
+    assert isinstance(n.SDVGLoadPromptEmbeddings.validate_inputs(""), str)
+
+
 def test_route_checks_its_inputs(env):
     pack, classes = env
     n = pack.nodes
