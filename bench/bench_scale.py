@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     t_warm = time.perf_counter()
     run_one(models, replace(spec, num_blocks=3, seed=7), FixedPattern((False, True, False)), True, device)
     warm_s = time.perf_counter() - t_warm
+    print(f"size {a.size}: built in {build_s:.1f} s, warm-up {warm_s:.1f} s", flush=True)
 
     jobs = {"target-only": (TargetOnly(), True),
             "reference algorithm (lazy=False), 6/8": (FixedPattern(PATTERN_6_OF_8), False),
@@ -262,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(max(a.repeats, 1)):  # interleaved rounds: slow drifts of a shared machine hit all alike
         for name, (policy, lazy) in jobs.items():
             r = run_one(models, spec, policy, lazy, device)
+            print(f"  {name}: {r['wall']:.1f} s", flush=True)
             if name not in results or r["wall"] < results[name]["wall"]:
                 results[name] = r
 
