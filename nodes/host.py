@@ -7,6 +7,7 @@ dtype, or the ComfyUI model object + patch uuid) so the engine's shared memo sur
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -81,7 +82,9 @@ def register_folders() -> None:
             add(name, extensions=set(exts))
         else:
             add(name, os.path.join(folder_paths.models_dir, name))
-            folder_paths.folder_names_and_paths[name][1].update(exts)
+        # always (the 0.12 build too): when an extra_model_paths.yaml registered the folder first, that build keeps
+        # the yaml entry's empty extension set (matching no file: empty combos), ignoring add(..., extensions=)
+        folder_paths.folder_names_and_paths[name][1].update(exts)
 
 
 def file_list(folder: str) -> list[str]:
@@ -203,7 +206,8 @@ class HostedWan(CausalWan):
         self.patcher, self.full_load, self.work_bytes = patcher, full_load, work_bytes
 
     def ensure_loaded(self) -> None:
-        mm.load_models_gpu([self.patcher], memory_required=self.work_bytes, force_full_load=self.full_load)
+        with own_load():
+            mm.load_models_gpu([self.patcher], memory_required=self.work_bytes, force_full_load=self.full_load)
 
     def encode_text(self, *args, **kwargs):
         self.ensure_loaded()
@@ -376,7 +380,8 @@ class HostedVAE:
         self.patcher = _patcher(vae, mm.vae_device(), mm.vae_offload_device())
 
     def ensure_loaded(self) -> None:
-        mm.load_models_gpu([self.patcher], force_full_load=True)
+        with own_load():
+            mm.load_models_gpu([self.patcher], force_full_load=True)
 
     def decode_stream(self, *args, **kwargs):
         self.ensure_loaded()
@@ -425,7 +430,8 @@ class HostedScorer:
         self.patcher = _patcher(scorer.model, mm.get_torch_device(), mm.unet_offload_device())
 
     def score_frames(self, frames: torch.Tensor, prompt: str) -> torch.Tensor:
-        mm.load_models_gpu([self.patcher], force_full_load=True)
+        with own_load():
+            mm.load_models_gpu([self.patcher], force_full_load=True)
         return self.scorer.score_frames(frames, prompt)
 
 
@@ -474,6 +480,7 @@ class Session:
 
 
 # ------------------------------------------------------------------------------------------------ memo vs ComfyUI
+ALL_MEMORY = 1e30  # what ComfyUI's unload_all_models asks free_memory for
 def release_memo_caches() -> int:
     """Drop the shared memo's big entries (KV and decoder caches, up to cache_gb); returns the bytes dropped.
 
@@ -484,12 +491,27 @@ def release_memo_caches() -> int:
     return dropped
 
 
+_OWN_LOADS = [0]  # > 0 while SDVG itself loads one of its models (its caches are then in use, not to be dropped)
+
+
+@contextlib.contextmanager
+def own_load():
+    """Mark a load_models_gpu call made by SDVG between its own model calls (model swaps inside a generation)."""
+    _OWN_LOADS[0] += 1
+    try:
+        yield
+    finally:
+        _OWN_LOADS[0] -= 1
+
+
 def _memo_aware_free_memory(original: Callable) -> Callable:
-    """Wrap ComfyUI's `free_memory` so that when it must make room (another model loads, Unload Models,
-    `unload_all_models`), SDVG's cached KV/decoder tensors go first, then ComfyUI unloads models as usual."""
+    """Wrap ComfyUI's `free_memory` so that when it must make room for something else (another model loads,
+    Unload Models, `unload_all_models`), SDVG's cached KV/decoder tensors go first, then ComfyUI unloads models as
+    usual. SDVG's own model swaps inside a generation keep the caches (the running generation reads them)."""
 
     def free_memory(memory_required, device, keep_loaded=[]):  # noqa: B006 (ComfyUI's signature)
-        if MEMO.large.bytes + MEMO.large.pinned_bytes > 0:
+        external = _OWN_LOADS[0] == 0 or memory_required >= ALL_MEMORY
+        if external and MEMO.large.bytes + MEMO.large.pinned_bytes > 0:
             free = mm.get_free_memory(device) if hasattr(mm, "get_free_memory") else 0
             if memory_required > free:
                 dropped = release_memo_caches()

@@ -19,7 +19,12 @@ os.chdir(COMFY)
 import comfy.options  # noqa: E402
 
 comfy.options.enable_args_parsing()
-import utils.extra_config  # noqa: E402,F401  (ComfyUI's utils package before nodes.py shadows it)
+if os.path.isdir(os.path.join(COMFY, "utils")):  # upstream checkout
+    import utils.extra_config  # noqa: E402,F401  (ComfyUI's utils package before nodes.py shadows it)
+else:  # the pip-installable build: its shims for the top-level modules packs import (folder_paths, ...)
+    from comfy_compatibility.vanilla import prepare_vanilla_environment  # noqa: E402
+
+    prepare_vanilla_environment()
 import torch  # noqa: E402
 
 import comfy.ldm.wan.model as wanm  # noqa: E402

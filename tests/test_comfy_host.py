@@ -16,11 +16,14 @@ and converts it to the same API prompt as tests/workflow_tools.py.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -104,6 +107,74 @@ class PromptRefused(AssertionError):
         self.status, self.body = status, body
 
 
+class Events:
+    """The websocket events the frontend receives (GET /ws, a minimal stdlib client): the pip build's history keeps
+    only event names, so which nodes came from ComfyUI's cache (execution_cached) is read here on every build."""
+
+    def __init__(self, port: int):
+        self.client_id = str(uuid.uuid4())
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET /ws?clientId={self.client_id} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                           f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                           f"Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):  # byte by byte: no frame bytes are read with the headers
+            head += self._recv(1)
+        assert b" 101 " in head.split(b"\r\n")[0], head[:200]
+        self.sock.settimeout(None)
+        self.events: list[tuple[str, dict]] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _recv(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("websocket closed")
+            buf += chunk
+        return buf
+
+    def _read(self) -> None:
+        text, parts = False, []
+        try:
+            while True:
+                b0, b1 = self._recv(2)
+                n = b1 & 0x7F
+                n = struct.unpack(">H", self._recv(2))[0] if n == 126 else struct.unpack(">Q", self._recv(8))[0] \
+                    if n == 127 else n
+                mask = self._recv(4) if b1 & 0x80 else None
+                data = self._recv(n)
+                if mask:
+                    data = bytes(c ^ mask[i % 4] for i, c in enumerate(data))
+                op = b0 & 0x0F
+                if op == 8:
+                    return
+                if op == 9:  # ping: a masked pong with the same payload (len < 126)
+                    m = os.urandom(4)
+                    self.sock.sendall(bytes([0x8A, 0x80 | len(data)]) + m + bytes(c ^ m[i % 4] for i, c in enumerate(data)))
+                    continue
+                if op in (1, 2):
+                    text, parts = op == 1, []
+                if op in (0, 1, 2):
+                    parts.append(data)
+                    if b0 & 0x80 and text:  # a whole text message: JSON {"type", "data"}
+                        msg = json.loads(b"".join(parts))
+                        self.events.append((msg.get("type", ""), msg.get("data") or {}))
+        except (ConnectionError, OSError, ValueError):
+            return
+
+    def of(self, prompt_id: str) -> list[tuple[str, dict]]:
+        return [(e, d) for e, d in list(self.events) if isinstance(d, dict) and d.get("prompt_id") == prompt_id]
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
 class Server:
     def __init__(self, root: Path, name: str):
         self.root, self.port = root, _free_port()
@@ -128,6 +199,7 @@ class Server:
             try:
                 self.object_info = self.get("/object_info")
                 self.start_seconds = time.time() - t0
+                self.events = Events(self.port)
                 return
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.5)
@@ -142,7 +214,7 @@ class Server:
             return json.loads(r.read())
 
     def queue(self, prompt: dict, timeout: float = 600) -> dict:
-        body = json.dumps({"prompt": prompt, "client_id": str(uuid.uuid4())}).encode()
+        body = json.dumps({"prompt": prompt, "client_id": self.events.client_id}).encode()
         req = urllib.request.Request(self.url + "/prompt", data=body, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
@@ -155,6 +227,8 @@ class Server:
             if pid in h and (h[pid]["status"]["completed"] or h[pid]["status"]["status_str"] == "error"):
                 entry = h[pid]
                 entry["seconds"] = time.time() - t0
+                time.sleep(0.3)  # the last websocket events of the prompt
+                entry["events"] = self.events.of(pid)
                 if entry["status"]["status_str"] != "success":
                     errors = [d for e, d in messages(entry) if e == "execution_error"]
                     raise AssertionError(f"prompt failed: {json.dumps(errors or entry['status'])[:3000]}")
@@ -163,6 +237,8 @@ class Server:
         raise AssertionError("prompt timed out: " + self.tail())
 
     def close(self) -> None:
+        if hasattr(self, "events"):
+            self.events.close()
         self.proc.terminate()
         try:
             self.proc.wait(30)
@@ -224,18 +300,18 @@ def reports(entry: dict, probes: dict[str, str]) -> dict[str, dict]:
 
 
 def messages(entry: dict) -> list[tuple[str, dict]]:
-    """(event, data) pairs of a history entry: upstream stores [event, data] lists, the pip build may store dicts."""
-    out = []
-    for m in entry.get("status", {}).get("messages", []) or []:
-        if isinstance(m, dict):
-            out.append((m.get("event") or m.get("type") or "", m.get("data") or m))
-        else:
-            out.append((m[0], m[1]))
-    return out
+    """(event, data) pairs of a prompt: the websocket events the frontend got (upstream's history stores the same as
+    [event, data] lists; the pip build's history only the event names)."""
+    return entry["events"]
 
 
 def cached_nodes(entry: dict) -> set[str]:
     return {n for e, d in messages(entry) if e == "execution_cached" for n in d.get("nodes", [])}
+
+
+def combo_options(spec: list) -> list:
+    """The choices of a combo input in /object_info: [[...], {...}] (V1 style) or ["COMBO", {"options": [...]}]."""
+    return spec[0] if isinstance(spec[0], list) else spec[1].get("options", [])
 
 
 def video_frames(root: Path, entry: dict) -> list[int]:
@@ -255,8 +331,17 @@ def test_object_info_lists_every_node(server):
     assert SDVG_NODES <= set(info), SDVG_NODES - set(info)
     assert {k for k in info if k.startswith("SDVG")} == SDVG_NODES
     modules = {info[k]["python_module"] for k in SDVG_NODES}
-    assert len(modules) == 1 and next(iter(modules)).endswith(PACK_DIR_NAME), modules  # one copy: this checkout
+    if PIP_BUILD:  # the fork names the module of every V3 (comfy_entrypoint) pack "."; the templates below name it
+        assert modules == {"."}, modules
+    else:
+        assert len(modules) == 1 and next(iter(modules)).endswith(PACK_DIR_NAME), modules  # one copy: this checkout
     assert all(info[k]["category"].startswith("SDVG") for k in SDVG_NODES)
+    # the file combos list the files (a folder registered first by extra_model_paths.yaml kept no extensions on the
+    # pip build: empty lists, which /prompt no longer catches since the loaders validate their files themselves)
+    req = lambda node, key: combo_options(info[node]["input"]["required"][key])  # noqa: E731
+    assert {"self_forcing_dmd.pt", "krea-realtime-video-14b.safetensors"} <= set(req("SDVGLoadTarget", "model_name"))
+    assert req("SDVGLoadImageReward", "reward_name") == ["ImageReward.pt"]
+    assert sorted(req("SDVGLoadPromptEmbeddings", "embeddings")) == sorted([EMB, EMB_4096])
     templates = server.get("/workflow_templates")
     ours = [k for k, v in templates.items() if set(v) & {p.stem for p in WORKFLOWS}]
     assert ours == [PACK_DIR_NAME], templates  # listed once, by this copy
