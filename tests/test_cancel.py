@@ -243,3 +243,14 @@ def test_start_sizes_the_reservation_from_the_recipe_and_refuses_what_cannot_fit
     mm.FAKE_TOTAL_BYTES = 1 << 20
     with pytest.raises(memory.MemoryRefused, match=r"GiB of cpu"):
         krea.reserve(spec)
+
+
+def test_sdvg_own_model_swaps_keep_the_memo_caches(fake_pack):
+    """Inside a generation SDVG swaps its own models; that must not drop the caches the generation is reading."""
+    pack, mm = fake_pack
+    host = pack.nodes.host
+    host.MEMO.put(("kv", "run"), _big_entry())
+    mm.FAKE_FREE_BYTES = 0  # no room at all: an outside load would reclaim the caches
+    runner = host.host_file_dit(build_random(PRESETS["tiny"], seed=0), PRESETS["tiny"], torch.float32, "k")
+    runner.ensure_loaded()
+    assert host.MEMO.large.bytes > 0
