@@ -143,3 +143,16 @@ def test_block_mask_path_still_masks(exact):
     y[:, 3:] += 1.0
     b = run.forward(y, t, text, block_mask_frames=3).flow
     assert torch.equal(a[:, :3], b[:, :3]) and not torch.equal(a[:, 3:], b[:, 3:])
+
+
+def test_timestep_sinusoids_are_copied_to_the_device_once_per_value():
+    """A recipe's few CPU timestep tensors: one device sinusoid each, reused by later calls (no H2D copy)."""
+    cfg, net, ctx, x = _setup()
+    run = CausalWan(net, cfg)
+    text = run.encode_text(ctx)
+    for _ in range(2):
+        for t in (700.0, 500.0):
+            run.forward(x, torch.full((1, 3), t), text)
+    assert len(run._sin_cache) == 2
+    a = run._sinusoid(torch.full((1, 3), 700.0))
+    assert a is run._sinusoid(torch.full((1, 3), 700.0)) and a is not run._sinusoid(torch.full((1, 3), 701.0))

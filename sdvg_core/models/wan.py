@@ -269,6 +269,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 # is `attention` (PyTorch SDPA); a host may inject its own (ComfyUI's optimized_attention: sage/flash/xformers).
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 Interrupt = Callable[[], None]
+# Distinct timestep tensors whose device sinusoids are kept (a recipe uses ~5 steps x a few shapes; bounded so
+# per-frame schedules cannot grow it without limit).
+SINUSOID_CACHE_ENTRIES = 64
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -361,6 +364,7 @@ class CausalWan:
         self._rope_exact = None  # complex128 tables (exact path), built on first use
         self._rope_real: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None  # fp32 (cos, sin) per axis
         self._mods: dict[int, tuple[tuple, torch.Tensor, torch.Tensor]] = {}  # id(param) -> (stamp, fp32 copy, param)
+        self._sin_cache: dict[tuple, torch.Tensor] = {}  # CPU timestep values -> device sinusoids
         self._regions = (block_qkv, block_cross_query, block_ffn)
         if compile:  # True: inductor; a string names another torch.compile backend (tests use "eager")
             backend = "inductor" if compile is True else str(compile)
@@ -427,11 +431,24 @@ class CausalWan:
         return RopeCosSin(self._grid(ct, ch, cw, frames, h, w, frame_offset),
                           self._grid(st, sh, sw, frames, h, w, frame_offset))
 
+    def _sinusoid(self, t: torch.Tensor) -> torch.Tensor:
+        """Timestep sinusoids [B*F, freq_dim]: float64 on the CPU (no fp64 GPU kernels), copied to the device once
+        per distinct CPU timestep tensor value (a recipe has a handful), so later calls make no host-to-device copy
+        (a pageable copy waits for the GPU queue)."""
+        if t.device.type != "cpu":
+            return sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(self.dtype)
+        key = (tuple(t.shape), t.dtype, t.detach().contiguous().numpy().tobytes())  # CPU bytes: no device sync
+        hit = self._sin_cache.get(key)
+        if hit is None:
+            if len(self._sin_cache) >= SINUSOID_CACHE_ENTRIES:
+                self._sin_cache.clear()
+            hit = self._sin_cache[key] = sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(self.device, self.dtype)
+        return hit
+
     def _embed_time(self, t: torch.Tensor, hook: Hook | None) -> tuple[torch.Tensor, torch.Tensor]:
         """t [B, F] -> e [B, F, dim] (head) and e0 [B, F, 6, dim] (blocks), both float32."""
         b, f = t.shape
-        # float64 sinusoid on the CPU (tiny; avoids fp64 kernels on GPUs), then one copy to the device
-        sin = sinusoidal_embedding(self.cfg.freq_dim, t.detach().cpu().flatten()).to(self.device, self.dtype)
+        sin = self._sinusoid(t)  # [B*F, freq_dim] in the compute dtype, on the device
         e = self.net.time_embedding(sin)  # [B*F, dim]
         e0 = self.net.time_projection(e)  # [B*F, 6*dim]
         if hook:
