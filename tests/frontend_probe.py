@@ -25,8 +25,12 @@ from pathlib import Path
 
 import aiohttp
 
+# the app object: a global in older frontends, only under window.comfyAPI in 1.5x
+APP = "(window.app || (window.comfyAPI && window.comfyAPI.app && window.comfyAPI.app.app))"
+
 PROBE = r"""
 (async () => {
+  const app = """ + APP + r""";
   const wf = %s;
   await app.loadGraphData(wf, true, true, %s);
   await new Promise(r => setTimeout(r, 800));
@@ -40,11 +44,17 @@ PROBE = r"""
 """
 
 
+# The pip-installable ComfyUI 0.12.1 serves an extension of its own (comfy_extras/eval_web/eval_python.js) that
+# awaits the Ace editor from cdn.jsdelivr.net at module level, with no error path: offline (as here) the frontend
+# never finishes starting. A stand-in `window.ace` lets that await resolve; nothing else reads it.
+OFFLINE_STUBS = "window.ace = window.ace || {config: {set() {}}, edit() { return null; }};"
+
+
 class Page:
     """Minimal Chrome DevTools Protocol session over one websocket."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse):
-        self.ws, self.next_id, self.waiting = ws, 0, {}
+        self.ws, self.next_id, self.waiting, self.errors = ws, 0, {}, []
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -53,6 +63,10 @@ class Page:
             fut = self.waiting.pop(data.get("id"), None)
             if fut is not None:
                 fut.set_result(data)
+            elif data.get("method") == "Runtime.exceptionThrown":  # uncaught errors of the page, for the report
+                self.errors.append(data["params"]["exceptionDetails"].get("exception", {}).get("description", "")[:300])
+            elif data.get("method") == "Runtime.consoleAPICalled" and data["params"].get("type") == "error":
+                self.errors.append(" ".join(str(a.get("description") or a.get("value", "")) for a in data["params"]["args"])[:300])
 
     async def call(self, method: str, **params) -> dict:
         self.next_id += 1
@@ -76,6 +90,7 @@ def free_port() -> int:
 
 FIT = r"""
 (() => {  // fit the view to every node and group (with the title bars), close dialogs and side panels
+  const app = """ + APP + r""";
   document.querySelectorAll('.p-dialog-close-button, [aria-label=Close]').forEach(b => b.click());
   const ns = app.graph._nodes || app.graph.nodes || [];
   let x0 = 1e9, y0 = 1e9, x1 = -1e9, y1 = -1e9;
@@ -132,9 +147,11 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                     async with http.ws_connect(f"ws://127.0.0.1:{port}/devtools/page/{tid}", max_msg_size=0) as ws:
                         p = Page(ws)
                         await p.call("Page.enable")
+                        await p.call("Runtime.enable")
+                        await p.call("Page.addScriptToEvaluateOnNewDocument", source=OFFLINE_STUBS)
                         await p.call("Page.navigate", url=url + "/")
                         for _ in range(240):
-                            if await p.eval("typeof window.app !== 'undefined' && !!window.app.graph && "
+                            if await p.eval(f"!!{APP} && !!{APP}.graph && "
                                             "typeof LiteGraph !== 'undefined' && "
                                             "Object.keys(LiteGraph.registered_node_types).length > 0"):
                                 break
@@ -147,7 +164,7 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                         out[path] = {"missing": sorted({n["type"] for n in res["nodes"] if n["missing"]}),
                                      "missing_dialog": [d for d in res["dialogs"] if "Missing" in d and "Node" in d],
                                      "node_count": len(res["nodes"]), "api": res["api"],
-                                     "frontend": res.get("frontend", "")}
+                                     "frontend": res.get("frontend", ""), "page_errors": p.errors[:20]}
                         if shots is not None:
                             await screenshot(p, Path(path).stem, shots)
                         p.reader.cancel()

