@@ -24,6 +24,8 @@ ap.add_argument("--layers", type=int, default=2)
 ap.add_argument("--repeats", type=int, default=3)
 ap.add_argument("--latent", default="30x52", help="latent h x w of each frame (30x52 = 240x416 px, 1170 tokens)")
 ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--attention", choices=("host", "sdpa"), default="host",
+                help="host: ComfyUI's optimized_attention injected, as nodes/host.py runs it; sdpa: CausalWan's default")
 a = ap.parse_args()
 
 sys.argv = [sys.argv[0]] + (["--cpu"] if a.device == "cpu" else [])
@@ -89,7 +91,7 @@ torch.manual_seed(1)
 x = torch.randn(1, 3, 16, h, w, device=dev)  # [B, F, C, h, w]: one 3-frame block
 ctx = torch.randn(1, 512, SIZES["text_dim"], device=dev) * 0.3  # [B, text_len, text_dim]
 # an older pack (for before/after figures) has no injectable attention: its CausalWan uses SDPA
-attn = host.host_attention() if hasattr(host, "host_attention") else None
+attn = host.host_attention() if hasattr(host, "host_attention") and a.attention == "host" else None
 extra = {"attention_fn": attn} if attn is not None else {}
 out = {"device": a.device, "torch": torch.__version__, "layers": a.layers, "tokens": 3 * (h // 2) * (w // 2),
        "threads": torch.get_num_threads(), "attention": attn.__name__ if attn else "sdpa"}
