@@ -183,13 +183,20 @@ def comfy_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.
     return comfy_attn.optimized_attention(q, k, v, q.shape[1], skip_reshape=True)
 
 
+# ComfyUI kernels worth routing SDVG's attention through (chosen by --use-sage-attention / --use-flash-attention /
+# xformers). Its other choices are PyTorch SDPA itself (CausalWan's default) or the CPU/old-GPU fallbacks
+# (attention_basic / sub_quad / split), which are slower than SDPA: SDVG keeps SDPA then.
+COMFY_FAST_ATTENTION = ("attention_sage", "attention_flash", "attention_xformers")
+
+
 def host_attention() -> Callable | None:
-    """comfy_attention when this ComfyUI has `optimized_attention`, else None (CausalWan's SDPA)."""
+    """comfy_attention when ComfyUI was started with a dedicated attention kernel, else None (CausalWan's SDPA)."""
     try:
-        from comfy.ldm.modules import attention as comfy_attn  # noqa: F401
+        from comfy.ldm.modules import attention as comfy_attn
     except ImportError:
         return None
-    return comfy_attention if hasattr(comfy_attn, "optimized_attention") else None
+    chosen = getattr(getattr(comfy_attn, "optimized_attention", None), "__name__", "")
+    return comfy_attention if chosen in COMFY_FAST_ATTENTION else None
 
 
 class HostedWan(CausalWan):

@@ -254,3 +254,37 @@ def test_sdvg_own_model_swaps_keep_the_memo_caches(fake_pack):
     runner = host.host_file_dit(build_random(PRESETS["tiny"], seed=0), PRESETS["tiny"], torch.float32, "k")
     runner.ensure_loaded()
     assert host.MEMO.large.bytes > 0
+
+
+def test_comfy_attention_is_injected_only_for_a_dedicated_kernel(fake_pack, monkeypatch):
+    """--use-sage-attention etc. route SDVG's attention through ComfyUI; its slow fallbacks leave SDPA in place."""
+    import types
+
+    from sdvg_core.models.wan import attention
+
+    pack, _ = fake_pack
+    host = pack.nodes.host
+    calls = []
+
+    def attention_sage(q, k, v, heads, mask=None, skip_reshape=False, **_):
+        calls.append((heads, skip_reshape, mask))
+        return attention(q, k, v)
+
+    mod = types.ModuleType("comfy.ldm.modules.attention")
+    for name in ("comfy.ldm", "comfy.ldm.modules"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "comfy.ldm.modules.attention", mod)
+    sys.modules["comfy.ldm.modules"].attention = mod
+    mod.optimized_attention = attention_sage
+    assert host.host_attention() is host.comfy_attention
+    cfg = PRESETS["tiny"]
+    runner = host.host_file_dit(build_random(cfg, seed=0), cfg, torch.float32, "k")
+    text = runner.encode_text(torch.randn(1, 8, cfg.text_dim))
+    runner.forward(torch.randn(1, 3, cfg.in_dim, 4, 6), torch.full((1, 3), 700.0), text)
+    assert calls == [(cfg.num_heads, True, None)] * (2 * cfg.num_layers)
+
+    def attention_sub_quad(*a, **k):
+        raise AssertionError("not used")
+
+    mod.optimized_attention = attention_sub_quad
+    assert host.host_attention() is None
