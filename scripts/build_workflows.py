@@ -222,7 +222,7 @@ def baseline_workflow(sp: dict) -> dict:
     runs = []
     for i, (policy, title, prefix) in enumerate((("target_only", "Target only (14B every block)", "video/target_only"),
                                                  ("sdvg", "SDVG (tau -0.7)", "video/SDVG"))):
-        y = i * 820
+        y = i * 900
         gen = g.node("SDVGGenerate", (800, y), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},
                      title=title)
         wire_run(g, m, gen)
@@ -232,8 +232,8 @@ def baseline_workflow(sp: dict) -> dict:
         plot = g.node("PreviewImage", (1640, y + 340), title=f"Scores: {policy}", size=(620, 400))
         g.link(gen, "plot", plot, "images")
         runs.append(gen)
-    g.group("Baseline: the 14B target makes every block", (780, -80, 1500, 800), "#8A8")
-    g.group("SDVG: drafter + ImageReward + target on rejected blocks", (780, 740, 1500, 800), "#88A")
+    g.group("Baseline: the 14B target makes every block", (780, -80, 1540, 860), "#8A8")
+    g.group("SDVG: drafter + ImageReward + target on rejected blocks", (780, 820, 1540, 860), "#88A")
     g.note((0, 920), "## Target-only vs SDVG\n\nSame prompt, seed and noise. Both nodes have **fresh_run** on: "
                      "neither takes blocks from the other's run (block 0 is the same target block in both), so each "
                      "report's wall time is a fresh run's. Compare the two videos and the reports: wall time, counted "

@@ -91,38 +91,85 @@ def free_port() -> int:
 FIT = r"""
 (() => {  // fit the view to every node and group (with the title bars), close dialogs and side panels
   const app = """ + APP + r""";
-  document.querySelectorAll('.p-dialog-close-button, [aria-label=Close]').forEach(b => b.click());
+  // only dialogs and toasts: a workflow tab's close button would close the workflow itself (1.5x)
+  document.querySelectorAll('.p-dialog-close-button, .p-toast-close-button').forEach(b => b.click());
   const ns = app.graph._nodes || app.graph.nodes || [];
   let x0 = 1e9, y0 = 1e9, x1 = -1e9, y1 = -1e9;
   for (const n of ns) { x0 = Math.min(x0, n.pos[0]); y0 = Math.min(y0, n.pos[1] - 40);
                         x1 = Math.max(x1, n.pos[0] + n.size[0]); y1 = Math.max(y1, n.pos[1] + n.size[1]); }
   for (const g of (app.graph._groups || app.graph.groups || [])) { const b = g._bounding || g.bounding;
       x0 = Math.min(x0, b[0]); y0 = Math.min(y0, b[1]); x1 = Math.max(x1, b[0] + b[2]); y1 = Math.max(y1, b[1] + b[3]); }
+  // the visible part of the canvas: 1.5x draws its side bar, tabs and graph tool bar over the canvas' edges
   const c = app.canvas.canvas, r = c.getBoundingClientRect();
-  const scale = Math.min(r.width / (x1 - x0 + 80), r.height / (y1 - y0 + 80));
+  const v = (window.__COMFYUI_FRONTEND_VERSION__ || '1.0').split('.').map(Number);
+  const m = v[0] > 1 || v[1] >= 30 ? {l: 72, t: 104, r: 24, b: 56} : {l: 8, t: 8, r: 8, b: 8};
+  const w = r.width - m.l - m.r, h = r.height - m.t - m.b;
+  const scale = Math.min(w / (x1 - x0 + 40), h / (y1 - y0 + 40));
   app.canvas.ds.scale = scale;
-  app.canvas.ds.offset[0] = -x0 + 40 / scale + (r.width / scale - (x1 - x0 + 80)) / 2;
-  app.canvas.ds.offset[1] = -y0 + 40 / scale;
+  app.canvas.ds.offset[0] = -x0 + (m.l + (w - scale * (x1 - x0)) / 2) / scale;
+  app.canvas.ds.offset[1] = -y0 + (m.t + 20) / scale;
+  const st = app.extensionManager && app.extensionManager.setting;  // 1.5x: its minimap would cover a corner
+  if (st && st.get && st.get('Comfy.Minimap.Visible')) st.set('Comfy.Minimap.Visible', false);
+  app.canvas.min_font_size_for_lod = 0;  // 1.5x: keep the text at overview zoom (no low-quality mode)
   app.canvas.setDirty(true, true);
-  return JSON.stringify({left: r.left, top: r.top, width: r.width, height: r.height});
+  return JSON.stringify({left: r.left + m.l, top: r.top + m.t, width: w, height: h});  // the card's clip
 })()
 """
 
 
-async def screenshot(p: "Page", stem: str, out: Path) -> None:
+async def screenshot(p: "Page", stem: str, out: Path, expect_types: list[str]) -> None:
     import base64
 
+    for _ in range(2):  # a first start opens the template browser (1.5x): Escape closes dialogs
+        await p.call("Input.dispatchKeyEvent", type="keyDown", key="Escape", code="Escape", windowsVirtualKeyCode=27)
+        await p.call("Input.dispatchKeyEvent", type="keyUp", key="Escape", code="Escape", windowsVirtualKeyCode=27)
+        await asyncio.sleep(0.3)
     box = json.loads(await p.eval(FIT))
     await asyncio.sleep(1.0)
+    shown = json.loads(await p.eval(f"JSON.stringify(({APP}.graph._nodes || {APP}.graph.nodes).map(n => n.type).sort())"))
+    if shown != sorted(expect_types):
+        raise RuntimeError(f"{stem}: the canvas shows another workflow ({shown[:6]}...) than the one loaded")
     png = (await p.call("Page.captureScreenshot", format="png"))["result"]["data"]
     (out / f"{stem}.png").write_bytes(base64.b64decode(png))
+    try:  # a 256-colour PNG: the UI has few colours, the file a third of the size
+        from PIL import Image
+
+        Image.open(out / f"{stem}.png").convert("RGB").quantize(256).save(out / f"{stem}.png", optimize=True)
+    except ImportError:
+        pass
     clip = {"x": box["left"], "y": box["top"], "width": box["width"], "height": box["height"],
             "scale": 512 / box["width"]}
-    jpg = (await p.call("Page.captureScreenshot", format="jpeg", quality=85, clip=clip))["result"]["data"]
+    jpg = (await p.call("Page.captureScreenshot", format="jpeg", quality=80, clip=clip))["result"]["data"]
     (out / f"{stem}.jpg").write_bytes(base64.b64decode(jpg))
 
 
-async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = None) -> dict:
+TEMPLATES = r"""
+(async () => {  // open the template browser (Comfy.BrowseTemplates) and pick the entry whose label has `name`
+  const app = """ + APP + r""";
+  await app.extensionManager.command.execute('Comfy.BrowseTemplates');
+  await new Promise(r => setTimeout(r, 2500));
+  const items = [...document.querySelectorAll('[role=dialog] *')].filter(e => e.children.length === 0 &&
+      e.textContent.trim().includes(%s));
+  if (items.length) items[0].click();
+  await new Promise(r => setTimeout(r, 3000));
+  const imgs = [...document.querySelectorAll('[role=dialog] img')].map(i => ({src: i.getAttribute('src'),
+      loaded: i.complete && i.naturalWidth > 0}));
+  return JSON.stringify({clicked: items.length > 0, imgs});
+})()
+"""
+
+
+async def templates_shot(p: "Page", name: str, png: Path) -> dict:
+    import base64
+
+    res = json.loads(await p.eval(TEMPLATES % json.dumps(name)))
+    data = (await p.call("Page.captureScreenshot", format="png"))["result"]["data"]
+    png.write_bytes(base64.b64decode(data))
+    return res
+
+
+async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = None,
+                templates: tuple[str, Path] | None = None) -> dict:
     port, profile = free_port(), tempfile.mkdtemp(prefix="sdvg-fe-")
     browser = subprocess.Popen([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                 "--disable-background-networking", "--disable-dev-shm-usage", "--window-size=1920,1080",
@@ -158,7 +205,13 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                             await asyncio.sleep(0.5)
                         else:
                             raise RuntimeError("the ComfyUI frontend did not start")
-                        await asyncio.sleep(1.0)
+                        # the frontend opens its start-up workflow (restored or default) asynchronously: wait for it,
+                        # or it replaces the workflow loaded below (1.5x)
+                        for _ in range(40):
+                            if await p.eval(f"({APP}.graph._nodes || {APP}.graph.nodes || []).length > 0"):
+                                break
+                            await asyncio.sleep(0.5)
+                        await asyncio.sleep(1.5)
                         text = Path(path).read_text(encoding="utf-8")
                         res = json.loads(await p.eval(PROBE % (text, json.dumps(Path(path).name))))
                         out[path] = {"missing": sorted({n["type"] for n in res["nodes"] if n["missing"]}),
@@ -166,7 +219,9 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                                      "node_count": len(res["nodes"]), "api": res["api"],
                                      "frontend": res.get("frontend", ""), "page_errors": p.errors[:20]}
                         if shots is not None:
-                            await screenshot(p, Path(path).stem, shots)
+                            await screenshot(p, Path(path).stem, shots, [n["type"] for n in res["nodes"]])
+                        if templates is not None and path == paths[-1]:
+                            out["templates"] = await templates_shot(p, *templates)
                         p.reader.cancel()
                     await b.call("Target.closeTarget", targetId=tid)
                     await b.call("Target.disposeBrowserContext", browserContextId=ctx)
@@ -187,12 +242,15 @@ def main() -> int:
     ap.add_argument("--url", default="http://127.0.0.1:8188")
     ap.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
     ap.add_argument("--shots", type=Path, help="save <name>.png (whole workflow) and <name>.jpg (card) here")
+    ap.add_argument("--templates", nargs=2, metavar=("LABEL", "PNG"),
+                    help="also open the template browser, pick the category named LABEL, save a screenshot to PNG")
     a = ap.parse_args()
     if a.shots:
         a.shots.mkdir(parents=True, exist_ok=True)
-    res = asyncio.run(probe(a.url.rstrip("/"), a.chromium, a.workflows, a.shots))
+    res = asyncio.run(probe(a.url.rstrip("/"), a.chromium, a.workflows, a.shots,
+                            (a.templates[0], Path(a.templates[1])) if a.templates else None))
     print(json.dumps(res))
-    return 1 if any(r["missing"] or r["missing_dialog"] for r in res.values()) else 0
+    return 1 if any(r["missing"] or r["missing_dialog"] for k, r in res.items() if k != "templates") else 0
 
 
 if __name__ == "__main__":
