@@ -35,6 +35,11 @@ class _LoadDiT(io.ComfyNode):
                 io.Combo.Input("weight_dtype", options=DIT_DTYPES, default="auto",
                                tooltip="Weights and compute dtype. auto: bf16 on GPUs that support it, fp16 on "
                                        "other GPUs, fp32 on the CPU. For fp8 or GGUF use 'model' instead."),
+                io.Boolean.Input("compile", default=False,
+                                 tooltip="torch.compile the transformer blocks' fixed-shape parts (q/k/v + RoPE, "
+                                         "output + cross-attention query, FFN) once for all layers. The first "
+                                         "block is slower while it compiles; needs a working Triton on GPUs. "
+                                         "For a connected 'model', put a TorchCompileModel node before it instead."),
                 io.Model.Input("model", optional=True,
                                tooltip="Optional: a Wan 2.1 text-to-video MODEL from ComfyUI's loaders (Load "
                                        "Diffusion Model with fp8, GGUF loaders, LoRA loaders). When connected, the "
@@ -56,7 +61,8 @@ class _LoadDiT(io.ComfyNode):
         return host.check_file(host.DIFFUSION_FOLDER, model_name, f"SDVG Load {cls.ROLE.title()}", host.SOURCES[cls.ROLE])
 
     @classmethod
-    def execute(cls, model_name: str, pt_entry: str, weight_dtype: str, model=None) -> io.NodeOutput:
+    def execute(cls, model_name: str, pt_entry: str, weight_dtype: str, compile: bool = False,
+                model=None) -> io.NodeOutput:
         role = cls.ROLE
         if model is not None:
             handle = host.host_comfy_model(model, role)
@@ -70,8 +76,10 @@ class _LoadDiT(io.ComfyNode):
                 raise host.SDVGError(f"{what}: {e}. Expected a Wan 2.1 text-to-video checkpoint such as "
                                      f"{host.SOURCES[role]}. For fp8 or GGUF files, load them with 'Load Diffusion "
                                      f"Model' and connect its MODEL to this node's 'model' input.") from e
-            key = host.file_key(path, host.dtype_name(dtype), rep.entry or "")
-            handle = host.DiTHandle(role, host.host_file_dit(net, cfg, dtype, key), f"{role}: {rep.describe()}")
+            # a compiled model may round differently: its derived data is kept apart
+            key = host.file_key(path, host.dtype_name(dtype), rep.entry or "", "compiled" if compile else "")
+            handle = host.DiTHandle(role, host.host_file_dit(net, cfg, dtype, key, compile=compile),
+                                    f"{role}: {rep.describe()}" + (", compiled" if compile else ""))
         host.LOG.info("SDVG %s", handle.info)
         return io.NodeOutput(handle, handle.info, ui=ui.PreviewText(handle.info))
 

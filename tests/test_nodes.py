@@ -316,6 +316,16 @@ def test_cancel_between_steps(env):
     assert not mm.processing_interrupted()
 
 
+def test_file_loader_compile_option_reaches_the_runner(env):
+    """compile=True on SDVG Load Target / Drafter builds a CausalWan whose block regions are torch.compile'd."""
+    pack, _ = env
+    n = pack.nodes
+    plain = n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema", "auto", False).result[0]
+    compiled = n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema", "auto", True).result[0]
+    assert plain.runner.compile is False and compiled.runner.compile is True
+    assert compiled.info.endswith(", compiled") and plain.key != compiled.key  # compiled numerics get their own memo entries
+
+
 # ------------------------------------------------------------------------------------------------ errors
 def test_errors_name_file_folder_and_source(env):
     pack, _ = env
