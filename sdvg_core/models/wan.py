@@ -7,7 +7,8 @@ layers keep working because their own `forward` runs).
 
 Conventions follow Wan 2.1 / Self-Forcing / Krea (docs/design.md §2): tokens are
 frame-major then row then column; RoPE pairs adjacent channels, split (t, h, w) = 22/21/21 pairs at
-head_dim 128 (angles in float64, applied in float32 by default, complex128 with exact_rope=True);
+head_dim 128 (angles in float64, applied in float32 by default, complex128 with exact_rope=True;
+wan_numerics.py); the KV cache views live in kv_cache.py;
 per-frame timestep modulation; no text padding mask.
 """
 from __future__ import annotations
@@ -20,7 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .kv_cache import KVCache, TextKV
 from .wan_config import WanDiTConfig
+# the shared numerics (also importable from here, as tests and hosts do)
+from .wan_numerics import (  # noqa: F401
+    SINUSOID_CACHE_ENTRIES, AttentionFn, Interrupt, RopeCosSin, apply_rope, apply_rope_real, attention, rope_angles,
+    rope_table, sinusoidal_embedding,
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # Modules (parameter names identical to the official checkpoints and to ComfyUI's comfy/ldm/wan/model.py)
@@ -99,179 +106,6 @@ class WanDiT(nn.Module):
         self.blocks = nn.ModuleList(WanBlock(cfg) for _ in range(cfg.num_layers))
         self.head = WanHead(cfg)
 
-
-# ---------------------------------------------------------------------------------------------------------
-# Derived per-prompt and per-history data: text K/V and the self-attention KV cache
-# ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TextKV:
-    """Cross-attention keys/values of one prompt for every layer, [B, heads, text_len, head_dim] each.
-
-    Computed once per prompt and model, reused for every block and step (the text never changes).
-    """
-
-    k: tuple[torch.Tensor, ...]
-    v: tuple[torch.Tensor, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
-
-
-class _KVBuffer:
-    """Preallocated per-layer key/value storage [L][B, heads, capacity, head_dim].
-
-    `frontier` is the end of the longest committed prefix built on this buffer. A view of length L may
-    write at [L, ...) only while frontier <= L; otherwise it forks (copy-on-write), so a committed view is
-    never overwritten by another branch.
-    """
-
-    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], frontier: int = 0):
-        self.k, self.v, self.frontier = k, v, frontier
-
-    @property
-    def capacity(self) -> int:
-        return self.k[0].shape[2]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
-
-
-@dataclass(frozen=True)
-class KVCache:
-    """An immutable view: the first `length` tokens of a buffer are this history's keys and values.
-
-    Keys are stored after q/k RMSNorm and RoPE (so their positions are baked in); values as projected.
-    Writing a new block never changes what this view reads: a forward writes its block into the slots
-    right after `length` (scratch) and a commit returns a *new* view that includes them.
-    """
-
-    buffer: _KVBuffer
-    length: int
-    tokens_per_frame: int
-
-    @staticmethod
-    def empty(cfg: WanDiTConfig, *, batch: int, window_frames: int, tokens_per_frame: int,
-              device: torch.device | str, dtype: torch.dtype) -> "KVCache":
-        """Allocate room for `window_frames` latent frames (e.g. 6 = 9360 tokens at 832x480, Krea's window)."""
-        shape = (batch, cfg.num_heads, window_frames * tokens_per_frame, cfg.head_dim)
-        k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
-        v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
-        return KVCache(_KVBuffer(k, v), 0, tokens_per_frame)
-
-    @property
-    def frames(self) -> int:
-        return self.length // self.tokens_per_frame
-
-    @property
-    def capacity(self) -> int:
-        return self.buffer.capacity
-
-    @property
-    def nbytes(self) -> int:
-        return self.buffer.nbytes
-
-    def keys(self, layer: int) -> torch.Tensor:
-        return self.buffer.k[layer][:, :, : self.length]
-
-    def values(self, layer: int) -> torch.Tensor:
-        return self.buffer.v[layer][:, :, : self.length]
-
-    def writable(self, new_tokens: int) -> "KVCache":
-        """A view with the same contents whose buffer may be written at [length, length + new_tokens).
-
-        Forks (copies the prefix into a fresh buffer) when another branch has committed past `length`.
-        When the window is full, the fork keeps only the newest tokens (a rolling window; keys keep the
-        absolute RoPE positions they were written with).
-        """
-        buf, n = self.buffer, self.length
-        if new_tokens > buf.capacity:
-            raise ValueError(f"a block of {new_tokens} tokens does not fit a KV window of {buf.capacity} tokens")
-        overflow = n + new_tokens - buf.capacity
-        if buf.frontier <= n and overflow <= 0:
-            return self
-        keep_from = max(overflow, 0)
-        # drop whole frames when rolling, so a view always holds frames
-        keep_from = -(-keep_from // self.tokens_per_frame) * self.tokens_per_frame
-        k = [torch.zeros_like(t) for t in buf.k]
-        v = [torch.zeros_like(t) for t in buf.v]
-        kept = n - keep_from
-        for src, dst in zip(buf.k + buf.v, k + v):
-            dst[:, :, :kept] = src[:, :, keep_from:n]
-        return KVCache(_KVBuffer(k, v, frontier=kept), kept, self.tokens_per_frame)
-
-    def commit(self, new_tokens: int) -> "KVCache":
-        """The view that also holds the `new_tokens` just written after `length` (call on a `writable` view)."""
-        end = self.length + new_tokens
-        self.buffer.frontier = max(self.buffer.frontier, end)
-        return KVCache(self.buffer, end, self.tokens_per_frame)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Numerics shared by every path
-# ---------------------------------------------------------------------------------------------------------
-
-
-def sinusoidal_embedding(freq_dim: int, t: torch.Tensor) -> torch.Tensor:
-    """[N] timesteps -> [N, freq_dim] as [cos | sin] with frequencies 10000^(-k/half), in float64."""
-    half = freq_dim // 2
-    freqs = torch.pow(10000.0, -torch.arange(half, dtype=torch.float64, device=t.device) / half)
-    angles = torch.outer(t.to(torch.float64), freqs)  # [N, half]
-    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1)
-
-
-def rope_angles(cfg: WanDiTConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-axis rotation angles [max_positions, pairs] in float64 (Wan's `rope_params`, before polar)."""
-    tables = []
-    for pairs in cfg.rope_pairs:
-        inv = 1.0 / torch.pow(cfg.rope_theta, torch.arange(pairs, dtype=torch.float64, device=device) * 2 / (2 * pairs))
-        tables.append(torch.outer(torch.arange(cfg.rope_max_positions, dtype=torch.float64, device=device), inv))
-    return tables[0], tables[1], tables[2]
-
-
-def rope_table(cfg: WanDiTConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-axis complex rotations [max_positions, pairs] (complex128), Wan's `rope_params` (the exact path)."""
-    return tuple(torch.polar(torch.ones_like(a), a) for a in rope_angles(cfg, device))  # type: ignore[return-value]
-
-
-def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """Exact path: rotate adjacent channel pairs of x [B, S, N, D] by freqs [S, D/2] (complex128); x's dtype."""
-    b, s, n, d = x.shape
-    xc = torch.view_as_complex(x.to(torch.float64).reshape(b, s, n, d // 2, 2))  # [B, S, N, D/2]
-    return torch.view_as_real(xc * freqs[None, :, None, :]).reshape(b, s, n, d).to(x.dtype)
-
-
-@dataclass(frozen=True)
-class RopeCosSin:
-    """Real rotation tables of one forward call, cos/sin [S, D/2] float32, shared by every layer."""
-
-    cos: torch.Tensor
-    sin: torch.Tensor
-
-
-def apply_rope_real(x: torch.Tensor, rope: RopeCosSin) -> torch.Tensor:
-    """Rotate adjacent channel pairs of x [B, S, N, D] in float32 with real cos/sin tables; returns x's dtype."""
-    x0, x1 = x.float().unflatten(-1, (-1, 2)).unbind(-1)  # [B, S, N, D/2] each
-    c, s = rope.cos[None, :, None], rope.sin[None, :, None]  # [1, S, 1, D/2]
-    return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(3).to(x.dtype)  # [B, S, N, D]
-
-
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax attention, q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; 1/sqrt(D) scale, no dropout."""
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, N, Sq, D]
-    return out.transpose(1, 2).flatten(2)
-
-
-# An attention kernel: q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D], unmasked, 1/sqrt(D) scale. The default
-# is `attention` (PyTorch SDPA); a host may inject its own (ComfyUI's optimized_attention: sage/flash/xformers).
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-Interrupt = Callable[[], None]
-# Distinct timestep tensors whose device sinusoids are kept (a recipe uses ~5 steps x a few shapes; bounded so
-# per-frame schedules cannot grow it without limit).
-SINUSOID_CACHE_ENTRIES = 64
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -580,9 +414,6 @@ class CausalWan:
             hook("head_out", out.view(b, f, tpf, -1))
         return ForwardOutput(self._unpatchify(out.float(), grid), new_kv)
 
-
-def param_count(net: nn.Module) -> int:
-    return sum(p.numel() for p in net.parameters())
 
 
 def build_random(cfg: WanDiTConfig, seed: int = 0, dtype: torch.dtype = torch.float32) -> WanDiT:
