@@ -211,13 +211,19 @@ class Encoder3d(nn.Module):
 
         `interrupt()` (may raise to cancel) runs before every block, so Cancel lands within one block.
         """
-        x = step.conv(self.conv1, x)
-        for block in (*self.downsamples, *self.middle):
-            if interrupt is not None:
-                interrupt()
-            x = block(x, step)
-        norm, act, conv = self.head
-        return step.conv(conv, act(norm(x)))
+        return _run_causal(self.conv1, (*self.downsamples, *self.middle), self.head, x, step, interrupt)
+
+
+def _run_causal(conv_in: nn.Module, blocks: tuple[nn.Module, ...], head: nn.Sequential, x: torch.Tensor,
+                step: CausalStep, interrupt: Callable[[], None] | None) -> torch.Tensor:
+    """conv_in -> blocks -> (norm, SiLU, conv) head, each causal conv carrying `step`'s history; Cancel between blocks."""
+    x = step.conv(conv_in, x)
+    for block in blocks:
+        if interrupt is not None:
+            interrupt()
+        x = block(x, step)
+    norm, act, conv = head
+    return step.conv(conv, act(norm(x)))
 
 
 class Decoder3d(nn.Module):
@@ -252,13 +258,7 @@ class Decoder3d(nn.Module):
 
         `interrupt()` (may raise to cancel) runs before every block, so Cancel lands within one block.
         """
-        x = step.conv(self.conv1, x)
-        for block in (*self.middle, *self.upsamples):
-            if interrupt is not None:
-                interrupt()
-            x = block(x, step)
-        norm, act, conv = self.head
-        return step.conv(conv, act(norm(x)))
+        return _run_causal(self.conv1, (*self.middle, *self.upsamples), self.head, x, step, interrupt)
 
 
 class WanVAE(nn.Module):
