@@ -77,13 +77,10 @@ class PixelsKey:
 
 
 @dataclass(frozen=True)
-class DecoderCacheKey:
-    """The VAE decoder's causal feature cache after the committed block with lineage `lineage`."""
+class DecoderCacheKey(PixelsKey):
+    """The VAE decoder's causal feature cache after the committed block with lineage `lineage` (same identities)."""
 
     kind: ClassVar[str] = "dcache"
-    vae: str
-    rule: str
-    lineage: str
 
 
 @dataclass(frozen=True)
