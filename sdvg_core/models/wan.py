@@ -391,11 +391,11 @@ class CausalWan:
                 k_all, v_all = kv.buffer.k[i][:, :, :start + s], kv.buffer.v[i][:, :, :start + s]
             else:
                 k_all, v_all = k, v
+            if not want_output and i == last:
+                break  # only the cache was wanted: the last block's keys/values are written, its outputs feed nothing
             y = attention(q, k_all, v_all, mask) if mask is not None else attend(q, k_all, v_all)  # [B, S, N*D]
             if hook:
                 hook(f"block{i}_self_attn_out", block.self_attn.o(y))
-            if not want_output and i == last:
-                break  # the last block's cross-attention/FFN only feed the head
             x_res, qc = cross_fn(block, x_res, y, g1, tpf, n, dt)
             yc = attend(qc, text.k[i], text.v[i])  # [B, S, N*D]
             if hook:
