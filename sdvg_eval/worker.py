@@ -17,11 +17,11 @@ from sdvg_core.engine.memo import TieredMemo
 from sdvg_core.engine.recipes import recipe_by_name
 from sdvg_core.engine.report import build_report
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+from sdvg_core.io.model_files import DTYPES  # also the --dtype choices of eval.py
 
 from .config import parse_config
 from .metrics import build_metric
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -74,20 +74,12 @@ def load_models(s: ModelSetup):
 
         m = tiny_models(seed=0)
         return m.drafter, m.target, m.vae, m.scorer
-    from sdvg_core.io.checkpoint import load_wan_dit, load_wan_vae
-    from sdvg_core.models.reward import ImageRewardScorer
-    from sdvg_core.models.wan import CausalWan
+    from sdvg_core.io.model_files import load_model_files
 
-    dtype = DTYPES[s.dtype]
-    tnet, tcfg, _ = load_wan_dit(s.target, dtype=dtype, device=s.device)
-    target = CausalWan(tnet, tcfg, key=f"{s.target}:{s.dtype}")
-    drafter = None
-    if s.needs_drafter:
-        dnet, dcfg, _ = load_wan_dit(s.drafter, dtype=dtype, device=s.device, pt_entry=s.pt_entry)
-        drafter = CausalWan(dnet, dcfg, key=f"{s.drafter}:{s.pt_entry}:{s.dtype}")
-    vae = load_wan_vae(s.vae, dtype=torch.float32 if s.device == "cpu" else torch.float16, device=s.device)
-    scorer = ImageRewardScorer.from_files(s.reward, s.vocab, device=s.device) if s.reward else None
-    return drafter, target, vae, scorer
+    m = load_model_files(target=s.target, vae=s.vae, drafter=s.drafter if s.needs_drafter else None,
+                         reward=s.reward or None, vocab=s.vocab, dtype=DTYPES[s.dtype], device=s.device,
+                         pt_entry=s.pt_entry)
+    return m.drafter, m.target, m.vae, m.scorer
 
 
 def frames_digest(frames: torch.Tensor) -> str:

@@ -36,8 +36,7 @@ def _no_loading(monkeypatch):
     def boom(*_a, **_k):
         raise AssertionError("a model was loaded before the inputs were checked")
 
-    monkeypatch.setattr(cli, "load_wan_dit", boom)
-    monkeypatch.setattr(cli, "load_wan_vae", boom)
+    monkeypatch.setattr(cli, "load_model_files", boom)
     monkeypatch.setattr(cli, "tiny_models", boom)
 
 

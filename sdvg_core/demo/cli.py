@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from ..engine.engine import Engine, EngineConfig, ProgressEvent
-from ..io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
+from ..io.checkpoint import CheckpointError
+from ..io.model_files import DTYPES, load_model_files
 from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
 from ..engine.recipes import recipe_by_name
 from ..engine.report import build_report
@@ -31,9 +32,7 @@ from ..io.reward_files import ImageRewardError, find_vocab
 from ..io.text import demo_embeddings, encode_umt5, load_embeddings, umt5_folders
 from .tiny import DEMO_PROMPT, tiny_models
 from ..io.video import write_video
-from ..models.wan import CausalWan
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
 TINY_SIZE = (96, 64)
 TINY_BLOCKS = 6
@@ -156,20 +155,12 @@ def preflight(a: argparse.Namespace, real: bool) -> list[str]:
 def _real_models(a: argparse.Namespace, dtype: torch.dtype):
     """Load the real files (preflight has already checked that each one is there)."""
     needs_draft, needs_score = _needs(a)
-    from ..models.reward import ImageRewardScorer
-
-    target_net, tcfg, trep = load_wan_dit(a.target, dtype=dtype, device=a.device)
-    print(f"target: {trep.describe()}")
-    target = CausalWan(target_net, tcfg, key=trep.key)
-    drafter = None
-    if needs_draft:
-        dnet, dcfg, drep = load_wan_dit(a.drafter, dtype=dtype, device=a.device, pt_entry=a.pt_entry)
-        print(f"drafter: {drep.describe()}")
-        drafter = CausalWan(dnet, dcfg, key=drep.key)
-    vae_dtype = torch.float32 if a.device == "cpu" else torch.float16
-    vae = load_wan_vae(a.vae, dtype=vae_dtype, device=a.device)  # sets vae.key from the file
-    scorer = ImageRewardScorer.from_files(a.reward, a.vocab, device=a.device) if needs_score else None
-    return drafter, target, vae, scorer
+    m = load_model_files(target=a.target, vae=a.vae, drafter=a.drafter if needs_draft else None,
+                         reward=a.reward if needs_score else None, vocab=a.vocab, dtype=dtype, device=a.device,
+                         pt_entry=a.pt_entry)
+    for line in m.notes:
+        print(line)
+    return m.drafter, m.target, m.vae, m.scorer
 
 
 def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptConditioning:
