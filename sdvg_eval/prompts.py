@@ -45,23 +45,9 @@ def demo_encoder(text_dim: int) -> Encoder:
 
 def umt5_encoder(folder: str | Path, device: str = "cpu") -> Encoder:
     """umT5 from a local folder; the model is loaded on first use and kept for the following prompts."""
-    from transformers import AutoTokenizer, UMT5EncoderModel
+    from sdvg_core.io.text import UMT5Encoder
 
-    from sdvg_core.io.text import WAN_TEXT_LEN, umt5_folders
-
-    model_dir, tok_dir = umt5_folders(folder)
-    loaded: dict = {}
-
-    def encode(text: str) -> torch.Tensor:
-        if not loaded:
-            loaded["tok"] = AutoTokenizer.from_pretrained(str(tok_dir), local_files_only=True)
-            loaded["model"] = UMT5EncoderModel.from_pretrained(str(model_dir), local_files_only=True).to(device).eval()
-        ids = loaded["tok"]([text], padding="max_length", truncation=True, max_length=WAN_TEXT_LEN, return_tensors="pt")
-        with torch.no_grad():
-            h = loaded["model"](input_ids=ids.input_ids.to(device), attention_mask=ids.attention_mask.to(device)).last_hidden_state
-        return (h.float() * ids.attention_mask.to(device)[..., None]).cpu()
-
-    return Encoder(f"umt5:{Path(folder).expanduser().resolve()}", encode)
+    return Encoder(f"umt5:{Path(folder).expanduser().resolve()}", UMT5Encoder(folder, device))
 
 
 def cache_path(cache_dir: str | Path, encoder_key: str, text: str) -> Path:

@@ -100,3 +100,14 @@ def test_encode_prompt_lists_every_problem_before_loading(tmp_path, capsys, monk
     assert main(["--umt5", str(tmp_path / "empty"), "--prompt", PROMPT, "--out", str(tmp_path / "p.safetensors")]) == 2
     assert "has no config.json" in capsys.readouterr().err
     assert main(["--prompt", PROMPT]) == 2  # argparse: --umt5 and --out are required
+
+
+def test_kept_encoder_equals_one_shot_encoding(umt5):
+    """UMT5Encoder (kept model, used by sdvg_eval for many prompts) gives encode_umt5's bits for every prompt."""
+    from sdvg_core.io.text import UMT5Encoder, encode_umt5
+    from sdvg_eval.prompts import umt5_encoder
+
+    kept, enc = UMT5Encoder(umt5), umt5_encoder(umt5)
+    for text in ("a red fox", "a blue bird in the snow"):
+        one = encode_umt5(umt5, text)
+        assert torch.equal(kept(text), one) and torch.equal(enc.encode(text), one)

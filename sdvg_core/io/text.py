@@ -74,24 +74,38 @@ def umt5_folders(folder: str | os.PathLike) -> tuple[Path, Path]:
                           f"give the folder that holds the umT5 config, tokenizer files and weights")
 
 
+class UMT5Encoder:
+    """umT5 from a local folder (see `umt5_folders`), loaded on first use and kept for the following prompts.
+
+    Calling it returns [1, text_len, hidden] float32 on the CPU with rows after the prompt's tokens set to zero,
+    as Wan does. Only local files are read (local_files_only=True): no download.
+    """
+
+    def __init__(self, folder: str | os.PathLike, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32, text_len: int = WAN_TEXT_LEN):
+        self.model_dir, self.tok_dir = umt5_folders(folder)
+        self.device, self.dtype, self.text_len = device, dtype, text_len
+        self._tok = self._model = None
+
+    def __call__(self, prompt: str) -> torch.Tensor:
+        from transformers import AutoTokenizer, UMT5EncoderModel
+
+        if self._model is None:
+            self._tok = AutoTokenizer.from_pretrained(str(self.tok_dir), local_files_only=True)
+            self._model = UMT5EncoderModel.from_pretrained(str(self.model_dir), local_files_only=True,
+                                                           torch_dtype=self.dtype).to(self.device).eval()
+        ids = self._tok([prompt], padding="max_length", truncation=True, max_length=self.text_len, return_tensors="pt",
+                        add_special_tokens=True)
+        mask = ids.attention_mask.to(self.device)
+        with torch.no_grad():
+            hidden = self._model(input_ids=ids.input_ids.to(self.device), attention_mask=mask).last_hidden_state
+        return (hidden.float() * mask[..., None]).cpu()  # [1, text_len, hidden]
+
+
 def encode_umt5(folder: str | os.PathLike, prompt: str, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:
-    """Encode with a local umT5 (see `umt5_folders`: config.json, weights, spiece/tokenizer files).
-
-    Returns [1, text_len, hidden] with rows after the prompt's tokens set to zero, as Wan does.
-    Only local files are read (local_files_only=True): no download.
-    """
-    from transformers import AutoTokenizer, UMT5EncoderModel
-
-    model_dir, tok_dir = umt5_folders(folder)
-    tok = AutoTokenizer.from_pretrained(str(tok_dir), local_files_only=True)
-    model = UMT5EncoderModel.from_pretrained(str(model_dir), local_files_only=True, torch_dtype=dtype).to(device).eval()
-    ids = tok([prompt], padding="max_length", truncation=True, max_length=text_len, return_tensors="pt",
-              add_special_tokens=True)
-    with torch.no_grad():
-        hidden = model(input_ids=ids.input_ids.to(device), attention_mask=ids.attention_mask.to(device)).last_hidden_state
-    hidden = hidden.float() * ids.attention_mask.to(device)[..., None]
-    return hidden.cpu()
+    """Encode one prompt with a local umT5 (loads the model for this call; use UMT5Encoder for many)."""
+    return UMT5Encoder(folder, device, dtype, text_len)(prompt)
 
 
 def demo_embeddings(prompt: str, text_dim: int, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:
