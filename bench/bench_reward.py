@@ -17,9 +17,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sdvg_core.models.reward import IMAGEREWARD_V1, ImageRewardScorer, build_model, load_tokenizer  # noqa: E402
+from sdvg_core.models.reward import IMAGEREWARD_V1, ImageRewardScorer, build_model  # noqa: E402
 from sdvg_core.demo.vocab import write_synthetic_vocab  # noqa: E402
-from sdvg_core.io.reward_files import count_vocab_lines  # noqa: E402
+from sdvg_core.io.reward_files import count_vocab_lines, load_tokenizer  # noqa: E402
 
 # Counted cost of one image through ImageReward-v1.0 (ViT-L/16 at 224 + 35-token BERT cross-encoder).
 GFLOP_PER_IMAGE = 138.0

@@ -41,7 +41,7 @@ from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
 from sdvg_core.engine.policy import FixedPattern, TargetOnly  # noqa: E402
 from sdvg_core.engine.recipes import recipe_by_name  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
-from sdvg_core.io.reward_files import count_vocab_lines, read_vocab_bytes  # noqa: E402
+from sdvg_core.io.reward_files import count_vocab_lines, random_scorer, read_vocab_bytes  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.models.reward import ImageRewardScorer  # noqa: E402
 from sdvg_core.models.reward_config import EXTRA_SPECIAL_TOKENS, IMAGEREWARD_V1, TINY as TINY_REWARD  # noqa: E402
@@ -132,7 +132,7 @@ def build_models(scale: Scale, device: torch.device, dtype: torch.dtype, compile
     vocab = write_synthetic_vocab(workdir / "vocab.txt")
     reward_cfg = scale.reward.with_vocab(count_vocab_lines(read_vocab_bytes(vocab)) + len(EXTRA_SPECIAL_TOKENS))
     reward_dtype = torch.float16 if device.type == "cuda" else torch.float32  # the loader's default
-    scorer = ImageRewardScorer.random(reward_cfg, vocab, seed=4, device=device, dtype=reward_dtype)
+    scorer = random_scorer(reward_cfg, vocab, seed=4, device=device, dtype=reward_dtype)
     return Models(nets[0], nets[1], vae, scorer)
 
 

@@ -6,8 +6,7 @@ from comfy_api.latest import io, ui
 import comfy.model_management as mm
 
 from ..sdvg_core.io.checkpoint import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
-from ..sdvg_core.models.reward import ImageRewardScorer
-from ..sdvg_core.io.reward_files import find_vocab
+from ..sdvg_core.io.reward_files import find_vocab, load_scorer
 from . import host
 from .types import CAT_LOADERS, SDVGModel, SDVGReward
 
@@ -140,8 +139,7 @@ class SDVGLoadImageReward(io.ComfyNode):
             else host.DTYPES[dtype]
         try:
             vocab = find_vocab(path)
-            scorer = ImageRewardScorer.from_files(path, vocab, device=mm.unet_offload_device(), dtype=torch_dtype,
-                                                  micro_batch=micro_batch)
+            scorer = load_scorer(path, vocab, device=mm.unet_offload_device(), dtype=torch_dtype, micro_batch=micro_batch)
         except ValueError as e:  # CheckpointError (weights, vocab, architecture) is a ValueError
             raise host.SDVGError(f"SDVG Load ImageReward: {e}") from e
         key = host.file_key(path, host.dtype_name(torch_dtype), f"mb{micro_batch}") + "|" + host.file_key(str(vocab))

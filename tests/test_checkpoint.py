@@ -17,9 +17,9 @@ from safetensors.torch import save_file
 from sdvg_core.demo.tiny import random_vae
 from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
 from sdvg_core.io.checkpoint import CheckpointError, file_identity, load_wan_dit, load_wan_vae, read_state_dict
-from sdvg_core.io.keycheck import normalize_prefix
-from sdvg_core.io.reward_files import IMAGEREWARD_LAYOUT
-from sdvg_core.models.reward import ImageRewardError, ImageRewardScorer, build_model, export_state_dict, load_model
+from sdvg_core.io.reward_files import IMAGEREWARD_LAYOUT, export_state_dict, load_model, load_scorer
+from sdvg_core.models.reward import ImageRewardError, build_model
+from sdvg_core.models.state_dict import normalize_prefix
 from sdvg_core.models.vae import VAE_LAYOUT
 from sdvg_core.models.wan import WanDiT, build_random
 from sdvg_core.models.wan_config import (
@@ -258,7 +258,7 @@ def test_loaders_set_stable_keys(tmp_path, weights):
     folder = tmp_path / "ir"
     vocab = write_synthetic_vocab(folder / "vocab.txt")
     save_file(weights["imagereward"], str(folder / "ImageReward.safetensors"))
-    scorer = ImageRewardScorer.from_files(folder / "ImageReward.safetensors")
+    scorer = load_scorer(folder / "ImageReward.safetensors")
     assert scorer.key == f"{file_identity(folder / 'ImageReward.safetensors')}|{file_identity(vocab)}|float32"
     assert synthetic_tiny_config(vocab) == scorer.cfg
 

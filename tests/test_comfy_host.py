@@ -68,7 +68,7 @@ def write_models(root: Path) -> None:
     from safetensors.torch import save_file
 
     from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
-    from sdvg_core.models.reward import ImageRewardScorer, export_state_dict
+    from sdvg_core.io.reward_files import export_state_dict, random_scorer
     from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
     from sdvg_core.io.text import demo_embeddings, save_embeddings
     from sdvg_core.demo.tiny import random_vae
@@ -91,7 +91,7 @@ def write_models(root: Path) -> None:
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in random_vae(3, preset="wan2.1-vae").state_dict().items()},
               str(m / "vae" / "wan_2.1_vae.safetensors"))
     vocab = write_synthetic_vocab(m / "image_reward" / "vocab.txt")
-    scorer = ImageRewardScorer.random(synthetic_tiny_config(vocab), vocab, seed=4)
+    scorer = random_scorer(synthetic_tiny_config(vocab), vocab, seed=4)
     torch.save(export_state_dict(scorer.model), m / "image_reward" / "ImageReward.pt")
     save_embeddings(m / "sdvg_prompts" / EMB, PROMPT, demo_embeddings(PROMPT, 32))
     save_embeddings(m / "sdvg_prompts" / EMB_4096, PROMPT, demo_embeddings(PROMPT, 4096))

@@ -34,7 +34,7 @@ def write_tiny_models(base: Path, core) -> None:
     from_tiny = __import__(core.__name__ + ".demo.tiny", fromlist=["x"])
     wan = __import__(core.__name__ + ".models.wan", fromlist=["x"])
     cfgm = __import__(core.__name__ + ".models.wan_config", fromlist=["x"])
-    reward = __import__(core.__name__ + ".models.reward", fromlist=["x"])
+    reward = __import__(core.__name__ + ".io.reward_files", fromlist=["x"])
     reward_io = __import__(core.__name__ + ".demo.vocab", fromlist=["x"])
     text = __import__(core.__name__ + ".io.text", fromlist=["x"])
     m = base / "models"
@@ -49,7 +49,7 @@ def write_tiny_models(base: Path, core) -> None:
     save_file({k: v.contiguous() for k, v in from_tiny.random_vae(3).state_dict().items()},
               str(m / "vae" / "wan_2.1_vae.safetensors"))
     vocab = reward_io.write_synthetic_vocab(m / "image_reward" / "vocab.txt")
-    scorer = reward.ImageRewardScorer.random(reward_io.synthetic_tiny_config(vocab), vocab, seed=4)
+    scorer = reward.random_scorer(reward_io.synthetic_tiny_config(vocab), vocab, seed=4)
     torch.save(reward.export_state_dict(scorer.model), m / "image_reward" / "ImageReward.pt")
     text.save_embeddings(m / "sdvg_prompts" / EMB_FILE, PROMPT, text.demo_embeddings(PROMPT, 32))
 

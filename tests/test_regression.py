@@ -177,11 +177,11 @@ def case_vae(setup: dict) -> dict[str, torch.Tensor]:
 
 def _scorer(setup: dict, workdir: Path):
     from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
-    from sdvg_core.models.reward import ImageRewardScorer
+    from sdvg_core.io.reward_files import random_scorer
 
     vocab = write_synthetic_vocab(workdir / "vocab.txt")
     cfg = synthetic_tiny_config(vocab)
-    scorer = ImageRewardScorer.random(cfg, vocab, seed=setup["weight_seed"])
+    scorer = random_scorer(cfg, vocab, seed=setup["weight_seed"])
     seed_weights(scorer.model, setup["weight_seed"])
     return scorer, cfg
 

@@ -15,12 +15,14 @@ from safetensors.torch import load_file, save_file
 
 from sdvg_core.models.reward import (
     TINY, ImageRewardCheckpointError, ImageRewardConfig, ImageRewardFileNotFound, ImageRewardScorer,
-    ImageRewardVocabError, build_model, check_base_tokenizer, export_state_dict, load_model, load_tokenizer,
+    ImageRewardVocabError, build_model, check_base_tokenizer,
 )
 from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
 from sdvg_core.io.checkpoint import CheckpointError
 from sdvg_core.models.reward_config import BERT_BASE_VOCAB_TOKENS, VOCAB_URL, WEIGHTS_REPO
-from sdvg_core.io.reward_files import detect_config, find_vocab
+from sdvg_core.io.reward_files import (
+    detect_config, export_state_dict, find_vocab, load_model, load_scorer, load_tokenizer, random_scorer,
+)
 from sdvg_core.models.reward_preprocess import (
     crop_offsets, frames_to_uint8, normalize_pixels, preprocess_uint8, resized_hw,
 )
@@ -61,7 +63,7 @@ def meta(ir_dir: Path) -> dict:
 @pytest.fixture(scope="module")
 def _loaded() -> ImageRewardScorer:
     """Load the fixture model and tokenizer once per module (skips like fixtures_dir when the golden tensors are absent)."""
-    return ImageRewardScorer.from_files(require_shared("fixtures") / "imagereward_tiny" / "weights.safetensors",
+    return load_scorer(require_shared("fixtures") / "imagereward_tiny" / "weights.safetensors",
                                         vocab_path=require_shared("data") / VOCAB_NAME)
 
 
@@ -271,7 +273,7 @@ def test_pt_roundtrip_module_prefix_and_position_ids(fixture_pt, ir_dir, golden,
                     {k: v for k, v in sd.items() if not k.endswith("position_ids")}):
         got = load_model(variant).state_dict()
         assert all(torch.equal(got[k], ref[k]) for k in ref)
-    sc = ImageRewardScorer.from_files(fixture_pt)  # vocab found next to it as vocab.txt
+    sc = load_scorer(fixture_pt)  # vocab found next to it as vocab.txt
     r = sc.score_frames(golden["image2"], meta["prompts"][0])
     assert r.item() == pytest.approx(golden["rewards"][0, 2].item(), abs=ATOL)
     assert detect_config(sd, "x") == TINY
@@ -300,7 +302,7 @@ def test_missing_vocab_fails_before_reading_weights(tmp_path, ir_dir):
     path = tmp_path / "ImageReward.safetensors"
     shutil.copy(ir_dir / "weights.safetensors", path)
     with pytest.raises(ImageRewardFileNotFound, match="BERT vocabulary not found"):
-        ImageRewardScorer.from_files(path)
+        load_scorer(path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -341,7 +343,7 @@ def test_crlf_vocab_is_normalised(tmp_path, vocab_file):
 def test_missing_weights_error(tmp_path):
     path = tmp_path / "models" / "image_reward" / "ImageReward.pt"
     with pytest.raises(ImageRewardFileNotFound) as exc:  # reported before the (also missing) vocabulary
-        ImageRewardScorer.from_files(path)
+        load_scorer(path)
     msg = str(exc.value)
     assert str(path) in msg and str(path.parent) in msg and WEIGHTS_REPO in msg and "ImageReward.pt" in msg
 
@@ -430,14 +432,14 @@ def test_synthetic_vocab_random_model_roundtrip(tmp_path):
     cfg = synthetic_tiny_config(vocab)
     n = len(vocab.read_text(encoding="utf-8").splitlines())
     assert 200 <= n <= 1000 and cfg.vocab_size == n + 2
-    sc = ImageRewardScorer.random(cfg, vocab, seed=1, micro_batch=4)
+    sc = random_scorer(cfg, vocab, seed=1, micro_batch=4)
     ids = sc.text_inputs("a dog runs on the beach").input_ids[0]
     assert 1 not in ids.tolist()  # no [UNK] (id 1 in the synthetic vocabulary)
     frames = torch.rand(6, 48, 80, 3, generator=torch.Generator().manual_seed(0))
     rewards = sc.score_frames(frames, "a dog runs on the beach")
     assert rewards.shape == (6,) and torch.isfinite(rewards).all() and rewards.std() > 0
     save_file(export_state_dict(sc.model), str(folder / "ImageReward.safetensors"))
-    again = ImageRewardScorer.from_files(folder / "ImageReward.safetensors", micro_batch=4)  # same batching
+    again = load_scorer(folder / "ImageReward.safetensors", micro_batch=4)  # same batching
     assert again.cfg == cfg
     assert torch.equal(again.score_frames(frames, "a dog runs on the beach"), rewards)
     m1, m2 = build_model(cfg, seed=1), build_model(cfg, seed=1)

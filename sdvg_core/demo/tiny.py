@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..models.wan_config import PRESETS, WanDiTConfig
+from ..io.reward_files import random_scorer
 from ..models.reward import ImageRewardScorer
 from .vocab import synthetic_tiny_config, write_synthetic_vocab
 from ..models.vae import VAE_PRESETS, WanVAE
@@ -49,7 +50,7 @@ def tiny_scorer(seed: int = 0, workdir: str | Path | None = None) -> ImageReward
     """A tiny random ImageReward with a synthetic vocabulary written to `workdir` (a temp dir by default)."""
     folder = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="sdvg-vocab-"))
     vocab = write_synthetic_vocab(folder / "vocab.txt")
-    return ImageRewardScorer.random(synthetic_tiny_config(vocab), vocab, seed=seed)
+    return random_scorer(synthetic_tiny_config(vocab), vocab, seed=seed)
 
 
 def tiny_models(seed: int = 0, drafter: str | WanDiTConfig = "tiny-drafter", target: str | WanDiTConfig = "tiny-target",

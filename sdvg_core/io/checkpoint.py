@@ -23,7 +23,7 @@ from ..models.wan import WanDiT
 from ..models.wan_config import (
     INDISTINGUISHABLE_NOTE, WanDiTConfig, WrongWanModel, check_t2v_state_dict, detect_preset, get_preset,
 )
-from .keycheck import CheckpointError, KeyLayout, key_list, key_mismatch, normalize_prefix
+from ..models.state_dict import CheckpointError, KeyLayout, key_list, key_mismatch, normalize_prefix
 
 __all__ = [
     "CheckpointError", "LoadReport", "DIT_LAYOUT", "check_path", "read_state_dict", "file_identity", "strict_load",

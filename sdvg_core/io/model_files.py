@@ -33,8 +33,8 @@ def load_model_files(*, target: str, vae: str, drafter: str | None = None, rewar
                      vocab: str | None = None, dtype: torch.dtype = torch.float32, device: str = "cpu",
                      pt_entry: str = DEFAULT_PT_ENTRY) -> ModelSet:
     """Load the given files (drafter / reward optional); keys come from the loaders (file identity + dtype)."""
-    from ..models.reward import ImageRewardScorer
     from ..models.wan import CausalWan
+    from .reward_files import load_scorer
 
     tnet, tcfg, trep = load_wan_dit(target, dtype=dtype, device=device)
     notes = [f"target: {trep.describe()}"]
@@ -45,5 +45,5 @@ def load_model_files(*, target: str, vae: str, drafter: str | None = None, rewar
         notes.append(f"drafter: {drep.describe()}")
         drafter_model = CausalWan(dnet, dcfg, key=drep.key)
     vae_model = load_wan_vae(vae, dtype=vae_dtype_for(device), device=device)  # sets vae.key from the file
-    scorer = ImageRewardScorer.from_files(reward, vocab, device=device) if reward else None
+    scorer = load_scorer(reward, vocab, device=device) if reward else None
     return ModelSet(drafter_model, target_model, vae_model, scorer, tuple(notes))

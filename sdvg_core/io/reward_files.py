@@ -14,12 +14,19 @@ from typing import Iterable, Mapping
 
 import torch
 
-from .checkpoint import PICKLE_EXT, SAFETENSORS_EXT, read_state_dict as read_checkpoint
-from .keycheck import CheckpointError, KeyLayout, key_list, key_mismatch, normalize_prefix
+from .checkpoint import PICKLE_EXT, SAFETENSORS_EXT, file_identity, read_state_dict as read_checkpoint
+from ..models.reward import (
+    ImageRewardModel, ImageRewardScorer, build_model, check_base_tokenizer, empty_model, fill_model,
+)
 from ..models.reward_config import (
     EXTRA_SPECIAL_TOKENS, HEAD_LINEAR_INDICES, PRESETS, VOCAB_FILENAMES, VOCAB_SUBFOLDER, VOCAB_URL,
-    WEIGHTS_FILENAME, WEIGHTS_REPO, WEIGHTS_URL, ImageRewardConfig,
+    WEIGHTS_FILENAME, WEIGHTS_REPO, WEIGHTS_URL, ImageRewardConfig, get_preset,
 )
+from ..models.reward_errors import (  # noqa: F401  (the error types are part of this module's interface)
+    ImageRewardCheckpointError, ImageRewardError, ImageRewardFileNotFound, ImageRewardVocabError,
+)
+from ..models.reward_preprocess import Uint8Mode
+from ..models.state_dict import CheckpointError, KeyLayout, key_list, key_mismatch, normalize_prefix
 
 # Keys the mapping onto transformers' BLIP does not know keep this marker, so they are reported as unexpected.
 _UNMAPPED = "<unmapped>"
@@ -30,22 +37,6 @@ IMAGEREWARD_LAYOUT = KeyLayout(
                     "mlp.layers.0.weight"), ("module.",), keep_unprefixed=True)
 # A buffer (arange(512)) that transformers keeps non-persistent; the checkpoint may or may not carry it.
 _POSITION_IDS_KEY = "blip.text_encoder.embeddings.position_ids"
-
-
-class ImageRewardError(CheckpointError):
-    """Any problem with the ImageReward files; the message names the file and what to do."""
-
-
-class ImageRewardFileNotFound(ImageRewardError, FileNotFoundError):
-    """A weights or vocabulary file is missing; the message lists where it was looked for and where to get it."""
-
-
-class ImageRewardCheckpointError(ImageRewardError):
-    """The weights file exists but cannot be used (corrupt, unsafe pickle, wrong architecture, key mismatch)."""
-
-
-class ImageRewardVocabError(ImageRewardError):
-    """The vocabulary or the tokenizer built from it does not fit the model."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -132,7 +123,7 @@ def unmap_model_key(name: str) -> str:
 
 
 def strip_ddp_prefix(state_dict: Mapping[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
-    """The state dict without DDP's `module.` (io.keycheck.normalize_prefix), as ImageRewardCheckpointError."""
+    """The state dict without DDP's `module.` (models.state_dict.normalize_prefix), as ImageRewardCheckpointError."""
     try:
         return normalize_prefix(state_dict, IMAGEREWARD_LAYOUT, source)[0]
     except CheckpointError as e:
@@ -293,17 +284,6 @@ def count_vocab_lines(data: bytes) -> int:
     return len(lines) - 1 if lines and lines[-1] == b"" else len(lines)
 
 
-def check_base_tokenizer(tokenizer, expected: int, source: str) -> None:
-    """Fail loudly unless the tokenizer holds exactly the expected WordPiece entries (refuses the 5-token trap)."""
-    n = len(tokenizer)
-    if n != expected:
-        raise ImageRewardVocabError(
-            f"tokenizer built from {source} has {n} tokens, expected {expected}. "
-            + ("This is the transformers >= 5 trap where BertTokenizer(vocab_file=...) silently keeps only the "
-               "special tokens, so every word would become [UNK]. " if n <= len(EXTRA_SPECIAL_TOKENS) + 5 else "")
-            + f"Use the bert-base-uncased vocab.txt ({VOCAB_URL}).")
-
-
 def load_tokenizer(vocab_file: str | Path, config: ImageRewardConfig):
     """ImageReward's tokenizer: bert-base-uncased WordPiece from a local vocab.txt plus [DEC] (bos) and [ENC].
 
@@ -338,3 +318,55 @@ def load_tokenizer(vocab_file: str | Path, config: ImageRewardConfig):
             f"{path}: after adding {dec}/{enc} the tokenizer has {len(tok)} tokens and ids {ids}; "
             f"expected {config.vocab_size} and {(config.dec_token_id, config.enc_token_id)}.", path)
     return tok
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model and scorer from files
+# ---------------------------------------------------------------------------------------------------------------
+def load_model(weights: str | Path | Mapping[str, torch.Tensor], cfg: ImageRewardConfig | None = None,
+               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+               source: str | None = None) -> ImageRewardModel:
+    """Model from an ImageReward state dict or file (.pt weights_only / .safetensors), keys mapped strictly."""
+    if isinstance(weights, Mapping):
+        state_dict, src = dict(weights), source or "<state dict>"
+    else:
+        state_dict, src = read_state_dict(weights), source or str(weights)
+    cfg = cfg or detect_config(state_dict, src)
+    model = empty_model(cfg)
+    mapped = remap_state_dict(state_dict, {k: v.shape for k, v in model.state_dict().items()}, src)
+    return fill_model(model, mapped, device=device, dtype=dtype)
+
+
+def export_state_dict(model: ImageRewardModel) -> dict[str, torch.Tensor]:
+    """Our model's weights under ImageReward.pt names (plus position_ids), e.g. to write a demo checkpoint."""
+    out = {unmap_model_key(k): v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    out[_POSITION_IDS_KEY] = torch.arange(model.cfg.max_positions).unsqueeze(0)
+    return out
+
+
+def load_scorer(weights_path: str | Path, vocab_path: str | Path | None = None, device: torch.device | str = "cpu",
+                dtype: torch.dtype = torch.float32, micro_batch: int = 16, config: ImageRewardConfig | str | None = None,
+                uint8_mode: Uint8Mode = "truncate") -> ImageRewardScorer:
+    """Load ImageReward.pt / .safetensors and the BERT vocab (explicit path, else next to the weights).
+
+    `config`: an ImageRewardConfig, a preset name, or None to detect it from the shapes. Sets `key` to the
+    identity of both files and the dtype (what the scores depend on; micro_batch does not change them).
+    """
+    cfg = get_preset(config) if isinstance(config, str) else config
+    check_weights_path(weights_path)  # the weights error first: it is the bigger download
+    vocab = find_vocab(weights_path, vocab_path)  # then the vocab, before reading 1.8 GB
+    model = load_model(weights_path, cfg, device=device, dtype=dtype)
+    scorer = ImageRewardScorer(model, load_tokenizer(vocab, model.cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
+    scorer.key = f"{file_identity(weights_path)}|{file_identity(vocab)}|{str(dtype).replace('torch.', '')}"
+    return scorer
+
+
+def random_scorer(cfg: ImageRewardConfig, vocab_path: str | Path, seed: int = 0, device: torch.device | str = "cpu",
+                  dtype: torch.dtype = torch.float32, micro_batch: int = 16,
+                  uint8_mode: Uint8Mode = "truncate") -> ImageRewardScorer:
+    """Random-weight scorer (demo / benchmark); cfg.vocab_size must fit the vocab file (+2)."""
+    model = build_model(cfg, seed=seed, device=device, dtype=dtype)
+    scorer = ImageRewardScorer(model, load_tokenizer(vocab_path, cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
+    scorer.key = (f"random:{cfg.name}:{cfg.vocab_size}:seed{seed}|{file_identity(vocab_path)}|"
+                  f"{str(dtype).replace('torch.', '')}")
+    return scorer

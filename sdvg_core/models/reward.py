@@ -9,29 +9,25 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, Mapping
 
 import torch
 from torch import nn
 
 from .reward_config import (
-    HEAD_LINEAR_INDICES, IMAGEREWARD_V1, PRESETS, TINY, ImageRewardConfig, get_preset,
+    EXTRA_SPECIAL_TOKENS, HEAD_LINEAR_INDICES, IMAGEREWARD_V1, PRESETS, TINY, VOCAB_URL, ImageRewardConfig, get_preset,
 )
-from ..io.reward_files import (
-    ImageRewardCheckpointError, ImageRewardError, ImageRewardFileNotFound, ImageRewardVocabError,
-    check_base_tokenizer, check_weights_path, detect_config, find_vocab, load_tokenizer, read_state_dict,
-    remap_state_dict, unmap_model_key,
-)
-from ..io.checkpoint import file_identity
+from .reward_errors import ImageRewardCheckpointError, ImageRewardError, ImageRewardFileNotFound, ImageRewardVocabError
 from .reward_preprocess import UINT8_MODES, Uint8Mode, frames_to_uint8, normalize_pixels, preprocess_uint8
 
 __all__ = [
     "IMAGEREWARD_V1", "TINY", "PRESETS", "ImageRewardConfig", "get_preset",
     "ImageRewardError", "ImageRewardFileNotFound", "ImageRewardCheckpointError", "ImageRewardVocabError",
-    "ImageRewardModel", "ImageRewardScorer", "TextInputs", "build_blip_config", "build_model",
-    "export_state_dict", "load_model", "find_vocab", "load_tokenizer", "check_base_tokenizer",
+    "ImageRewardModel", "ImageRewardScorer", "TextInputs", "build_blip_config", "build_model", "empty_model",
+    "fill_model", "check_base_tokenizer",
 ]
+# Reading files (ImageReward.pt, vocab.txt) lives in io/reward_files.py: load_model, load_scorer, random_scorer,
+# export_state_dict, find_vocab, load_tokenizer (models/ never imports io/).
 
 Aggregation = Literal["min", "mean"]
 # Random-weight init (same recipe as the fixture's generator, meta.json "weight_init"): gains 1 + 0.1 N,
@@ -111,8 +107,8 @@ class ImageRewardModel(nn.Module):
         return (self.head_output(feature) - self.cfg.reward_mean) / self.cfg.reward_std  # [B]
 
 
-def _on_meta(cfg: ImageRewardConfig) -> ImageRewardModel:
-    """Build the module structure without allocating or initialising weights."""
+def empty_model(cfg: ImageRewardConfig) -> ImageRewardModel:
+    """The module structure on the meta device (parameter names and shapes, no memory), to be filled by fill_model."""
     with torch.device("meta"):
         return ImageRewardModel(cfg)
 
@@ -134,7 +130,7 @@ def _finish(model: ImageRewardModel, device: torch.device | str, dtype: torch.dt
 def build_model(cfg: ImageRewardConfig, seed: int = 0, device: torch.device | str = "cpu",
                 dtype: torch.dtype = torch.float32) -> ImageRewardModel:
     """Random-weight model of any preset (demos, benchmarks): seeded, no download, no transformers init pass."""
-    model = _on_meta(cfg).to_empty(device="cpu")
+    model = empty_model(cfg).to_empty(device="cpu")
     gen = torch.Generator().manual_seed(seed)
     emb = model.blip.vision_model.embeddings
     with torch.no_grad():
@@ -161,28 +157,13 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % _CPU_ALIGN_BYTES == 0 else t.clone()
 
 
-def load_model(weights: str | Path | Mapping[str, torch.Tensor], cfg: ImageRewardConfig | None = None,
-               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-               source: str | None = None) -> ImageRewardModel:
-    """Model from an ImageReward state dict or file (.pt weights_only / .safetensors), keys mapped strictly."""
-    if isinstance(weights, Mapping):
-        state_dict, src = dict(weights), source or "<state dict>"
-    else:
-        state_dict, src = read_state_dict(weights), source or str(weights)
-    cfg = cfg or detect_config(state_dict, src)
-    model = _on_meta(cfg)
-    mapped = remap_state_dict(state_dict, {k: v.shape for k, v in model.state_dict().items()}, src)
+def fill_model(model: ImageRewardModel, state_dict: Mapping[str, torch.Tensor], device: torch.device | str = "cpu",
+               dtype: torch.dtype = torch.float32) -> ImageRewardModel:
+    """Adopt a state dict under our parameter names, strictly (io.reward_files.load_model maps a file's keys)."""
     # Every parameter comes from the file; assign=True adopts the loaded tensors (no second 1.8 GB copy).
-    model.load_state_dict({k: _aligned(v.float()) for k, v in mapped.items()}, strict=True, assign=True)
+    model.load_state_dict({k: _aligned(v.float()) for k, v in state_dict.items()}, strict=True, assign=True)
     _reset_position_ids(model)
     return _finish(model, device, dtype)
-
-
-def export_state_dict(model: ImageRewardModel) -> dict[str, torch.Tensor]:
-    """Our model's weights under ImageReward.pt names (plus position_ids), e.g. to write a demo checkpoint."""
-    out = {unmap_model_key(k): v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    out["blip.text_encoder.embeddings.position_ids"] = torch.arange(model.cfg.max_positions).unsqueeze(0)
-    return out
 
 
 @dataclass(frozen=True)
@@ -211,35 +192,6 @@ class ImageRewardScorer:
         self.uint8_mode = uint8_mode
         self._text_cache: OrderedDict[str, TextInputs] = OrderedDict()
         self._text_cache_size = text_cache_size
-
-    # --- construction ---------------------------------------------------------------------------------------------
-    @classmethod
-    def from_files(cls, weights_path: str | Path, vocab_path: str | Path | None = None,
-                   device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, micro_batch: int = 16,
-                   config: ImageRewardConfig | str | None = None, uint8_mode: Uint8Mode = "truncate",
-                   ) -> "ImageRewardScorer":
-        """Load ImageReward.pt / .safetensors and the BERT vocab (explicit path, else next to the weights).
-
-        `config`: an ImageRewardConfig, a preset name, or None to detect it from the shapes. Sets `key` to the
-        identity of both files and the dtype (what the scores depend on; micro_batch does not change them).
-        """
-        cfg = get_preset(config) if isinstance(config, str) else config
-        check_weights_path(weights_path)  # the weights error first: it is the bigger download
-        vocab = find_vocab(weights_path, vocab_path)  # then the vocab, before reading 1.8 GB
-        model = load_model(weights_path, cfg, device=device, dtype=dtype)
-        scorer = cls(model, load_tokenizer(vocab, model.cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
-        scorer.key = f"{file_identity(weights_path)}|{file_identity(vocab)}|{str(dtype).replace('torch.', '')}"
-        return scorer
-
-    @classmethod
-    def random(cls, cfg: ImageRewardConfig, vocab_path: str | Path, seed: int = 0,
-               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, micro_batch: int = 16,
-               uint8_mode: Uint8Mode = "truncate") -> "ImageRewardScorer":
-        """Random-weight scorer (demo / benchmark); cfg.vocab_size must fit the vocab file (+2)."""
-        model = build_model(cfg, seed=seed, device=device, dtype=dtype)
-        scorer = cls(model, load_tokenizer(vocab_path, cfg), micro_batch=micro_batch, uint8_mode=uint8_mode)
-        scorer.key = f"random:{cfg.name}:{cfg.vocab_size}:seed{seed}|{file_identity(vocab_path)}|{str(dtype).replace('torch.', '')}"
-        return scorer
 
     @property
     def device(self) -> torch.device:
@@ -305,6 +257,17 @@ class ImageRewardScorer:
         if rewards.numel() == 0:
             raise ValueError("score_block needs at least one frame")
         return float(rewards.min() if aggregation == "min" else rewards.mean()), rewards
+
+
+def check_base_tokenizer(tokenizer, expected: int, source: str) -> None:
+    """Fail loudly unless the tokenizer holds exactly the expected WordPiece entries (refuses the 5-token trap)."""
+    n = len(tokenizer)
+    if n != expected:
+        raise ImageRewardVocabError(
+            f"tokenizer built from {source} has {n} tokens, expected {expected}. "
+            + ("This is the transformers >= 5 trap where BertTokenizer(vocab_file=...) silently keeps only the "
+               "special tokens, so every word would become [UNK]. " if n <= len(EXTRA_SPECIAL_TOKENS) + 5 else "")
+            + f"Use the bert-base-uncased vocab.txt ({VOCAB_URL}).")
 
 
 def check_base_tokenizer_full(tokenizer, cfg: ImageRewardConfig) -> None:

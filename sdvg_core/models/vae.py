@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..io.keycheck import CheckpointError, KeyLayout, key_mismatch, normalize_prefix
+from .state_dict import CheckpointError, KeyLayout, key_mismatch, normalize_prefix
 from .vae_layers import (
     CONV_KERNEL,
     CONV_PADDING,
@@ -123,7 +123,7 @@ def _resolve_config(config: WanVAEConfig | str) -> WanVAEConfig:
 
 
 def strip_vae_prefix(sd: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The VAE's keys without a `first_stage_model.` / `vae.` / `model.` prefix (io.keycheck.normalize_prefix)."""
+    """The VAE's keys without a `first_stage_model.` / `vae.` / `model.` prefix (state_dict.normalize_prefix)."""
     return normalize_prefix(sd, VAE_LAYOUT)[0]
 
 

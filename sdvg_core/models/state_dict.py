@@ -1,7 +1,7 @@
-"""Checkpoint key handling shared by every loader (Wan DiT, Wan VAE, ImageReward): the one error type, the one
-prefix normalisation and the one report of how a state dict differs from a model's.
+"""How a state dict fits a model, shared by every loader (Wan DiT, Wan VAE, ImageReward): the one error type, the
+one prefix normalisation and the one report of how a state dict differs from a model's.
 
-Kept free of model imports so models/ can use it without an import cycle.
+Pure key/shape logic with no file access, so it sits in models/ (models never import io/; io imports this).
 """
 from __future__ import annotations
 
