@@ -1,3 +1,131 @@
-"""sdvg_core: speculative decoding for block-autoregressive video diffusion (pure torch, no ComfyUI)."""
+"""sdvg_core: speculative decoding for block-autoregressive video diffusion (pure torch, no ComfyUI).
+
+The public names below are the stable import surface: `from sdvg_core import Engine, ThresholdPolicy, ...`
+keeps working when modules move inside the package (docs/design.md, "Public API"). They are resolved lazily,
+on first use, so `import sdvg_core` stays cheap (no torch, transformers or PIL until a name is touched).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Public name -> the module (relative to this package) that defines it. One line per name keeps moves reviewable;
+# tests/test_public_api.py checks that every name resolves and that nothing else is exported.
+_EXPORTS: dict[str, str] = {
+    # the engine and its configuration
+    "Engine": ".engine.engine",
+    "EngineConfig": ".engine.engine",
+    "Callbacks": ".engine.engine",
+    "ProgressEvent": ".engine.engine",
+    "Scorer": ".engine.engine",
+    "DEFAULT_MEMO_BYTES": ".engine.engine",
+    "to_image": ".engine.engine",
+    # context recipes
+    "KreaRecipe": ".engine.recipes",
+    "SelfForcingRecipe": ".engine.recipes",
+    "Recipe": ".engine.recipes",
+    "recipe_by_name": ".engine.recipes",
+    # routing policies
+    "Policy": ".engine.policy",
+    "ThresholdPolicy": ".engine.policy",
+    "TargetOnly": ".engine.policy",
+    "DraftOnly": ".engine.policy",
+    "RandomPolicy": ".engine.policy",
+    "FixedPattern": ".engine.policy",
+    "aggregate": ".engine.policy",
+    "DEFAULT_TAU": ".engine.policy",
+    # what to generate and what was generated
+    "GenerationSpec": ".engine.state",
+    "PromptConditioning": ".engine.state",
+    "GenerationState": ".engine.state",
+    "BlockRecord": ".engine.state",
+    "PendingBlock": ".engine.state",
+    # memo (shared between engines / runs) and noise (custom noise sources)
+    "Memo": ".engine.memo",
+    "TieredMemo": ".engine.memo",
+    "BlockNoise": ".engine.noise",
+    "block_noise": ".engine.noise",
+    # report, plot, memory estimate
+    "RunReport": ".engine.report",
+    "BlockReport": ".engine.report",
+    "build_report": ".engine.report",
+    "render_report_plot": ".engine.plot",
+    "estimate_for_spec": ".engine.memory",
+    "MemoryRefused": ".engine.memory",
+    # models
+    "CausalWan": ".models.wan",
+    "WanDiTConfig": ".models.wan_config",
+    "WanVAE": ".models.vae",
+    "WanVAEConfig": ".models.vae",
+    "ImageRewardScorer": ".models.reward",
+    "ImageRewardConfig": ".models.reward_config",
+    # loaders (local files only; nothing is downloaded)
+    "load_wan_dit": ".io.checkpoint",
+    "load_wan_vae": ".io.checkpoint",
+    "CheckpointError": ".io.checkpoint",
+    "load_scorer": ".io.reward_files",
+    "load_model_files": ".io.model_files",
+    "ModelSet": ".io.model_files",
+    "load_embeddings": ".io.text",
+    "save_embeddings": ".io.text",
+    "encode_umt5": ".io.text",
+    "UMT5Encoder": ".io.text",
+    "write_video": ".io.video",
+    # tiny random models (demo, tests, benchmarks)
+    "tiny_models": ".demo.tiny",
+    "TinyModels": ".demo.tiny",
+}
+
+__all__ = [
+    "Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DEFAULT_MEMO_BYTES", "to_image",
+    "KreaRecipe", "SelfForcingRecipe", "Recipe", "recipe_by_name",
+    "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "aggregate", "DEFAULT_TAU",
+    "GenerationSpec", "PromptConditioning", "GenerationState", "BlockRecord", "PendingBlock",
+    "Memo", "TieredMemo", "BlockNoise", "block_noise",
+    "RunReport", "BlockReport", "build_report", "render_report_plot", "estimate_for_spec", "MemoryRefused",
+    "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "ImageRewardScorer", "ImageRewardConfig",
+    "load_wan_dit", "load_wan_vae", "CheckpointError", "load_scorer", "load_model_files", "ModelSet",
+    "load_embeddings", "save_embeddings", "encode_umt5", "UMT5Encoder", "write_video",
+    "tiny_models", "TinyModels",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562) and cache the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sdvg_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
+    from .demo.tiny import TinyModels, tiny_models
+    from .engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig, ProgressEvent, Scorer, to_image
+    from .engine.memo import Memo, TieredMemo
+    from .engine.memory import MemoryRefused, estimate_for_spec
+    from .engine.noise import BlockNoise, block_noise
+    from .engine.plot import render_report_plot
+    from .engine.policy import (DEFAULT_TAU, DraftOnly, FixedPattern, Policy, RandomPolicy, TargetOnly, ThresholdPolicy,
+                                aggregate)
+    from .engine.recipes import KreaRecipe, Recipe, SelfForcingRecipe, recipe_by_name
+    from .engine.report import BlockReport, RunReport, build_report
+    from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, PromptConditioning
+    from .io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
+    from .io.model_files import ModelSet, load_model_files
+    from .io.reward_files import load_scorer
+    from .io.text import UMT5Encoder, encode_umt5, load_embeddings, save_embeddings
+    from .io.video import write_video
+    from .models.reward import ImageRewardScorer
+    from .models.reward_config import ImageRewardConfig
+    from .models.vae import WanVAE, WanVAEConfig
+    from .models.wan import CausalWan
+    from .models.wan_config import WanDiTConfig
