@@ -22,6 +22,7 @@ import torch
 
 from ..engine.engine import Engine, EngineConfig, ProgressEvent
 from ..io.checkpoint import CheckpointError
+from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND, drafter_problems
 from ..io.model_files import DTYPES, load_model_files
 from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
 from ..engine.recipes import recipe_by_name
@@ -43,6 +44,8 @@ REAL_SIZE = (832, 480)  # Self-Forcing / Krea / SDVG paper resolution
 REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
 USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own convention)
 MODEL_FLAGS = ("drafter", "target", "vae", "reward")  # any of these switches the demo to real-model mode
+# Flags that only mean something with --drafter (the tiny default has its own drafter): given alone, a problem.
+DRAFTER_FLAGS = ("drafter_lora", "drafter_lora_alpha", "pt_entry")
 
 
 
@@ -69,9 +72,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--recipe", choices=["krea", "self_forcing"], default="krea")
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",
                    help="standard = equal to a one-shot decode; krea = the VAE cache rule of the published runs")
-    p.add_argument("--drafter", help="drafter checkpoint (Self-Forcing self_forcing_dmd.pt or .safetensors)")
-    p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default="generator_ema",
-                   help="entry of a Self-Forcing .pt (the published SDVG loaded 'generator')")
+    p.add_argument("--drafter", help="drafter checkpoint (Self-Forcing self_forcing_dmd.pt, Causal Forcing "
+                                     "chunkwise/causal_forcing.pt, LongLive longlive_base.pt, or .safetensors)")
+    p.add_argument("--drafter-kind", choices=[*DRAFTER_KINDS, FRAMEWISE_KIND], default=DEFAULT_DRAFTER_KIND,
+                   help="which drafter the file is: its .pt entry, LoRA and default recipe ("
+                        + "; ".join(f"{k.name}: {k.title}" for k in DRAFTER_KINDS.values())
+                        + f"). {FRAMEWISE_KIND} is refused: 1-frame blocks")
+    p.add_argument("--drafter-lora", help="peft LoRA merged into the drafter at load (LongLive: lora.pt)")
+    p.add_argument("--drafter-lora-alpha", type=float, default=None,
+                   help="the LoRA's alpha (scale alpha/rank; default: the kind's, 256 for LongLive, else the rank)")
+    p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default=None,
+                   help="entry of a .pt drafter (default: the kind's: self_forcing generator_ema, causal_forcing and "
+                        "longlive generator; the published SDVG loaded 'generator')")
     p.add_argument("--target", help="target checkpoint (krea-realtime-video-14b.safetensors)")
     p.add_argument("--vae", help="Wan 2.1 VAE (Wan2.1_VAE.pth or wan_2.1_vae.safetensors)")
     p.add_argument("--reward", help="ImageReward.pt")
@@ -121,7 +133,13 @@ def preflight(a: argparse.Namespace, real: bool) -> list[str]:
     out = Path(a.out)
     if out.exists() and not out.is_dir():
         problems.append(f"--out {out}: exists and is not a folder; give a folder for the video and report.json")
-    files = [(f"--{k}", getattr(a, k)) for k in (*MODEL_FLAGS, "embeddings") if getattr(a, k)]
+    files = [(f"--{k.replace('_', '-')}", getattr(a, k)) for k in (*MODEL_FLAGS, "drafter_lora", "embeddings")
+             if getattr(a, k)]
+    if not a.drafter:
+        given = [f"--{k.replace('_', '-')}" for k in DRAFTER_FLAGS if getattr(a, k) is not None]
+        given += ["--drafter-kind"] if a.drafter_kind != DEFAULT_DRAFTER_KIND else []
+        if given:
+            problems.append(f"{', '.join(given)} given without --drafter (they describe the drafter file)")
     if real:
         needs_draft, needs_score = _needs(a)
         required = (("--target", "the 14B target checkpoint"), ("--vae", "the Wan 2.1 VAE"),
@@ -130,6 +148,8 @@ def preflight(a: argparse.Namespace, real: bool) -> list[str]:
         for flag, what in filter(None, required):
             if not getattr(a, flag[2:]):
                 problems.append(f"{flag} is missing ({what}; needed by --policy {a.policy})")
+        if needs_draft and a.drafter:
+            problems += [f"--drafter: {msg}" for msg in drafter_problems(a.drafter, a.drafter_kind, a.drafter_lora)]
         if not (a.embeddings or a.umt5):
             problems.append("--embeddings or --umt5 is missing (the prompt's umT5 embeddings, or a local umT5 folder "
                             "to encode --prompt; python -m sdvg_core.io.encode_prompt writes an embeddings file)")
@@ -157,7 +177,8 @@ def _real_models(a: argparse.Namespace, dtype: torch.dtype):
     needs_draft, needs_score = _needs(a)
     m = load_model_files(target=a.target, vae=a.vae, drafter=a.drafter if needs_draft else None,
                          reward=a.reward if needs_score else None, vocab=a.vocab, dtype=dtype, device=a.device,
-                         pt_entry=a.pt_entry)
+                         pt_entry=a.pt_entry, drafter_kind=a.drafter_kind,
+                         drafter_lora=a.drafter_lora if needs_draft else None, drafter_lora_alpha=a.drafter_lora_alpha)
     for line in m.notes:
         print(line)
     return m.drafter, m.target, m.vae, m.scorer

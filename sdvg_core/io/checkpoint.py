@@ -14,7 +14,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import torch
 
@@ -23,11 +23,16 @@ from ..models.wan import WanDiT
 from ..models.wan_config import (
     INDISTINGUISHABLE_NOTE, WanDiTConfig, WrongWanModel, check_t2v_state_dict, detect_preset, get_preset,
 )
-from ..models.state_dict import CheckpointError, KeyLayout, key_list, key_mismatch, normalize_prefix
+from ..models.state_dict import (
+    CheckpointError, KeyLayout, key_list, key_mismatch, normalize_prefix, strip_wrapper_names,
+)
+
+if TYPE_CHECKING:
+    from .lora import LoraSpec
 
 __all__ = [
     "CheckpointError", "LoadReport", "DIT_LAYOUT", "check_path", "read_state_dict", "file_identity", "strict_load",
-    "load_wan_dit", "load_wan_vae", "save_state_dict", "SELF_FORCING_ENTRIES", "DEFAULT_PT_ENTRY",
+    "load_wan_dit", "load_wan_vae", "save_state_dict", "SELF_FORCING_ENTRIES", "DEFAULT_PT_ENTRY", "LORA_ENTRY",
 ]
 
 SAFETENSORS_EXT = (".safetensors", ".sft")
@@ -40,7 +45,10 @@ DIT_LAYOUT = KeyLayout("Wan 2.1 DiT", ("patch_embedding.weight",),
 # recommends for inference, `generator` is what the published SDVG code loaded.
 SELF_FORCING_ENTRIES = ("generator_ema", "generator")
 DEFAULT_PT_ENTRY = "generator_ema"
-STATE_DICT_ENTRY = "state_dict"  # Lightning / generic training wrappers
+# Single-network wrappers: Lightning / generic training (`state_dict`); LongLive's loader also takes `model`.
+WRAPPER_ENTRIES = ("state_dict", "model")
+# LongLive's LoRA files wrap the peft state dict in this entry (io/lora.py reads them).
+LORA_ENTRY = "generator_lora"
 # Words in torch's weights_only refusal when the pickle names a global (a class or function to import and call):
 # what a code-running payload (__reduce__) needs. Other unpickling failures mean the bytes are not a checkpoint.
 _UNSAFE_MARKERS = ("global", "can only build", "can only create new object")
@@ -64,8 +72,8 @@ class LoadReport:
     dtype: str
     num_tensors: int
     num_params: int
-    key: str = ""  # stable identity of the loaded weights: file identity + entry + dtype
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    key: str = ""  # stable identity of the loaded weights: file identity + entry + dtype (+ LoRA file and alpha)
+    notes: tuple[str, ...] = field(default_factory=tuple)  # e.g. FSDP names removed, LoRA merged
 
     def describe(self) -> str:
         parts = [f"{Path(self.path).name}: preset {self.preset}, {self.num_params / 1e6:.1f}M params, {self.dtype}"]
@@ -73,7 +81,7 @@ class LoadReport:
             parts.append(f"entry '{self.entry}'")
         if self.stripped_prefix:
             parts.append(f"prefix '{self.stripped_prefix}' stripped")
-        return ", ".join(parts)
+        return ", ".join([*parts, *self.notes])
 
 
 def check_path(path: str | os.PathLike, what: str = "checkpoint", folder_hint: str | None = None,
@@ -154,11 +162,13 @@ def _corrupt(p: Path, e: BaseException, hint: str) -> str:
 
 def read_state_dict(path: str | os.PathLike, *, pt_entry: str | None = DEFAULT_PT_ENTRY,
                     dtype: torch.dtype | None = None, what: str = "checkpoint", hint: str = "",
-                    error: type[CheckpointError] = CheckpointError) -> tuple[dict[str, torch.Tensor], str | None]:
+                    error: type[CheckpointError] = CheckpointError,
+                    entries: tuple[str, ...] = SELF_FORCING_ENTRIES) -> tuple[dict[str, torch.Tensor], str | None]:
     """Read every tensor of a .safetensors or torch-pickle file onto the CPU; return (tensors, entry used).
 
-    For Self-Forcing-style files holding several networks, `pt_entry` picks one (None: the first present);
-    a `state_dict` wrapper is unwrapped. With `dtype`, floating tensors are cast while reading. `hint` is appended
+    For training files holding several networks under `entries` (Self-Forcing: generator_ema / generator),
+    `pt_entry` picks one (None: the first present); a `state_dict` / `model` wrapper is unwrapped. Other entries
+    (a step counter, a critic) are ignored. With `dtype`, floating tensors are cast while reading. `hint` is appended
     to "download it again" messages (where to get the file); `error` is the CheckpointError subclass raised.
     """
     p = check_path(path, what, error=error)
@@ -172,15 +182,19 @@ def read_state_dict(path: str | os.PathLike, *, pt_entry: str | None = DEFAULT_P
     if not isinstance(obj, Mapping):
         raise error(f"{p} holds a {type(obj).__name__}, not a dict of tensors (a state dict)", p)
     entry_used = None
-    present = [k for k in SELF_FORCING_ENTRIES if isinstance(obj.get(k), Mapping)]
+    present = [k for k in entries if isinstance(obj.get(k), Mapping)]
+    wrapper = next((k for k in WRAPPER_ENTRIES if isinstance(obj.get(k), Mapping)), None)
     if present:
         entry = pt_entry if pt_entry is not None else present[0]
         if not isinstance(obj.get(entry), Mapping):
             nested = sorted(str(k) for k, v in obj.items() if isinstance(v, Mapping))
             raise error(f"{p} has no '{entry}' entry; its networks are {nested}", p)
         obj, entry_used = obj[entry], entry
-    elif isinstance(obj.get(STATE_DICT_ENTRY), Mapping):
-        obj, entry_used = obj[STATE_DICT_ENTRY], STATE_DICT_ENTRY
+    elif wrapper is not None:
+        obj, entry_used = obj[wrapper], wrapper
+    elif LORA_ENTRY not in entries and isinstance(obj.get(LORA_ENTRY), Mapping):
+        raise error(f"{p} holds a LoRA (entry '{LORA_ENTRY}'), not a whole network: give it as the LoRA file of "
+                    f"its base model (LongLive: lora.pt goes with longlive_base.pt)", p)
     bad = [str(k) for k, v in obj.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
     if bad:
         raise error(f"{p}: expected a flat dict of tensors (a state dict), but {key_list(bad)} entries are not "
@@ -221,16 +235,26 @@ def _resolve_dit_config(config: WanDiTConfig | str | None, sd: Mapping[str, torc
 
 def load_wan_dit(path: str | os.PathLike, config: WanDiTConfig | str | None = None, *,
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
-                 pt_entry: str | None = DEFAULT_PT_ENTRY,
-                 preset: str | None = None) -> tuple[WanDiT, WanDiTConfig, LoadReport]:
-    """Load a Wan 2.1 T2V DiT (official, Self-Forcing .pt, Krea, ComfyUI-saved) strictly into `WanDiT`.
+                 pt_entry: str | None = DEFAULT_PT_ENTRY, preset: str | None = None,
+                 lora: "LoraSpec | None" = None) -> tuple[WanDiT, WanDiTConfig, LoadReport]:
+    """Load a Wan 2.1 T2V DiT (official, Self-Forcing / Causal Forcing / LongLive .pt, Krea, ComfyUI-saved) strictly.
 
     `config`: a WanDiTConfig (any Wan 2.1 block-causal T2V size), a preset name, or None to detect the preset
-    from the shapes (`preset` is the older name of the same argument). Other Wan models are refused.
+    from the shapes (`preset` is the older name of the same argument). Other Wan models are refused. FSDP's
+    `_fsdp_wrapped_module.` is removed from key names. `lora` (io.lora.LoraSpec): a peft LoRA merged into the
+    weights in float32 before the cast to `dtype`; the LoRA file is read and checked against the model's shapes
+    before the base weights are loaded, and its identity and alpha join the report's key.
     """
+    from .lora import check_lora, describe_lora, lora_identity, merge_lora, read_lora  # lora.py reads through here
+
     p = str(path)
-    raw, entry = read_state_dict(p, pt_entry=pt_entry, dtype=dtype, what="Wan DiT checkpoint")
-    sd, prefix = normalize_prefix(raw, DIT_LAYOUT, p)
+    lora_weights = read_lora(lora.path) if lora is not None else None  # a malformed LoRA fails before the base read
+    # with a LoRA the base keeps its file precision until the merge: one rounding to `dtype`, after it
+    raw, entry = read_state_dict(p, pt_entry=pt_entry, dtype=None if lora is not None else dtype,
+                                 what="Wan DiT checkpoint")
+    unwrapped = strip_wrapper_names(raw, p)
+    notes = ["FSDP names removed"] if len(unwrapped) and unwrapped.keys() != raw.keys() else []
+    sd, prefix = normalize_prefix(unwrapped, DIT_LAYOUT, p)
     try:
         check_t2v_state_dict(sd, p)
     except WrongWanModel as e:
@@ -238,13 +262,20 @@ def load_wan_dit(path: str | os.PathLike, config: WanDiTConfig | str | None = No
     cfg = _resolve_dit_config(config if config is not None else preset, sd, p)
     with torch.device("meta"):
         net = WanDiT(cfg)
+    if lora_weights is not None:  # rank, targets and widths against the model's shapes (meta: nothing allocated)
+        check_lora(lora_weights, net, lora.rank, lora.every_block_linear, base=f"{Path(p).name} ({cfg.name})")
     net = net.to_empty(device="cpu")
     strict_load(net, sd, path=p, preset=cfg.name)
-    net = net.to(device=device, dtype=dtype).eval().requires_grad_(False)
     dtype_name = str(dtype).replace("torch.", "")
+    key = f"{file_identity(p)}|{entry or ''}|{dtype_name}"
+    if lora_weights is not None:
+        merge_lora(net, lora_weights, lora.alpha, lora.rank, lora.every_block_linear)
+        notes.append(describe_lora(lora, lora_weights))
+        key += f"|{lora_identity(lora)}"
+    net = net.to(device=device, dtype=dtype).eval().requires_grad_(False)
     report = LoadReport(path=p, preset=cfg.name, entry=entry, stripped_prefix=prefix, dtype=dtype_name,
-                        num_tensors=len(sd), num_params=sum(t.numel() for t in sd.values()),
-                        key=f"{file_identity(p)}|{entry or ''}|{dtype_name}")
+                        num_tensors=len(sd), num_params=sum(t.numel() for t in sd.values()), key=key,
+                        notes=tuple(notes))
     return net, cfg, report
 
 

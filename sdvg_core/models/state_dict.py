@@ -90,3 +90,28 @@ def key_mismatch(expected: Mapping[str, Sequence[int]], got: Mapping[str, Sequen
     if shapes:
         parts.append(f"shape mismatches: {len(shapes)} ({'; '.join(shapes[:MAX_LISTED_KEYS])})")
     return "; ".join(parts) or None
+
+
+# Names that training wrappers insert into every key below them (torch FSDP's FlattenParamsWrapper / use_orig_params
+# module path). Self-Forcing, Causal Forcing and LongLive load their checkpoints after removing it.
+WRAPPER_NAMES = ("_fsdp_wrapped_module.",)
+
+
+def strip_wrapper_names(sd: Mapping[str, V], source: str | os.PathLike = "<state dict>") -> dict[str, V]:
+    """The state dict with every WRAPPER_NAMES part removed from its keys, wherever it sits in the name.
+
+    A key present both with and without the wrapper name is refused (two state dicts mixed in one file).
+    """
+    if not any(w in k for k in sd for w in WRAPPER_NAMES):
+        return dict(sd)
+    out: dict[str, V] = {}
+    for key, value in sd.items():
+        name = key
+        for w in WRAPPER_NAMES:
+            name = name.replace(w, "")
+        if name in out:
+            raise CheckpointError(f"key {name!r} appears both with and without the training wrapper names "
+                                  f"{list(WRAPPER_NAMES)}; the file mixes two state dicts. Re-save one of them alone.",
+                                  source)
+        out[name] = value
+    return out
