@@ -18,7 +18,10 @@ from .reward_config import (
     EXTRA_SPECIAL_TOKENS, HEAD_LINEAR_INDICES, IMAGEREWARD_V1, PRESETS, TINY, VOCAB_URL, ImageRewardConfig, get_preset,
 )
 from .reward_errors import ImageRewardCheckpointError, ImageRewardError, ImageRewardFileNotFound, ImageRewardVocabError
-from .reward_preprocess import UINT8_MODES, Uint8Mode, frames_to_uint8, normalize_pixels, preprocess_uint8
+from .reward_preprocess import (
+    PREPROCESSING_MODES, UINT8_MODES, Preprocessing, Uint8Mode, frames_to_uint8, normalize_pixels, preprocess_uint8,
+    preprocess_uint8_tensor,
+)
 
 __all__ = [
     "IMAGEREWARD_V1", "TINY", "PRESETS", "ImageRewardConfig", "get_preset",
@@ -178,7 +181,7 @@ class ImageRewardScorer:
     """Scores video frames against a prompt: batched vision + cross-encoder passes, cached prompt tokens."""
 
     def __init__(self, model: ImageRewardModel, tokenizer, micro_batch: int = 16, uint8_mode: Uint8Mode = "truncate",
-                 text_cache_size: int = _TEXT_CACHE_SIZE):
+                 text_cache_size: int = _TEXT_CACHE_SIZE, preprocessing: Preprocessing = "pil"):
         if micro_batch < 1 or text_cache_size < 1:
             raise ValueError(f"micro_batch and text_cache_size must be >= 1, got {micro_batch}, {text_cache_size}")
         if uint8_mode not in UINT8_MODES:
@@ -186,12 +189,40 @@ class ImageRewardScorer:
         check_base_tokenizer_full(tokenizer, model.cfg)
         self.model = model
         self.cfg = model.cfg
-        self.key: str | None = None  # stable identity for the engine's memo (weights file), set by loaders
+        self.key = None  # stable identity for the engine's memo (weights file), set by loaders
         self.tokenizer = tokenizer
         self.micro_batch = micro_batch
         self.uint8_mode = uint8_mode
+        self.preprocessing = preprocessing
         self._text_cache: OrderedDict[str, TextInputs] = OrderedDict()
         self._text_cache_size = text_cache_size
+
+    @property
+    def key(self) -> str | None:
+        """The engine's memo identity: the loader's weights identity plus every non-default option that changes
+        scores (uint8 rounding; the tensor preprocessing path, equal to PIL's by construction but keyed apart so
+        a Pillow build that rounds a weight differently can never mix its scores with the other path's)."""
+        if self._key is None:
+            return None
+        extra = ([f"uint8={self.uint8_mode}"] if self.uint8_mode != "truncate" else []) + \
+                ([f"preprocessing={self.preprocessing}"] if self.preprocessing != "pil" else [])
+        return "|".join([self._key, *extra])
+
+    @key.setter
+    def key(self, value: str | None) -> None:
+        self._key = value
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """"pil" (default: Pillow on the CPU, what the paper measured) or "tensor" (the same integer resampling
+        in torch on the scorer's device: no copy of the frames to the host; bit-identical crops)."""
+        return self._preprocessing
+
+    @preprocessing.setter
+    def preprocessing(self, value: Preprocessing) -> None:
+        if value not in PREPROCESSING_MODES:
+            raise ValueError(f"preprocessing must be one of {PREPROCESSING_MODES}, got {value!r}")
+        self._preprocessing = value
 
     @property
     def device(self) -> torch.device:
@@ -222,12 +253,16 @@ class ImageRewardScorer:
 
     # --- images ------------------------------------------------------------------------------------------------------
     def preprocess(self, frames: torch.Tensor) -> torch.Tensor:
-        """ComfyUI IMAGE [F, H, W, C] (float 0..1 or uint8; [H, W, C] for one frame) -> uint8 [F, 3, 224, 224]."""
+        """ComfyUI IMAGE [F, H, W, C] (float 0..1 or uint8; [H, W, C] for one frame) -> uint8 [F, 3, 224, 224]
+        (on the CPU with "pil", on the scorer's device with "tensor")."""
         if frames.ndim == 3:
             frames = frames.unsqueeze(0)
         if frames.ndim != 4:
             raise ValueError(f"frames must be [F, H, W, C] (ComfyUI IMAGE layout), got shape {tuple(frames.shape)}")
-        return preprocess_uint8(frames_to_uint8(frames, self.uint8_mode).cpu(), self.cfg.image_size)
+        frames_u8 = frames_to_uint8(frames, self.uint8_mode)  # on the frames' device
+        if self.preprocessing == "tensor":  # on the scorer's device; crops stay there for score_pixels
+            return preprocess_uint8_tensor(frames_u8.to(self.device), self.cfg.image_size)
+        return preprocess_uint8(frames_u8.cpu(), self.cfg.image_size)
 
     @torch.inference_mode()
     def score_pixels(self, pixels_u8: torch.Tensor, prompt: str) -> torch.Tensor:

@@ -1,6 +1,12 @@
-"""ImageReward's image preprocessing, exactly: uint8 -> PIL bicubic short side 224 -> centre crop -> CLIP norm."""
+"""ImageReward's image preprocessing, exactly: uint8 -> PIL bicubic short side 224 -> centre crop -> CLIP norm.
+
+Two paths give the same uint8 crops: `preprocess_uint8` runs Pillow on the CPU (what the paper measured), and
+`preprocess_uint8_tensor` re-implements Pillow's bicubic resampling in integer torch ops on the frames' device
+(no copy of the frames to the host). See `pil_bicubic_taps` for why the two agree bit for bit.
+"""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -11,6 +17,13 @@ from .reward_config import CLIP_MEAN, CLIP_STD, IMAGE_SIZE
 
 Uint8Mode = Literal["truncate", "round"]
 UINT8_MODES: tuple[str, ...] = ("truncate", "round")
+Preprocessing = Literal["pil", "tensor"]
+PREPROCESSING_MODES: tuple[str, ...] = ("pil", "tensor")
+# Pillow's resampling (src/libImaging/Resample.c): bicubic filter a = -0.5 with support 2 input pixels, scaled by
+# the reduction factor when shrinking; 8-bit images use fixed-point weights with PRECISION_BITS = 32 - 8 - 2.
+_PIL_BICUBIC_A = -0.5
+_PIL_BICUBIC_SUPPORT = 2.0
+_PIL_PRECISION_BITS = 22
 # uint8 full scale: ComfyUI IMAGE tensors hold 0..1, PIL images 0..255.
 _U8_MAX = 255.0
 # Channel count -> PIL mode of the wrapped frame; ImageReward calls convert("RGB") only after resize and crop.
@@ -82,3 +95,93 @@ def normalize_pixels(pixels_u8: torch.Tensor, mean: tuple[float, ...] = CLIP_MEA
     m = torch.tensor(mean, dtype=torch.float32, device=pixels_u8.device).view(1, -1, 1, 1)  # [1, 3, 1, 1]
     s = torch.tensor(std, dtype=torch.float32, device=pixels_u8.device).view(1, -1, 1, 1)  # [1, 3, 1, 1]
     return (pixels_u8.float().div(_U8_MAX) - m) / s  # [F, 3, S, S] float32
+
+
+def _pil_bicubic(x: float) -> float:
+    """Pillow's bicubic_filter (a = -0.5), same operation order (double precision)."""
+    a = _PIL_BICUBIC_A
+    if x < 0.0:
+        x = -x
+    if x < 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1
+    if x < 2.0:
+        return (((x - 5) * x + 8) * x - 4) * a
+    return 0.0
+
+
+@lru_cache(maxsize=64)
+def pil_bicubic_taps(in_size: int, out_size: int) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+    """Pillow's per-output-pixel input start and 8-bit fixed-point weights for a bicubic resize of one axis.
+
+    Mirrors Resample.c `precompute_coeffs` (box = the whole axis) and `normalize_coeffs_8bpc` step by step in
+    Python floats (C doubles). The resampling itself is then integer arithmetic (uint8 x int32 weights, + half,
+    arithmetic shift, clip to 0..255, horizontal pass first with a uint8 intermediate), which torch reproduces
+    exactly on any device; so the tensor path's crops equal Pillow's bit for bit, unless a Pillow build rounds a
+    weight differently in the last bit (e.g. compiled with fused multiply-add) - tests/test_reward_tensor_path.py
+    compares with the installed Pillow.
+    """
+    scale = float(in_size) / out_size
+    filterscale = max(scale, 1.0)
+    support = _PIL_BICUBIC_SUPPORT * filterscale
+    ss = 1.0 / filterscale
+    starts, weights = [], []
+    for xx in range(out_size):
+        center = (xx + 0.5) * scale
+        xmin = max(int(center - support + 0.5), 0)
+        xmax = min(int(center + support + 0.5), in_size) - xmin
+        k = [_pil_bicubic((x + xmin - center + 0.5) * ss) for x in range(xmax)]
+        ww = 0.0
+        for w in k:
+            ww += w
+        if ww != 0.0:
+            k = [w / ww for w in k]
+        one = 1 << _PIL_PRECISION_BITS
+        starts.append(xmin)
+        weights.append(tuple(int(-0.5 + w * one) if w < 0 else int(0.5 + w * one) for w in k))
+    return tuple(starts), tuple(weights)
+
+
+def _resample_axis(x: torch.Tensor, dim: int, in_size: int, out_size: int, lo: int, hi: int) -> torch.Tensor:
+    """Pillow's 8-bit bicubic pass along `dim` of int32 pixels, output pixels lo..hi-1 only -> int32 in 0..255."""
+    starts, weights = pil_bicubic_taps(in_size, out_size)
+    starts, weights = starts[lo:hi], weights[lo:hi]
+    taps = max(len(w) for w in weights)
+    idx = torch.tensor([[min(s + j, in_size - 1) for j in range(taps)] for s in starts], dtype=torch.int64)
+    kk = torch.tensor([list(w) + [0] * (taps - len(w)) for w in weights], dtype=torch.int32)  # [out, taps]
+    idx, kk = idx.to(x.device), kk.to(x.device)
+    shape = [1] * x.dim()
+    shape[dim] = hi - lo
+    acc = None
+    for j in range(taps):  # one tap at a time: memory stays at one output-sized int32 tensor
+        term = x.index_select(dim, idx[:, j]) * kk[:, j].view(shape)
+        acc = term if acc is None else acc.add_(term)
+    acc.add_(1 << (_PIL_PRECISION_BITS - 1))
+    return acc.bitwise_right_shift_(_PIL_PRECISION_BITS).clamp_(0, int(_U8_MAX))
+
+
+def preprocess_uint8_tensor(frames_u8: torch.Tensor, size: int = IMAGE_SIZE) -> torch.Tensor:
+    """uint8 [F, H, W, C] (C in 1, 3) -> uint8 [F, 3, size, size] crops on the frames' device, equal to
+    `preprocess_uint8` (Pillow bicubic, horizontal pass then vertical, centre crop; only the cropped pixels are
+    computed). RGBA frames (Pillow resizes them premultiplied) go through `preprocess_uint8` instead."""
+    if not isinstance(frames_u8, torch.Tensor) or frames_u8.dtype != torch.uint8:
+        raise TypeError(f"preprocess_uint8_tensor expects a uint8 tensor, got {getattr(frames_u8, 'dtype', type(frames_u8))}")
+    if frames_u8.ndim != 4 or frames_u8.shape[-1] not in _PIL_MODES:
+        raise ValueError(f"frames must be [F, H, W, C] with C in {sorted(_PIL_MODES)}, got shape {tuple(frames_u8.shape)}")
+    n, height, width, channels = frames_u8.shape
+    if channels == 4:
+        return preprocess_uint8(frames_u8, size).to(frames_u8.device)
+    if height < 1 or width < 1:
+        raise ValueError(f"frames must be at least 1x1 pixels, got {height}x{width}")
+    new_h, new_w = resized_hw(height, width, size)
+    top, left = crop_offsets(new_h, new_w, size)
+    x = frames_u8.permute(0, 3, 1, 2).to(torch.int32)  # [F, C, H, W]
+    if new_w != width:  # Pillow: horizontal pass first (uint8 result), then vertical
+        x = _resample_axis(x, 3, width, new_w, left, left + size)
+    else:
+        x = x[:, :, :, left:left + size]
+    if new_h != height:
+        x = _resample_axis(x, 2, height, new_h, top, top + size)
+    else:
+        x = x[:, :, top:top + size]
+    x = x.to(torch.uint8)
+    return (x.expand(-1, 3, -1, -1) if channels == 1 else x).contiguous()  # [F, 3, size, size]
