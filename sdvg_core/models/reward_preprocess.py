@@ -141,14 +141,22 @@ def pil_bicubic_taps(in_size: int, out_size: int) -> tuple[tuple[int, ...], tupl
     return tuple(starts), tuple(weights)
 
 
-def _resample_axis(x: torch.Tensor, dim: int, in_size: int, out_size: int, lo: int, hi: int) -> torch.Tensor:
-    """Pillow's 8-bit bicubic pass along `dim` of int32 pixels, output pixels lo..hi-1 only -> int32 in 0..255."""
+@lru_cache(maxsize=64)
+def _taps_on(device: torch.device, in_size: int, out_size: int, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input indices [hi-lo, taps] int64 and weights [hi-lo, taps] int32 of output pixels lo..hi-1, kept on the
+    device (built once per geometry: a per-call host-to-device copy from pageable memory would wait for the queue)."""
     starts, weights = pil_bicubic_taps(in_size, out_size)
     starts, weights = starts[lo:hi], weights[lo:hi]
     taps = max(len(w) for w in weights)
     idx = torch.tensor([[min(s + j, in_size - 1) for j in range(taps)] for s in starts], dtype=torch.int64)
-    kk = torch.tensor([list(w) + [0] * (taps - len(w)) for w in weights], dtype=torch.int32)  # [out, taps]
-    idx, kk = idx.to(x.device), kk.to(x.device)
+    kk = torch.tensor([list(w) + [0] * (taps - len(w)) for w in weights], dtype=torch.int32)  # zero-padded taps
+    return idx.to(device), kk.to(device)
+
+
+def _resample_axis(x: torch.Tensor, dim: int, in_size: int, out_size: int, lo: int, hi: int) -> torch.Tensor:
+    """Pillow's 8-bit bicubic pass along `dim` of int32 pixels, output pixels lo..hi-1 only -> int32 in 0..255."""
+    idx, kk = _taps_on(x.device, in_size, out_size, lo, hi)
+    taps = idx.shape[1]
     shape = [1] * x.dim()
     shape[dim] = hi - lo
     acc = None
