@@ -20,9 +20,9 @@ from .tally import Tally
 class ContextServices:
     """Implements recipes.ContextHost over the engine's memo, VAE, pixel store, tracer and callbacks."""
 
-    def __init__(self, memo, recipe, vae, pixels: PixelStore, vae_key: str, decode_rule: str,
+    def __init__(self, memo, vae, pixels: PixelStore, vae_key: str, decode_rule: str,
                  tracer: Callable[[str, torch.Tensor], None] | None, callbacks):
-        self.memo, self.recipe, self.vae, self.pixels = memo, recipe, vae, pixels
+        self.memo, self.vae, self.pixels = memo, vae, pixels
         self.vae_key, self.decode_rule = vae_key, decode_rule
         self.tracer, self.callbacks = tracer, callbacks
 
@@ -31,12 +31,18 @@ class ContextServices:
             self.callbacks.interrupt()
 
     def text(self, runner: CausalWan, state: GenerationState) -> TextKV:
-        """Cross-attention K/V of the prompt for one model, computed once per (model, prompt)."""
+        """Cross-attention K/V of the prompt for one model, computed once per (model, prompt) and held for the
+        generation (every block's calls need it)."""
         key = TextKey(runner.key, state.spec.prompt.key)
         text = self.memo.get(key)
         if text is None:
-            text = self.memo.put(key, runner.encode_text(state.spec.prompt.embeddings, interrupt=self.callbacks.interrupt))
+            text = runner.encode_text(state.spec.prompt.embeddings, interrupt=self.callbacks.interrupt)
+        self.memo.pin(f"text:{runner.key}", key, text)  # re-held on a hit: a new run holds what it uses
         return text
+
+    def hold(self, role: str, what: str, key, value, keep: int = 1):
+        """Keep `value` for the rest of the generation, outside the memo's budget (the newest `keep` per slot)."""
+        return self.memo.pin(f"{what}:{role}", key, value, keep)
 
     @property
     def temporal_compression(self) -> int:
@@ -49,9 +55,8 @@ class ContextServices:
     def kv_key(self, runner: CausalWan, recipe, state: GenerationState, b: int) -> KVKey:
         return KVKey(runner.key, state.spec.prompt.key, recipe, self.vae_key, self.decode_rule, state.lineage_at(b))
 
-    def empty_kv(self, runner: CausalWan, spec: GenerationSpec) -> KVCache:
+    def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window: int) -> KVCache:
         h, w = spec.latent_hw
-        window = self.recipe.window_frames(spec.frames_per_block, spec.num_latent_frames)
         return KVCache.empty(runner.cfg, batch=1, window_frames=window, tokens_per_frame=runner.cfg.tokens_per_frame(h, w),
                              device=runner.device, dtype=runner.dtype)
 

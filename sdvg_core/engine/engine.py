@@ -45,13 +45,32 @@ class Scorer(Protocol):
         """frames [F, H, W, 3] in 0..1 -> per-frame rewards [F]."""
 
 
+ROLES = ("drafter", "target")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
+    """How the engine runs. Each model has its own context recipe; `recipe` is both roles' default (the
+    published pairing: Krea for both), `drafter_recipe` / `target_recipe` override it per role."""
+
     recipe: Recipe = field(default_factory=KreaRecipe)
     decode_rule: str = "standard"  # "krea" reproduces the published numbers (Krea's VAE cache rule)
-    memo_bytes: int = DEFAULT_MEMO_BYTES
+    memo_bytes: int = DEFAULT_MEMO_BYTES  # reuse across runs only: what a run needs is held outside it
     lazy: bool = True  # False: draft forced blocks, score every draft, rebuild the target context every block
     sync_timing: bool = False  # synchronise CUDA around each phase so per-phase seconds are GPU-true (costs speed)
+    drafter_recipe: Recipe | None = None  # None: `recipe`
+    target_recipe: Recipe | None = None  # None: `recipe`
+
+    def recipe_for(self, role: str) -> Recipe:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        own = self.drafter_recipe if role == "drafter" else self.target_recipe
+        return own if own is not None else self.recipe
+
+    @property
+    def num_renoise(self) -> int:
+        """Re-noising draws per block: enough for the longer plan, so both roles share the same prefix."""
+        return max(self.recipe_for(r).plan.num_renoise for r in ROLES)
 
 
 @dataclass(frozen=True)
@@ -85,7 +104,8 @@ class Engine:
             raise ValueError(f"decode_rule must be one of {DECODE_RULES}, got {config.decode_rule!r}")
         self.target, self.drafter, self.vae, self.scorer = target, drafter, vae, scorer
         self.config = config
-        self.recipe: Recipe = config.recipe
+        self.recipes: dict[str, Recipe] = {r: config.recipe_for(r) for r in ROLES}
+        self.recipe: Recipe = self.recipes["target"]  # the baseline's recipe (reports compare with target-only)
         self.plan = self.recipe.plan
         self.keys = {"target": require_key(target, "target model"), "vae": require_key(vae, "VAE")}
         if drafter is not None:
@@ -104,9 +124,20 @@ class Engine:
         self.noise_key = self._noise_key(noise_fn, shared_memo=memo is not None)
         self.tracer = tracer
         self.callbacks = Callbacks()
-        self.pixels = PixelStore(vae, self.keys["vae"], config.decode_rule, self.memo, lambda: self.callbacks.interrupt)
-        self.services = ContextServices(self.memo, self.recipe, vae, self.pixels, self.keys["vae"], config.decode_rule,
+        self._auto_run = uuid.uuid4().hex  # this engine's run id when the host gives none (a new one per start)
+        history = max(r.pixel_history(vae.config.temporal_compression) for r in self.recipes.values())
+        self.pixels = PixelStore(vae, self.keys["vae"], config.decode_rule, self.memo, lambda: self.callbacks.interrupt,
+                                 history_frames=history)
+        self.services = ContextServices(self.memo, vae, self.pixels, self.keys["vae"], config.decode_rule,
                                         tracer, self.callbacks)
+
+    @property
+    def run_id(self) -> str:
+        """The execution computing now: the host's run id, else one the engine made at `start`."""
+        return self.callbacks.run_id or self._auto_run
+
+    def plan_for(self, role: str):
+        return self.recipes[role].plan
 
     @staticmethod
     def _noise_key(noise_fn, shared_memo: bool) -> str:
@@ -128,8 +159,14 @@ class Engine:
             if runner is not None and runner.cfg.text_dim != width:
                 raise ValueError(f"prompt embeddings have width {width} but the {role} expects {runner.cfg.text_dim} "
                                  f"(umT5-XXL embeddings are 4096 wide: use a 'wan' text encoder)")
-        self.recipe.validate(spec)
+        for recipe in self.recipes.values():
+            recipe.validate(spec)
+        self._auto_run = uuid.uuid4().hex
         return GenerationState(spec)
+
+    def release_run(self) -> int:
+        """The generation ended: drop what it held outside the memo's budget (returns the bytes released)."""
+        return self.memo.release_run()
 
     # ------------------------------------------------------------------------------------------ operations
     def draft(self, state: GenerationState) -> GenerationState:
@@ -137,9 +174,11 @@ class Engine:
         if state.done:
             raise ValueError("all blocks are committed; nothing to draft")
         tally = self._tally()
-        latents = self._generate("drafter", state, state.next_block, tally)
+        with self.memo.stamped(self.run_id):
+            latents = self._generate("drafter", state, state.next_block, tally)
         return state.with_pending(PendingBlock(state.next_block, latents, work=tally.work, cost=tally.cost,
-                                               seconds=tally.seconds, reused=tuple(tally.reused)))
+                                               seconds=tally.seconds, reused=tuple(tally.reused),
+                                               carried=tuple(tally.carried)))
 
     def decode_draft(self, state: GenerationState) -> GenerationState:
         """Operation: decode the pending draft from the committed decoder cache, leaving it unchanged (pending.frames)."""
@@ -147,7 +186,7 @@ class Engine:
         if p.frames is not None:
             return state
         tally = self._tally()
-        with tally.phase("decode"):
+        with tally.phase("decode"), self.memo.stamped(self.run_id):
             entry = self.pixels.decode_draft(state, p.latents, self._draft_decode_key(state), tally)
         return state.with_pending(_merge(p, tally, frames=to_image(entry.pixels)))
 
@@ -160,7 +199,7 @@ class Engine:
             raise ValueError("this policy scores drafts, but the engine was built without an ImageReward scorer")
         tally = self._tally()
         key = ScoreKey(self._draft_decode_key(state), self.keys["scorer"], state.spec.prompt.text)
-        with tally.phase("score"):
+        with tally.phase("score"), self.memo.stamped(self.run_id):
             cached = self.memo.get(key)  # (scores, the cost of computing them)
             if cached is None:
                 scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, state.spec.prompt.text))
@@ -169,13 +208,17 @@ class Engine:
             else:
                 scores = cached[0]
                 tally.credit(cached[1])
-                tally.reused.append("score")
+                tally.reuse("score", self.memo.origin(key))
         return state.with_pending(_merge(p, tally, frame_scores=scores))
 
     def route(self, state: GenerationState, policy: Policy) -> GenerationState:
         """Operation: decide the pending block (computing only what the policy needs) and commit it."""
         if state.done:
             raise ValueError("all blocks are committed; nothing to route")
+        with self.memo.stamped(self.run_id):
+            return self._route(state, policy)
+
+    def _route(self, state: GenerationState, policy: Policy) -> GenerationState:
         b = state.next_block
         lazy = self.config.lazy
         forced = policy.forced(b)
@@ -186,16 +229,17 @@ class Engine:
                 state = self.score_draft(self.decode_draft(state))
         p = state.pending or PendingBlock(b)
         tally = self._tally()
-        tally.absorb(p.work, p.cost, p.seconds, p.reused)
+        tally.absorb(p.work, p.cost, p.seconds, p.reused, p.carried)
         score = aggregate(p.frame_scores, policy.aggregation) if p.frame_scores else None
         accepted = (not forced) and policy.accept(b, score)
-        if not lazy and b > 0 and self.recipe.rebuilds_context_every_block:
+        context = None
+        if not lazy and b > 0 and self.recipes["target"].rebuilds_context_every_block:
             with tally.phase("context"):  # the reference builds the target's context whether it is used or not
-                self.recipe.context(self.services, "target", self._role("target"), state, b, tally)
+                context = self.recipes["target"].context(self.services, "target", self._role("target"), state, b, tally)
         if accepted:
             latents, producer, decision = p.latents, "drafter", "accepted"
         else:
-            latents, producer = self._generate("target", state, b, tally), "target"
+            latents, producer = self._generate("target", state, b, tally, context), "target"
             decision = "forced" if forced else "rejected"
         lineage = extend_lineage(state.lineage, latents, producer)
         draft_entry = None
@@ -207,17 +251,25 @@ class Engine:
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
                              frame_scores=tuple(p.frame_scores or ()), work=tally.work, cost=tally.cost,
                              seconds=tally.seconds, reused=tuple(tally.reused), lineage=lineage,
-                             run_id=self.callbacks.run_id)
+                             run_id=self.run_id, carried=tuple(tally.carried))
         new_state = state.commit(record)
         if self.callbacks.progress is not None:
             preview = to_image(pixels[:, :, -1:])[0]
             self.callbacks.progress(ProgressEvent("block", b, state.spec.num_blocks, producer, preview=preview, record=record))
         return new_state
 
-    def generate(self, spec: GenerationSpec, policy: Policy) -> GenerationState:
+    def generate(self, spec: GenerationSpec, policy: Policy,
+                 on_block: Callable[["Engine", GenerationState], None] | None = None) -> GenerationState:
+        """Run every block; `on_block(engine, state)` after each commit (e.g. write the block's frames: a long
+        video need not sit in memory). What the generation held is released at the end."""
         state = self.start(spec)
-        while not state.done:
-            state = self.route(state, policy)
+        try:
+            while not state.done:
+                state = self.route(state, policy)
+                if on_block is not None:
+                    on_block(self, state)
+        finally:
+            self.release_run()
         return state
 
     # ------------------------------------------------------------------------------------------ outputs
@@ -225,26 +277,35 @@ class Engine:
         """Decoded pixels of committed block b, [1, 3, T, H, W] in [-1, 1] on the CPU (memoised by lineage)."""
         return self.pixels.committed_pixels(state, b)
 
+    def block_frames(self, state: GenerationState, b: int) -> torch.Tensor:
+        """Committed block b's frames [T, H, W, 3] in 0..1 on the CPU (the newest block's are held: no decode)."""
+        return to_image(self.committed_pixels(state, b))
+
     def frames(self, state: GenerationState) -> torch.Tensor:
         """All committed frames [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout)."""
         if not state.blocks:
             raise ValueError("no block committed yet")
-        return torch.cat([to_image(self.committed_pixels(state, b)) for b in range(len(state.blocks))])
+        return torch.cat([self.block_frames(state, b) for b in range(len(state.blocks))])
 
     # ------------------------------------------------------------------------------------------ generation
-    def _generate(self, role: str, state: GenerationState, b: int, tally: Tally) -> torch.Tensor:
-        """Denoise block b with one model from the block's noise -> latents [1, F, C, h, w] (float32)."""
+    def _generate(self, role: str, state: GenerationState, b: int, tally: Tally,
+                  context: tuple[object, int] | None = None) -> torch.Tensor:
+        """Denoise block b with one model from the block's noise -> latents [1, F, C, h, w] (float32).
+        `context`: the (kv, offset) the role's recipe already built for this block (lazy=False)."""
         runner = self._role(role)
         memo_key = self._block_key(role, state, b)
         cached = self.memo.get(memo_key)
         if cached is not None:  # (latents, the cost of computing them)
-            tally.reused.append(role)
+            tally.reuse(role, self.memo.origin(memo_key))
             tally.credit(cached[1])
             return cached[0]
         before = dict(tally.cost)
-        spec, plan = state.spec, self.plan
-        with tally.phase("context"):
-            kv, offset = self.recipe.context(self.services, role, runner, state, b, tally)
+        spec, recipe = state.spec, self.recipes[role]
+        plan = recipe.plan
+        if context is None:
+            with tally.phase("context"):
+                context = recipe.context(self.services, role, runner, state, b, tally)
+        kv, offset = context
         with tally.phase("draft" if role == "drafter" else "target"):
             text = self.services.text(runner, state)
             noise = self._noise(spec, b).to(runner.device)
@@ -273,7 +334,7 @@ class Engine:
             return self.noise_fn(spec, b)
         h, w = spec.latent_hw
         shape = (1, spec.frames_per_block, self.target.cfg.in_dim, h, w)
-        return block_noise(spec.seed, b, shape, self.plan.num_renoise)
+        return block_noise(spec.seed, b, shape, self.config.num_renoise)
 
     # ------------------------------------------------------------------------------------------ helpers
     def _role(self, role: str) -> CausalWan:
@@ -283,7 +344,7 @@ class Engine:
         return runner
 
     def _block_key(self, role: str, state: GenerationState, b: int) -> BlockKey:
-        return BlockKey(role, self._role(role).key, state.spec.prompt.key, self.recipe, self.keys["vae"],
+        return BlockKey(role, self._role(role).key, state.spec.prompt.key, self.recipes[role], self.keys["vae"],
                         self.config.decode_rule, self.noise_key, state.lineage_at(b))
 
     def _draft_decode_key(self, state: GenerationState) -> DraftDecodeKey:
@@ -294,7 +355,7 @@ class Engine:
             self.callbacks.interrupt()
 
     def _tally(self) -> Tally:
-        return Tally(sync_cuda=self.config.sync_timing)
+        return Tally(sync_cuda=self.config.sync_timing, run_id=self.run_id)
 
     def _need_pending(self, state: GenerationState, what: str) -> PendingBlock:
         p = state.pending
@@ -312,7 +373,7 @@ def _merge(p: PendingBlock, tally: Tally, **updates) -> PendingBlock:
     return PendingBlock(p.index, updates.get("latents", p.latents), updates.get("frames", p.frames),
                         updates.get("frame_scores", p.frame_scores), work=add(p.work, tally.work),
                         cost=add(p.cost, tally.cost), seconds=add(p.seconds, tally.seconds),
-                        reused=p.reused + tuple(tally.reused))
+                        reused=p.reused + tuple(tally.reused), carried=p.carried + tuple(tally.carried))
 
 
 def to_image(pixels: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,9 @@ a cache built for another history; eviction only costs recomputation.
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterator
 
 import torch
 
@@ -44,80 +45,150 @@ class MemoStats:
 
 
 class Memo:
-    """Least-recently-used store whose entries' tensor bytes stay under `max_bytes`.
+    """Least-recently-used store whose entries' tensor bytes stay under `max_bytes`, plus the running
+    generation's held entries.
 
-    A few named *pinned* slots sit outside the budget: each holds one entry (the newest put replaces it),
-    so the head of a generation (e.g. the decoder cache after the last committed block) is never evicted
-    however large it is, and a sequential run never has to recompute from the start.
+    The budget is for reuse across runs (a re-queue, a tau sweep). What the running generation will read again
+    (the decoder cache after the newest block, the pixel history a recipe re-encodes, a model's KV cache, text
+    K/V, a draft's decode) is *held* in named slots outside the budget, however large: each slot keeps its newest
+    `keep` entries, so the held memory is bounded by what the recipes need (engine/memory.py counts it), and
+    `release_run()` drops it all when the generation ends. A held entry also goes into the LRU when it fits.
+
+    Every entry is stamped with the run id current when it was stored (`stamped`), so an engine can tell reuse
+    within one execution (part of a fresh run) from reuse of an earlier execution's result (`origin`).
     """
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._pinned: dict[str, tuple[Hashable, Any]] = {}
+        self._pinned: dict[str, list[tuple[Hashable, Any]]] = {}  # slot -> [(key, value)], newest last
+        self._origin: dict[Hashable, str] = {}  # key -> run id that stored it (entries alive in data or pins)
+        self.run_id = ""  # stamp for entries stored now (set by `stamped`)
         self.bytes = 0
         self.stats = MemoStats()
+
+    def size_of(self, value: Any) -> int:
+        """Bytes charged for a value (tensor bytes; a test subclass may charge full-size bytes instead)."""
+        return nbytes_of(value)
 
     def __len__(self) -> int:
         return len(self._data)
 
+    def _held(self, key: Hashable) -> tuple[bool, Any]:
+        for entries in self._pinned.values():
+            for k, v in entries:
+                if k == key:
+                    return True, v
+        return False, None
+
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._data or any(k == key for k, _ in self._pinned.values())
+        return key in self._data or self._held(key)[0]
 
     def get(self, key: Hashable) -> Any | None:
         item = self._data.get(key)
         if item is None:
-            for k, v in self._pinned.values():
-                if k == key:
-                    self.stats.hits += 1
-                    return v
+            found, v = self._held(key)
+            if found:
+                self.stats.hits += 1
+                return v
             self.stats.misses += 1
             return None
         self._data.move_to_end(key)
         self.stats.hits += 1
         return item[0]
 
-    def pin(self, slot: str, key: Hashable, value: Any) -> Any:
-        """Keep `value` under `key` in the pinned `slot` (replacing the slot's previous entry) and in the LRU."""
-        self._pinned[slot] = (key, value)
+    def origin(self, key: Hashable) -> str:
+        """The run id that stored `key` ("" when unknown or not stored)."""
+        return self._origin.get(key, "")
+
+    @contextmanager
+    def stamped(self, run_id: str) -> Iterator[None]:
+        """Stamp the entries stored inside the block with `run_id`."""
+        previous, self.run_id = self.run_id, run_id
+        try:
+            yield
+        finally:
+            self.run_id = previous
+
+    def pin(self, slot: str, key: Hashable, value: Any, keep: int = 1) -> Any:
+        """Hold `value` under `key` in `slot` for the running generation (the slot keeps its newest `keep`
+        entries), outside the byte budget; it also goes into the LRU when it fits."""
+        self.hold(slot, key, value, keep)
         return self.put(key, value)
+
+    def hold(self, slot: str, key: Hashable, value: Any, keep: int = 1) -> Any:
+        """`pin` without the LRU copy."""
+        if keep < 1:
+            raise ValueError(f"a held slot keeps at least one entry, got keep={keep}")
+        entries = [(k, v) for k, v in self._pinned.get(slot, []) if k != key]
+        entries.append((key, value))
+        for k, _ in entries[:-keep]:
+            self._forget_origin(k, dropping_slot=slot)
+        self._pinned[slot] = entries[-keep:]
+        self._origin[key] = self.run_id
+        return value
+
+    def release_run(self) -> int:
+        """Drop every held entry (the running generation ended); returns the bytes no longer held. Entries that
+        also fit the LRU stay there for later runs."""
+        freed = self.pinned_bytes
+        keys = [k for entries in self._pinned.values() for k, _ in entries]
+        self._pinned.clear()
+        for k in keys:
+            self._forget_origin(k)
+        return freed
 
     @property
     def pinned_bytes(self) -> int:
-        return sum(nbytes_of(v) for _, v in self._pinned.values())
+        seen: set[int] = set()
+        return sum(nbytes_of(v, seen) for entries in self._pinned.values() for _, v in entries)
 
     def put(self, key: Hashable, value: Any) -> Any:
         """Store and return `value`; a value larger than the whole budget is returned but not kept."""
-        size = nbytes_of(value)
+        size = self.size_of(value)
         if key in self._data:
             self.bytes -= self._data.pop(key)[1]
+        self._origin[key] = self.run_id
         if size > self.max_bytes:
+            self._forget_origin(key)
             return value
         self._data[key] = (value, size)
         self.bytes += size
-        while self.bytes > self.max_bytes:
-            _, (_, old) = self._data.popitem(last=False)
+        self._evict_to(self.max_bytes)
+        return value
+
+    def _evict_to(self, max_bytes: int) -> None:
+        while self.bytes > max_bytes and self._data:
+            key, (_, old) = self._data.popitem(last=False)
             self.bytes -= old
             self.stats.evictions += 1
-        return value
+            self._forget_origin(key)
+
+    def _forget_origin(self, key: Hashable, dropping_slot: str | None = None) -> None:
+        """Forget a key's stamp once no copy of it is left (neither in the LRU nor held in another slot)."""
+        if key in self._data:
+            return
+        for slot, entries in self._pinned.items():
+            if slot != dropping_slot and any(k == key for k, _ in entries):
+                return
+        self._origin.pop(key, None)
 
     def clear(self) -> None:
         self._data.clear()
         self._pinned.clear()
+        self._origin.clear()
         self.bytes = 0
 
     def resize(self, max_bytes: int) -> None:
         """Change the budget, evicting least-recently-used entries down to it."""
         self.max_bytes = max_bytes
-        while self.bytes > self.max_bytes and self._data:
-            _, (_, old) = self._data.popitem(last=False)
-            self.bytes -= old
-            self.stats.evictions += 1
+        self._evict_to(max_bytes)
 
     def _drop(self, key: Hashable) -> None:
         item = self._data.pop(key, None)
         if item is not None:
             self.bytes -= item[1]
+            self._forget_origin(key)
 
     def kinds(self) -> dict[str, int]:
         """Entry count per key kind (the first element of tuple keys), for reports and tests."""
@@ -168,7 +239,7 @@ class TieredMemo:
 
     def _tiers(self, value: Any) -> tuple[Memo, Memo]:
         """(the tier this value belongs to, the other one)."""
-        small = nbytes_of(value) <= self.small_entry_max
+        small = self.large.size_of(value) <= self.small_entry_max
         return (self.small, self.large) if small else (self.large, self.small)
 
     def put(self, key: Hashable, value: Any) -> Any:
@@ -176,11 +247,21 @@ class TieredMemo:
         other._drop(key)
         return tier.put(key, value)
 
-    def pin(self, slot: str, key: Hashable, value: Any) -> Any:
-        tier, other = self._tiers(value)
-        other._drop(key)
-        other._pinned.pop(slot, None)
-        return tier.pin(slot, key, value)
+    def pin(self, slot: str, key: Hashable, value: Any, keep: int = 1) -> Any:
+        """Held entries of every size live in the large tier's slots (outside both budgets)."""
+        self.large.hold(slot, key, value, keep)
+        return self.put(key, value)
+
+    def origin(self, key: Hashable) -> str:
+        return self.small.origin(key) or self.large.origin(key)
+
+    @contextmanager
+    def stamped(self, run_id: str) -> Iterator[None]:
+        with self.small.stamped(run_id), self.large.stamped(run_id):
+            yield
+
+    def release_run(self) -> int:
+        return self.small.release_run() + self.large.release_run()
 
     @property
     def pinned_bytes(self) -> int:

@@ -9,11 +9,13 @@ running for hours. The figures are upper-bound estimates of live tensors, not me
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
 from ..models.vae import WanVAEConfig
 from ..models.wan_config import WanDiTConfig
+from .pixels import held_pixel_blocks
 
 GIB = 2**30
 FP32 = 4  # bytes: CausalWan keeps the residual stream, modulation and RoPE in float32 (Wan's own choice)
@@ -39,7 +41,11 @@ class MemoryRefused(ValueError):
 
 @dataclass(frozen=True)
 class DiTMemory:
-    """One DiT's needs beside its weights: its KV window, text K/V and one layer's activations at the peak."""
+    """One DiT's needs beside its weights: its KV window, text K/V and one layer's activations at the peak.
+
+    `kv_held`: the recipe keeps the cache between blocks (Self-Forcing, LongLive), so it stays on the device
+    while the other models run; a recipe that rebuilds it per block (Krea) needs it only during its own calls.
+    """
 
     name: str
     weights: int
@@ -48,6 +54,7 @@ class DiTMemory:
     activations: int
     window_tokens: int
     query_tokens: int
+    kv_held: bool = False
 
     @property
     def step(self) -> int:
@@ -58,31 +65,54 @@ class DiTMemory:
     def total(self) -> int:
         return self.weights + self.step
 
+    @property
+    def phase(self) -> int:
+        """This model's calls beside what the generation holds anyway (its text K/V, a kept cache)."""
+        return self.weights + self.activations + (0 if self.kv_held else self.kv)
+
+    @property
+    def held(self) -> int:
+        return self.text_kv + (self.kv if self.kv_held else 0)
+
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Peak device memory of a generation: the models run one at a time, so the peak is the largest phase."""
+    """Peak device memory of a generation. The models run one at a time, so the peak is the largest phase plus
+    what the generation holds through every phase (engine/memo.py `pin`): both models' text K/V, the caches of
+    recipes that keep them between blocks, the decoder cache after the newest block and a pending draft's
+    decode (its decoder cache and pixels). `host_pixels` is CPU memory: the decoded blocks held for the
+    recipes' pixel history and the output writer."""
 
     dits: tuple[DiTMemory, ...]
     vae_weights: int
     vae_cache: int
     vae_activations: int
+    draft_pixels: int = 0  # one block's decoded pixels on the device (a pending draft's decode)
+    host_pixels: int = 0
 
     @property
     def vae_total(self) -> int:
         return self.vae_weights + self.vae_cache + self.vae_activations
 
     @property
+    def held(self) -> int:
+        """Device bytes held through every phase (outside the memo's budget)."""
+        return sum(d.held for d in self.dits) + 2 * self.vae_cache + self.draft_pixels
+
+    @property
     def peak(self) -> int:
-        return max([d.total for d in self.dits] + [self.vae_total])
+        return max([d.phase for d in self.dits] + [self.vae_total]) + self.held
 
     def describe(self) -> str:
         """One line per part, in GiB, for errors and logs."""
-        parts = [f"{d.name}: weights {d.weights / GIB:.2f} + KV window {d.kv / GIB:.2f} ({d.window_tokens} tokens) + "
-                 f"text K/V {d.text_kv / GIB:.2f} + activations {d.activations / GIB:.2f} "
-                 f"({d.query_tokens} query tokens) = {d.total / GIB:.2f} GiB" for d in self.dits]
+        parts = [f"{d.name}: weights {d.weights / GIB:.2f} + KV window {d.kv / GIB:.2f} ({d.window_tokens} tokens"
+                 f"{', kept between blocks' if d.kv_held else ''}) + text K/V {d.text_kv / GIB:.2f} + activations "
+                 f"{d.activations / GIB:.2f} ({d.query_tokens} query tokens) = {d.total / GIB:.2f} GiB" for d in self.dits]
         parts.append(f"VAE decode: weights {self.vae_weights / GIB:.2f} + decoder cache {self.vae_cache / GIB:.2f} + "
                      f"one latent frame's activations {self.vae_activations / GIB:.2f} = {self.vae_total / GIB:.2f} GiB")
+        parts.append(f"held through every phase: {self.held / GIB:.2f} GiB (text K/V, kept KV caches, the newest "
+                     f"decoder cache and a pending draft's decode); peak {self.peak / GIB:.2f} GiB; host pixels held "
+                     f"{self.host_pixels / GIB:.2f} GiB")
         return "; ".join(parts)
 
 
@@ -92,7 +122,7 @@ def dtype_bytes(dtype: torch.dtype) -> int:
 
 def dit_memory(cfg: WanDiTConfig, dtype: torch.dtype, *, tokens_per_frame: int, window_frames: int,
                frames_per_block: int, context_frames: int = 0, batch: int = 1, name: str | None = None,
-               weight_dtype: torch.dtype | None = None) -> DiTMemory:
+               weight_dtype: torch.dtype | None = None, kv_held: bool = False) -> DiTMemory:
     """A DiT's KV window (2 x layers x window tokens x dim), text K/V and peak layer activations.
 
     Query tokens per call: a block, or a recipe's context rebuild of `context_frames` frames in one call (Krea).
@@ -104,7 +134,7 @@ def dit_memory(cfg: WanDiTConfig, dtype: torch.dtype, *, tokens_per_frame: int, 
     text_kv = 2 * cfg.num_layers * batch * cfg.text_len * cfg.dim * size
     act = batch * query * (cfg.dim * (DIT_FP32_ROWS * FP32 + DIT_DTYPE_ROWS * size) + FFN_ROWS * cfg.ffn_dim * size)
     weights = cfg.num_params() * dtype_bytes(weight_dtype or dtype)
-    return DiTMemory(name or cfg.name, weights, kv, text_kv, act, window, query)
+    return DiTMemory(name or cfg.name, weights, kv, text_kv, act, window, query, kv_held)
 
 
 def vae_decode_memory(cfg: WanVAEConfig, dtype: torch.dtype, height: int, width: int,
@@ -140,21 +170,36 @@ def vae_decode_memory(cfg: WanVAEConfig, dtype: torch.dtype, height: int, width:
 
 
 def estimate_generation(*, dits: list[tuple[WanDiTConfig, torch.dtype]], vae: WanVAEConfig, vae_dtype: torch.dtype,
-                        height: int, width: int, window_frames: int, frames_per_block: int = 3,
-                        context_frames: int = 0, vae_weight_bytes: int | None = None,
-                        batch: int = 1) -> MemoryEstimate:
-    """The estimate for a spec: each DiT at the recipe's window, and the VAE decode at the pixel size.
+                        height: int, width: int, window_frames: int | Sequence[int], frames_per_block: int = 3,
+                        context_frames: int | Sequence[int] = 0, kv_held: bool | Sequence[bool] = False,
+                        vae_weight_bytes: int | None = None, batch: int = 1,
+                        held_pixel_frames: int = 0) -> MemoryEstimate:
+    """The estimate for a size: each DiT at its recipe's window, and the VAE decode at the pixel size.
 
-    `window_frames` comes from `recipe.window_frames(spec.frames_per_block, spec.num_latent_frames)`;
-    `context_frames` is the largest context a recipe rebuilds in one call (`KreaRecipe.context_frames`, else 0).
+    `window_frames`, `context_frames` (query frames of the largest call) and `kv_held` are one value for every
+    DiT or one per DiT (`estimate_for_spec` takes them from each model's recipe). `held_pixel_frames`: decoded
+    frames kept on the CPU for the recipes and the output writer.
     """
+    n = len(dits)
+    windows, contexts, helds = (_per_dit(v, n) for v in (window_frames, context_frames, kv_held))
     ds = dits[0][0].patch_size
     tpf = (height // vae.spatial_compression // ds[1]) * (width // vae.spatial_compression // ds[2])
-    parts = tuple(dit_memory(c, dt, tokens_per_frame=tpf, window_frames=window_frames,
-                             frames_per_block=frames_per_block, context_frames=context_frames, batch=batch)
-                  for c, dt in dits)
+    parts = tuple(dit_memory(c, dt, tokens_per_frame=tpf, window_frames=wf, frames_per_block=frames_per_block,
+                             context_frames=cf, batch=batch, kv_held=bool(kh))
+                  for (c, dt), wf, cf, kh in zip(dits, windows, contexts, helds))
     cache, act = vae_decode_memory(vae, vae_dtype, height, width, batch)
-    return MemoryEstimate(parts, vae_weight_bytes or 0, cache, act)
+    block_pixels = batch * 3 * height * width * dtype_bytes(vae_dtype)  # one pixel frame
+    draft = vae.pixel_frames(frames_per_block, includes_first=False) * block_pixels
+    return MemoryEstimate(parts, vae_weight_bytes or 0, cache, act, draft_pixels=draft,
+                          host_pixels=held_pixel_frames * block_pixels)
+
+
+def _per_dit(value, n: int) -> list:
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError(f"expected one value per DiT ({n}), got {len(value)}")
+        return list(value)
+    return [value] * n
 
 
 def check_fits(estimate: MemoryEstimate, limit_bytes: int, where: str = "the device") -> None:
@@ -168,9 +213,16 @@ def check_fits(estimate: MemoryEstimate, limit_bytes: int, where: str = "the dev
 
 def estimate_for_spec(spec, recipe, dits: list[tuple[WanDiTConfig, torch.dtype]], vae: WanVAEConfig,
                       vae_dtype: torch.dtype, vae_weight_bytes: int | None = None) -> MemoryEstimate:
-    """`estimate_generation` for a GenerationSpec and a recipe (window and context rebuild from the recipe)."""
-    window = recipe.window_frames(spec.frames_per_block, spec.num_latent_frames)
+    """`estimate_generation` for a GenerationSpec: `recipe` is one recipe for every DiT or one per DiT (in the
+    order of `dits`), and each states its own needs (window, largest call, whether it keeps its cache, the pixel
+    history it reads back)."""
+    recipes = _per_dit(recipe, len(dits))
+    F = spec.frames_per_block
+    tc = vae.temporal_compression
+    history = max(r.pixel_history(tc) for r in recipes)
+    held_blocks = held_pixel_blocks(history, tc, F)
     return estimate_generation(dits=dits, vae=vae, vae_dtype=vae_dtype, height=spec.height, width=spec.width,
-                               window_frames=window, frames_per_block=spec.frames_per_block,
-                               context_frames=int(getattr(recipe, "context_frames", 0)),
-                               vae_weight_bytes=vae_weight_bytes)
+                               window_frames=[r.window_frames(F, spec.num_latent_frames) for r in recipes],
+                               frames_per_block=F, context_frames=[r.query_frames(F) for r in recipes],
+                               kv_held=[not r.rebuilds_context_every_block for r in recipes],
+                               vae_weight_bytes=vae_weight_bytes, held_pixel_frames=held_blocks * tc * F)

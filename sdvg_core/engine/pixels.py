@@ -18,6 +18,12 @@ from .state import GenerationSpec, GenerationState
 from .tally import Tally
 
 
+def held_pixel_blocks(history_frames: int, temporal_compression: int, frames_per_block: int) -> int:
+    """Newest committed blocks whose decoded pixels cover the last `history_frames` pixel frames (at least the
+    newest block, which the output writer reads). Krea's 9-frame anchor history fits the newest 12-frame block."""
+    return max(1, -(-history_frames // (temporal_compression * frames_per_block)))
+
+
 @dataclass(frozen=True)
 class DecodeEntry:
     """One block's decoded pixels [1, 3, T, H, W] (clamped to [-1, 1]) and the decoder cache after it."""
@@ -27,13 +33,26 @@ class DecodeEntry:
 
 
 class PixelStore:
-    """Committed decodes memoised by lineage; all decoding of the engine goes through here."""
+    """Committed decodes memoised by lineage; all decoding of the engine goes through here.
+
+    Held for the running generation (outside the memo's budget): the decoder cache after the newest block, the
+    decoded pixels of the newest blocks that cover `history_frames` (what the recipes re-encode, e.g. Krea's
+    anchor) plus the newest block itself (the output writer reads it), and the pending draft's decode.
+    """
 
     HEAD_SLOT = "decoder_head"
+    PIXELS_SLOT = "pixels"
+    DRAFT_SLOT = "draft_decode"
 
-    def __init__(self, vae, vae_key: str, rule: str, memo, interrupt: Callable[[], Callable[[], None] | None]):
+    def __init__(self, vae, vae_key: str, rule: str, memo, interrupt: Callable[[], Callable[[], None] | None],
+                 history_frames: int = 0):
         self.vae, self.vae_key, self.rule, self.memo = vae, vae_key, rule, memo
         self._interrupt = interrupt  # returns the host's current interrupt callback (or None)
+        self.history_frames = history_frames  # decoded pixel frames the recipes read back
+
+    def held_blocks(self, spec: GenerationSpec) -> int:
+        """Committed blocks whose pixels are held (see `held_pixel_blocks`)."""
+        return held_pixel_blocks(self.history_frames, self.vae.config.temporal_compression, spec.frames_per_block)
 
     def pixels_before(self, b: int, spec: GenerationSpec) -> int:
         """Pixel frames decoded from the first b blocks (1 + 4(T-1) for T latent frames)."""
@@ -51,9 +70,11 @@ class PixelStore:
     def _cache_key(self, lineage: str) -> DecoderCacheKey:
         return DecoderCacheKey(self.vae_key, self.rule, lineage)
 
-    def store(self, lineage: str, entry: DecodeEntry) -> torch.Tensor:
-        """Keep a committed block's pixels (on the CPU) and the decoder cache after it (pinned as the head)."""
-        pixels = self.memo.put(self._pixels_key(lineage), entry.pixels.to("cpu"))
+    def store(self, lineage: str, entry: DecodeEntry, spec: GenerationSpec) -> torch.Tensor:
+        """Keep a committed block's pixels (on the CPU, held while the recipes may read them) and the decoder
+        cache after it (held as the head)."""
+        pixels = self.memo.pin(self.PIXELS_SLOT, self._pixels_key(lineage), entry.pixels.to("cpu"),
+                               keep=self.held_blocks(spec))
         self.memo.pin(self.HEAD_SLOT, self._cache_key(lineage), entry.cache)
         return pixels
 
@@ -67,7 +88,7 @@ class PixelStore:
             start -= 1
         for k in range(start + 1, b + 1):
             entry = self.decode(state.blocks[k].latents, cache)
-            self.store(state.blocks[k].lineage, entry)
+            self.store(state.blocks[k].lineage, entry, state.spec)
             cache = entry.cache
             if tally is not None:
                 tally.add("vae_decode_frames", state.blocks[k].latents.shape[1])
@@ -78,7 +99,7 @@ class PixelStore:
         pixels = self.memo.get(self._pixels_key(state.blocks[b].lineage))
         if pixels is None:
             entry = self.decode(state.blocks[b].latents, self.cache_after(state, b - 1, tally))
-            pixels = self.store(state.blocks[b].lineage, entry)
+            pixels = self.store(state.blocks[b].lineage, entry, state.spec)
             if tally is not None:
                 tally.add("vae_decode_frames", state.blocks[b].latents.shape[1])
         return pixels
@@ -95,23 +116,25 @@ class PixelStore:
         cached = self.memo.get(key)  # (entry, the cost of computing it)
         if cached is not None:
             tally.credit(cached[1])
-            tally.reused.append("draft_decode")
+            tally.reuse("draft_decode", self.memo.origin(key))
             return cached[0]
         entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
         n = latents.shape[1]
         tally.add("vae_decode_frames", n)
-        self.memo.put(key, (entry, {"vae_decode_frames": n}))
+        self.memo.pin(self.DRAFT_SLOT, key, (entry, {"vae_decode_frames": n}))  # the route hands it to the commit
         return entry
 
     def commit(self, state: GenerationState, latents: torch.Tensor, lineage: str, draft: DecodeEntry | None,
                tally: Tally) -> torch.Tensor:
         """Decode (or take the accepted draft's decode of) the block being committed after `state`."""
         if draft is not None:  # the draft's decode is the committed one: no second decode
-            return self.store(lineage, draft)
-        pixels = self.memo.get(self._pixels_key(lineage))
+            return self.store(lineage, draft, state.spec)
+        key = self._pixels_key(lineage)
+        pixels = self.memo.get(key)
         if pixels is not None:  # kept from an earlier run; a fresh run decodes it
             tally.credit({"vae_decode_frames": latents.shape[1]})
-            return pixels
+            tally.reuse("pixels", self.memo.origin(key))
+            return self.memo.pin(self.PIXELS_SLOT, key, pixels, keep=self.held_blocks(state.spec))
         entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
         tally.add("vae_decode_frames", latents.shape[1])
-        return self.store(lineage, entry)
+        return self.store(lineage, entry, state.spec)

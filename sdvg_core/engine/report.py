@@ -31,9 +31,10 @@ class BlockReport:
     work: dict[str, int]  # computed by this run
     cost: dict[str, int]  # the block's work in a fresh run
     seconds: dict[str, float]  # measured when the block was computed (an earlier run's when not computed_now)
-    reused: list[str]
+    reused: list[str]  # results taken from the memo (within this execution too)
     run_id: str = ""  # the execution that computed the block
     computed_now: bool = True  # computed by the execution that built this report (False: from a host cache)
+    carried: list[str] = field(default_factory=list)  # reused results an EARLIER execution computed
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class RunReport:
         for b in self.blocks:
             fs = f"{min(b.frame_scores):+.3f}..{max(b.frame_scores):+.3f}" if b.frame_scores else "-"
             sc = f"{b.score:+.3f}" if b.score is not None else "-"
-            now = "no" if not b.computed_now else ("part" if b.reused else "yes")
+            now = "no" if not b.computed_now else ("part" if b.carried else "yes")
             secs = f"{sum(b.seconds.values()):.3f}" + ("*" if not b.computed_now else "")
             reused = ",".join(b.reused) if b.computed_now else "whole block (earlier run)"
             lines.append(f"{b.index:>5} {b.producer:>8} {b.decision:>8} {sc:>8} {fs:>18} "
@@ -94,7 +95,7 @@ class RunReport:
         if self.wall_seconds is not None:
             line = f"wall {self.wall_seconds:.2f} s; phases " + ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items())
             if not self.fresh_run:
-                line += ("\nNOT a fresh run's time: results were taken from the cache (see 'reused'/'now'); compare "
+                line += ("\nNOT a fresh run's time: results of an earlier run were taken from the cache (see 'now'); compare "
                          "times only between runs that computed everything, or compare the counted cost above")
             lines.append(line)
         return "\n".join(lines)
@@ -121,14 +122,23 @@ def reference_forwards(recipe: Recipe, rejected: list[bool], steps: int) -> tupl
     return drafter, target
 
 
+def recipe_label(target: Recipe, drafter: Recipe | None = None) -> str:
+    """`krea` when both roles run the same recipe, else `drafter longlive / target krea`."""
+    if drafter is None or drafter == target:
+        return target.name
+    return f"drafter {drafter.name} / target {target.name}"
+
+
 def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps: int,
                  cost_ratio: float = DEFAULT_COST_RATIO, wall_seconds: float | None = None,
-                 meta: dict[str, str] | None = None, run_id: str | None = None) -> RunReport:
-    """The report of `state`. `run_id`: the execution building it; blocks whose record carries another run id
-    are marked as not computed now, and their work does not count as recomputed."""
+                 meta: dict[str, str] | None = None, run_id: str | None = None,
+                 drafter_recipe: Recipe | None = None) -> RunReport:
+    """The report of `state`. `recipe`/`steps` are the target's (the target-only baseline is counted with them);
+    `drafter_recipe` only labels the run. `run_id`: the execution building it; blocks whose record carries
+    another run id are marked as not computed now, and their work does not count as recomputed."""
     blocks = [BlockReport(b.index, b.producer, b.decision, b.score, list(b.frame_scores), dict(b.work), dict(b.cost),
                           {k: round(v, 6) for k, v in dict(b.seconds).items()}, list(b.reused),
-                          run_id=getattr(b, "run_id", ""), computed_now=run_id is None or getattr(b, "run_id", "") == run_id)
+                          run_id=b.run_id, computed_now=run_id is None or b.run_id == run_id, carried=list(b.carried))
               for b in state.blocks]
     n = len(blocks)
     now = [b for b in blocks if b.computed_now]
@@ -142,7 +152,7 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         for k, v in b.seconds.items():
             seconds[k] = round(seconds.get(k, 0.0) + v, 6)
     return RunReport(
-        policy=policy_desc, recipe=recipe.name, num_blocks=n, blocks=blocks,
+        policy=policy_desc, recipe=recipe_label(recipe, drafter_recipe), num_blocks=n, blocks=blocks,
         acceptance_blocks_1_to_n=(sum(accepted[1:]) / (n - 1)) if n > 1 else None,
         acceptance_all_blocks=sum(accepted) / n if n else 0.0,
         drafter_forwards=d_fw, target_forwards=t_fw,
@@ -152,4 +162,4 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         target_only_cost=base, counted_speedup=base / cost if cost else float("inf"),
         seconds=seconds, wall_seconds=wall_seconds, meta=dict(meta or {}), run_id=run_id,
         blocks_from_earlier_runs=n - len(now),
-        fresh_run=len(now) == n and not any(b.reused for b in blocks))
+        fresh_run=len(now) == n and not any(b.carried for b in blocks))

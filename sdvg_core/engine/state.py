@@ -145,13 +145,15 @@ class BlockRecord:
     seconds: Counts  # per phase: context, draft, decode, score, target
     reused: tuple[str, ...]  # derived results taken from the memo instead of recomputed
     lineage: str  # lineage after committing this block
-    run_id: str = ""  # the execution that computed this record (a host's run id; "" when none was given)
+    run_id: str = ""  # the execution that computed this record (the host's run id, or one the engine made)
+    carried: tuple[str, ...] = ()  # the reused results an earlier execution computed (not a fresh run's time)
 
     def __post_init__(self):
         for name in ("work", "cost", "seconds"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         object.__setattr__(self, "frame_scores", tuple(self.frame_scores))
         object.__setattr__(self, "reused", tuple(self.reused))
+        object.__setattr__(self, "carried", tuple(self.carried))
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ class PendingBlock:
     cost: Counts = Counts()
     seconds: Counts = Counts()
     reused: tuple[str, ...] = ()
+    carried: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("work", "cost", "seconds"):
@@ -195,8 +198,18 @@ class GenerationState:
         return self.blocks[b - 1].lineage if b > 0 else root_lineage(self.spec)
 
     def committed_latents(self) -> torch.Tensor:
-        """All committed latents [1, T, C, h, w]."""
+        """All committed latents [1, T, C, h, w] (a copy of the whole video: prefer `latent_frames`)."""
         return torch.cat([b.latents for b in self.blocks], dim=1)
+
+    def latent_frames(self, start: int, end: int) -> torch.Tensor:
+        """Committed latent frames [start, end) -> [1, end - start, C, h, w], touching only the blocks they are in
+        (so a recipe's cost per block does not grow with the video's length)."""
+        F = self.spec.frames_per_block
+        if not 0 <= start < end <= len(self.blocks) * F:
+            raise ValueError(f"latent frames [{start}, {end}) are not all committed ({len(self.blocks) * F} are)")
+        parts = [self.blocks[k].latents[:, max(start - k * F, 0):min(end - k * F, F)]
+                 for k in range(start // F, (end - 1) // F + 1)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
     def with_pending(self, pending: PendingBlock | None) -> "GenerationState":
         return replace(self, pending=pending)

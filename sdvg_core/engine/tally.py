@@ -20,13 +20,23 @@ WORK_KEYS = ("drafter_forwards", "target_forwards", "drafter_context_forwards", 
 class Tally:
     """Mutable scratch for one operation; frozen into a PendingBlock or BlockRecord when the operation ends."""
 
-    def __init__(self, sync_cuda: bool = False):
+    def __init__(self, sync_cuda: bool = False, run_id: str = ""):
         self.work = dict.fromkeys(WORK_KEYS, 0)
         self.cost = dict.fromkeys(WORK_KEYS, 0)
         self.seconds = dict.fromkeys(PHASES, 0.0)
-        self.reused: list[str] = []
+        self.reused: list[str] = []  # every result taken from the memo
+        self.carried: list[str] = []  # those an earlier execution computed (so the time is not a fresh run's)
+        self.run_id = run_id
         self._sync = sync_cuda and torch.cuda.is_available()
         self._counted: set = set()  # memo keys whose cost this tally already holds
+
+    def reuse(self, label: str, origin: str) -> None:
+        """A result named `label` was taken from the memo; `origin` is the run id that computed it. Reuse within
+        this execution is part of a fresh run (block 2 reusing the anchor block 1 made); only an earlier
+        execution's result makes the time not fresh."""
+        self.reused.append(label)
+        if origin != self.run_id or not origin:
+            self.carried.append(label)
 
     def computed(self, key) -> None:
         """The result under `key` was computed by this operation: its cost is already counted here."""
@@ -65,7 +75,7 @@ class Tally:
             self.seconds[name] += time.perf_counter() - t0
 
     def absorb(self, work: Mapping[str, int], cost: Mapping[str, int], seconds: Mapping[str, float],
-               reused: tuple[str, ...]) -> None:
+               reused: tuple[str, ...], carried: tuple[str, ...] = ()) -> None:
         """Add what earlier operations on the same block recorded (draft, decode, score -> route)."""
         for k, v in work.items():
             self.work[k] = self.work.get(k, 0) + v
@@ -73,3 +83,4 @@ class Tally:
         for k, v in seconds.items():
             self.seconds[k] = self.seconds.get(k, 0.0) + v
         self.reused.extend(reused)
+        self.carried.extend(carried)

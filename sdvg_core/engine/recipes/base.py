@@ -1,0 +1,87 @@
+"""What a context recipe is and what it may use from the engine (docs/design.md §2.3).
+
+A recipe owns one model's context rule end to end: which committed frames (or re-encoded pixels) go into the
+model's KV cache for block b, which RoPE positions they get, how big the cache is, what it costs and how it is
+memoised. The engine asks `recipe.context(host, role, runner, state, b, tally)` and runs the recipe's step plan.
+Drafter and target each have their own recipe (EngineConfig.drafter_recipe / target_recipe). A new recipe is
+one new class with the members of `Recipe`.
+"""
+from __future__ import annotations
+
+from typing import Hashable, Protocol
+
+import torch
+
+from ...models.wan import CausalWan, KVCache
+from ..keys import KVKey
+from ..schedule import StepPlan
+from ..state import GenerationSpec, GenerationState
+from ..tally import Tally
+
+
+class ContextHost(Protocol):
+    """What a recipe may use from the engine: the memo, model calls, pixels and tracing."""
+
+    memo: object
+    vae_key: str
+    decode_rule: str
+    temporal_compression: int  # pixel frames per latent frame after the first (4 for Wan 2.1)
+    tracing: bool
+
+    def kv_key(self, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int) -> KVKey: ...
+
+    def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window_frames: int) -> KVCache:
+        """A fresh cache on the runner's device holding `window_frames` latent frames."""
+
+    def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
+                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally) -> KVCache:
+        """One clean forward that writes `latents` [1, F, C, h, w] into `kv` and returns the committed view."""
+
+    def hold(self, role: str, what: str, key: Hashable, value: object, keep: int = 1) -> object:
+        """Keep `value` for the rest of the generation (outside the memo's byte budget): the newest `keep`
+        entries of kind `what` for this role. For derived data the running generation will read again."""
+
+    def pixels_before(self, b: int, spec: GenerationSpec) -> int: ...
+
+    def pixel_frame(self, state: GenerationState, g: int, tally: Tally) -> torch.Tensor:
+        """Committed decoded pixel frame number g, [1, 3, H, W] in [-1, 1]."""
+
+    def encode_frame(self, frame: torch.Tensor, spec: GenerationSpec, tally: Tally) -> torch.Tensor:
+        """One pixel frame re-encoded by the VAE -> latent [1, 1, C, h, w] float32."""
+
+    def trace(self, name: str, t: torch.Tensor) -> None: ...
+
+    def trace_kv(self, name: str, kv: KVCache, extra: int = 0) -> None: ...
+
+
+class Recipe(Protocol):
+    """One model's context rule. Frozen dataclasses: equal recipes are the same rule (memo keys hold them)."""
+
+    name: str
+    # the reference SDVG loop rebuilds this recipe's context before every block (lazy=False does the same)
+    rebuilds_context_every_block: bool
+    # a reference SDVG implementation exists for this recipe (report.reference_forwards)
+    has_reference_sdvg: bool
+
+    @property
+    def plan(self) -> StepPlan:
+        """The timesteps a block is denoised at with this recipe."""
+
+    def validate(self, spec: GenerationSpec) -> None:
+        """Raise ValueError, before any work, when the spec cannot run with this recipe."""
+
+    def window_frames(self, frames_per_block: int, num_latent_frames: int) -> int:
+        """Latent frames the model's KV buffer holds (its device memory)."""
+
+    def query_frames(self, frames_per_block: int) -> int:
+        """The most latent frames one model call of this recipe processes (activation memory)."""
+
+    def pixel_history(self, temporal_compression: int) -> int:
+        """Decoded pixel frames of the committed video this recipe reads back (0: none)."""
+
+    def context_forwards(self, num_blocks: int) -> int:
+        """Context forwards one model makes in a run where it generates every block."""
+
+    def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
+                tally: Tally) -> tuple[KVCache, int]:
+        """The KV cache `runner` needs to generate block b, and the block's RoPE frame offset."""

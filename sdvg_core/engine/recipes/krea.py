@@ -1,0 +1,113 @@
+"""Krea's context recipe: every block rebuilds the KV cache from a few clean committed frames (docs/design.md §2.3).
+
+What the published SDVG system runs (krea-ai/realtime-video release_server.py defaults): before each block
+b >= 1 the model's cache is rebuilt by one clean forward over 3 context latent frames (for b >= 2 the first
+is an anchor made by re-encoding the oldest kept decoded pixel frame), the window is 6 frames, RoPE positions
+are relative to the window, and a block is denoised by 5 calls ending near t = 0 with no commit forward.
+The cost per block is flat: nothing grows with the block index, so the recipe runs for any length.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...models.wan import CausalWan, KVCache
+from ..keys import AnchorKey
+from ..schedule import StepPlan, krea_plan
+from ..state import GenerationSpec, GenerationState
+from ..tally import Tally
+from .base import ContextHost
+
+
+@dataclass(frozen=True)
+class KreaRecipe:
+    """Krea realtime-video server loop (krea-ai/realtime-video release_server.py defaults)."""
+
+    context_frames: int = 3  # kv_cache_num_frames
+    num_steps: int = 5  # num_denoising_steps: 1000, 937.5, 833.3, 625 and a call at t = 0
+    anchor: bool = True  # re-encode the oldest kept pixel frame as context frame 0 once it left the window
+    name: str = "krea"
+
+    # The reference SDVG loop rebuilds the target's context before every block, accepted or not.
+    rebuilds_context_every_block = True
+    has_reference_sdvg = True
+
+    @property
+    def plan(self) -> StepPlan:
+        return krea_plan(self.num_steps)
+
+    def window_frames(self, frames_per_block: int, num_latent_frames: int) -> int:
+        """Latent frames the KV buffer must hold: context + the new block (6 = 9360 tokens at 832x480)."""
+        return self.context_frames + frames_per_block
+
+    def query_frames(self, frames_per_block: int) -> int:
+        """A denoising call sees a block; a rebuild runs all context frames in one call."""
+        return max(frames_per_block, self.context_frames)
+
+    def pixel_history(self, temporal_compression: int) -> int:
+        """Decoded frames the server keeps for the anchor: 1 + (context - 1) * 4 = 9 (0 without an anchor)."""
+        return 1 + (self.context_frames - 1) * temporal_compression if self.anchor else 0
+
+    def validate(self, spec: GenerationSpec) -> None:
+        if self.context_frames < 1:
+            raise ValueError(f"Krea recipe needs at least 1 context frame, got {self.context_frames}")
+
+    def context_forwards(self, num_blocks: int) -> int:
+        """Context forwards one model makes in a run where it generates every block: a rebuild per block b >= 1."""
+        return max(num_blocks - 1, 0)
+
+    def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
+                tally: Tally) -> tuple[KVCache, int]:
+        """The KV cache `runner` needs to generate block b, and the block's RoPE frame offset (window-relative)."""
+        spec = state.spec
+        window = self.window_frames(spec.frames_per_block, spec.num_latent_frames)
+        if b == 0:
+            return host.empty_kv(runner, spec, window), 0
+        key = host.kv_key(runner, self, state, b)
+        cached = host.memo.get(key)  # (kv, the cost of building it)
+        if cached is not None:
+            tally.reuse(f"{role}_kv", host.memo.origin(key))
+            tally.credit_entry(key, cached[1])
+            return cached[0], self.context_frames
+        before = dict(tally.cost)
+        ctx = self._context_latents(host, state, b, tally)  # [1, ctx, C, h, w]
+        host.trace(f"{role}/block{b}/context", ctx)
+        kv = host.context_forward(role, runner, ctx, torch.zeros(1, ctx.shape[1]), state, 0,
+                                  host.empty_kv(runner, spec, window), tally)
+        if host.tracing:
+            host.trace_kv(f"{role}/block{b}/recompute/kv", kv)
+        host.memo.put(key, (kv, tally.cost_since(before)))  # for re-runs only: a block uses its context at once
+        tally.computed(key)
+        return kv, self.context_frames
+
+    def _context_latents(self, host: ContextHost, state: GenerationState, b: int, tally: Tally) -> torch.Tensor:
+        """Context latents [1, ctx, C, h, w]: frame 0 (latent 0 or the anchor) + the newest ctx-1 frames."""
+        n = self.context_frames
+        end = b * state.spec.frames_per_block  # latent frames committed before block b
+        newest = state.latent_frames(max(end - (n - 1), 0), end)  # only the frames it needs: flat cost per block
+        if end <= n or not self.anchor:
+            first = state.latent_frames(0, 1) if end <= n else state.latent_frames(end - n, end - n + 1)
+        else:
+            first = self._anchor(host, state, b, tally)
+        return torch.cat([first, newest], dim=1)
+
+    def _anchor(self, host: ContextHost, state: GenerationState, b: int, tally: Tally) -> torch.Tensor:
+        """The oldest kept decoded pixel frame, re-encoded -> [1, 1, C, h, w] (memoised by history)."""
+        key = AnchorKey(host.vae_key, host.decode_rule, self, state.lineage_at(b))
+        cached = host.memo.get(key)  # (anchor, the cost of making it)
+        if cached is not None:
+            tally.reuse("anchor", host.memo.origin(key))
+            tally.credit_entry(key, cached[1])
+            return cached[0]
+        before = dict(tally.cost)
+        spec = state.spec
+        g = host.pixels_before(b, spec) - self.pixel_history(host.temporal_compression)  # oldest kept frame
+        frame = host.pixel_frame(state, g, tally)  # [1, 3, H, W]
+        host.trace(f"block{b}/anchor/pixel_frame", frame)
+        anchor = host.encode_frame(frame, spec, tally)
+        host.trace(f"block{b}/anchor/latent", anchor)
+        # the drafter's and the target's contexts of block b share it: held for the block, whatever the budget
+        host.hold("shared", "anchor", key, (anchor, tally.cost_since(before)))
+        tally.computed(key)
+        return anchor

@@ -1,0 +1,186 @@
+"""What a generation needs lives as long as the generation (not as long as the memo's budget allows), each model
+runs its own recipe, and only an earlier execution's results make a run's time not fresh."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sdvg_core.demo.tiny import DEMO_PROMPT, tiny_models
+from sdvg_core.engine.engine import Engine, EngineConfig
+from sdvg_core.engine.keys import key_kind
+from sdvg_core.engine.memo import Memo, nbytes_of
+from sdvg_core.engine.memory import GIB, estimate_for_spec
+from sdvg_core.engine.policy import FixedPattern, TargetOnly, ThresholdPolicy
+from sdvg_core.engine.recipes import KreaRecipe, SelfForcingRecipe
+from sdvg_core.engine.report import build_report
+from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+from sdvg_core.engine.tally import WORK_KEYS
+from sdvg_core.io.text import demo_embeddings
+from sdvg_core.models.vae import VAE_PRESETS
+from sdvg_core.models.wan_config import PRESETS
+
+W, H, BLOCKS = 48, 32, 5
+PATTERN = (False, True, False, True, True)  # 3 of 4 drafts accepted after the forced block 0
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return tiny_models(seed=0, workdir=tmp_path_factory.mktemp("vocab"))
+
+
+def _spec(blocks: int = BLOCKS, seed: int = 42) -> GenerationSpec:
+    return GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), W, H, blocks, seed)
+
+
+# Bytes each kind of entry has at 832x480 in bf16 (engine/memory.py at full size: a 14B Krea KV window is 7.14
+# GiB, the 1.3B's 1.61 GiB, a decoder cache 1.76 GiB, 14B text K/V 0.39 GiB, a block's pixels 27 MiB).
+FULL_SIZE_BYTES = {"kv": int(7.14 * GIB), "dcache": int(1.76 * GIB), "draft_decode": int(1.79 * GIB),
+                   "text": int(0.39 * GIB), "pixels": 27 << 20, "anchor": 195 << 10, "drafter": 1170 << 10,
+                   "target": 1170 << 10, "score": 1 << 10}
+FULL_SIZE_MEMO = 2 * GIB  # the engine's and the nodes' default budget before this change
+
+
+class FullSizeMemo(Memo):
+    """A memo that charges every entry the bytes it would have at 832x480 (the issue's emulation)."""
+
+    def __init__(self, max_bytes: int):
+        super().__init__(max_bytes)
+        self._kind = "?"
+
+    def put(self, key, value):
+        self._kind = key_kind(key)
+        return super().put(key, value)
+
+    def size_of(self, value) -> int:
+        return FULL_SIZE_BYTES.get(self._kind, nbytes_of(value))
+
+
+CONFIGS = {
+    "target-only": (TargetOnly(), True),
+    "reference algorithm (lazy=False)": (FixedPattern(PATTERN), False),
+    "this engine": (FixedPattern(PATTERN), True),
+    "all-accept": (FixedPattern((False,) + (True,) * (BLOCKS - 1)), True),
+    "all-reject": (FixedPattern((False,) * BLOCKS), True),
+}
+RECIPE_PAIRS = {"krea": (KreaRecipe(), KreaRecipe()), "self_forcing": (SelfForcingRecipe(), SelfForcingRecipe()),
+                "drafter self_forcing / target krea": (SelfForcingRecipe(), KreaRecipe()),
+                # a 5-frame context reads back 17 pixel frames: more than the newest block holds
+                "krea, 5 context frames": (KreaRecipe(context_frames=5), KreaRecipe(context_frames=5))}
+
+
+def _work(state) -> dict[str, int]:
+    return {k: sum(r.work.get(k, 0) for r in state.blocks) for k in WORK_KEYS}
+
+
+def _run(models, memo, pair, policy, lazy, text_encodes):
+    drafter_recipe, target_recipe = pair
+    cfg = EngineConfig(recipe=target_recipe, drafter_recipe=drafter_recipe, lazy=lazy)
+    for runner in (models.target, models.drafter):
+        runner.encode_text = _counting(runner.encode_text, text_encodes)
+    try:
+        e = Engine(models.target, models.vae, models.drafter, models.scorer, cfg, memo=memo)
+        state = e.generate(_spec(), policy)
+    finally:
+        for runner in (models.target, models.drafter):
+            del runner.encode_text  # back to the class method
+    return e, state
+
+
+def _counting(fn, counter):
+    def wrapped(*a, **kw):
+        counter.append(1)
+        return fn(*a, **kw)
+    return wrapped
+
+
+@pytest.mark.parametrize("pair", list(RECIPE_PAIRS))
+def test_full_size_bytes_give_the_work_of_an_unbounded_memo(models, pair):
+    """Charging every memo entry its 832x480 bytes (a 7 GiB KV window in a 2 GiB memo) changes no work count:
+    decoded frames, VAE encodes, text encodes, forwards and scored frames are those of an unbounded memo, for
+    every benchmark configuration. A 0-byte memo does the same."""
+    configs = CONFIGS if pair != "krea, 5 context frames" else {"this engine": CONFIGS["this engine"]}
+    for name, (policy, lazy) in configs.items():
+        counts = {}
+        memos = [("unbounded", Memo(1 << 40)), ("full-size bytes", FullSizeMemo(FULL_SIZE_MEMO))]
+        if name == "this engine":
+            memos.append(("0 bytes", Memo(0)))
+        for label, memo in memos:
+            texts: list[int] = []
+            e, state = _run(models, memo, RECIPE_PAIRS[pair], policy, lazy, texts)
+            counts[label] = {**_work(state), "text_encodes": len(texts)}
+            assert memo.pinned_bytes == 0, f"{name}: the generation's held entries outlived it"
+        for label in counts:
+            assert counts[label] == counts["unbounded"], (pair, name, label, counts)
+        # each committed block decoded once (an accepted draft's decode is the committed one)
+        decoded = counts["unbounded"]["vae_decode_frames"]
+        drafts_scored = counts["unbounded"]["scored_frames"] > 0
+        assert decoded <= 3 * BLOCKS + (3 * (BLOCKS - 1) if drafts_scored else 0), (name, decoded)
+
+
+def test_held_memory_is_bounded_and_released(models):
+    """Held entries stay bounded while a long run goes (flat in the block index) and are gone at its end."""
+    memo = Memo(0)
+    held = []
+    e = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig(), memo=memo)
+    e.generate(_spec(blocks=10), FixedPattern((False,) + (True, False) * 4 + (True,)),
+               on_block=lambda eng, st: held.append(memo.pinned_bytes))
+    assert max(held[3:]) == max(held[3:6]), held  # no growth after the first blocks
+    assert memo.pinned_bytes == 0
+
+
+def test_each_role_runs_its_own_recipe(models):
+    """Drafter and target recipes are independent: the target's blocks equal a target-only run's when every
+    draft is rejected, whatever the drafter's recipe; drafts differ with the drafter's recipe; one memo never
+    hands one recipe's draft to another."""
+    memo = Memo(1 << 40)
+    reject_all = FixedPattern((False,) * 4)
+    base = Engine(models.target, models.vae, None, None, EngineConfig(), memo=Memo(1 << 30)).generate(
+        _spec(blocks=4), TargetOnly())
+    drafts = {}
+    for name, drafter_recipe in (("krea", KreaRecipe()), ("self_forcing", SelfForcingRecipe())):
+        cfg = EngineConfig(recipe=KreaRecipe(), drafter_recipe=drafter_recipe)
+        e = Engine(models.target, models.vae, models.drafter, models.scorer, cfg, memo=memo)
+        s = e.generate(_spec(blocks=4), reject_all)
+        assert torch.equal(s.committed_latents(), base.committed_latents()), name
+        st = e.start(_spec(blocks=4))
+        st = e.route(st, TargetOnly())
+        drafts[name] = e.draft(st).pending.latents
+        assert e.recipes["drafter"] == drafter_recipe and e.recipe == KreaRecipe()
+    assert not torch.equal(drafts["krea"], drafts["self_forcing"])
+    # the step plans differ (Krea 5 calls, Self-Forcing 4 + a commit); both share each block's noise prefix
+    assert EngineConfig(recipe=KreaRecipe(), drafter_recipe=SelfForcingRecipe()).num_renoise == 4
+
+
+def test_reuse_within_one_execution_is_a_fresh_run(models):
+    """Block b reusing what the same run computed (the anchor the drafter's context made, used again by the
+    target's) is part of a fresh run; a re-run that takes an earlier run's results is not fresh."""
+    memo = Memo(1 << 40)
+    e = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig(), memo=memo)
+    policy = FixedPattern((False, True, False, False, True, False))  # rejected blocks after b=1 reuse the anchor
+    s = e.generate(_spec(), policy)
+    rep = build_report(s, "p", e.recipe, e.plan.num_steps, wall_seconds=1.0)
+    assert any("anchor" in b.reused for b in s.blocks)  # reuse happened inside the run ...
+    assert rep.fresh_run and not any(b.carried for b in rep.blocks)  # ... and the time is still a fresh run's
+    assert "NOT a fresh run" not in rep.table()
+    again = e.generate(_spec(), ThresholdPolicy(tau=float("-inf")))
+    rep2 = build_report(again, "p", e.recipe, e.plan.num_steps, wall_seconds=1.0)
+    assert not rep2.fresh_run and any(b.carried for b in rep2.blocks)
+    assert "NOT a fresh run" in rep2.table()
+    assert again.blocks[0].run_id == again.blocks[-1].run_id != s.blocks[0].run_id  # one id per start
+
+
+def test_memory_estimate_counts_what_the_generation_holds():
+    """The estimate's peak is the largest phase plus what is held through every phase; a recipe that keeps its
+    cache between blocks (Self-Forcing) holds it, Krea does not; recipes state their own needs."""
+    spec = GenerationSpec(PromptConditioning.make("p", torch.zeros(1, 4, 4096)), 832, 480, 9, 0)
+    dits = [(PRESETS["wan2.1-t2v-14b"], torch.bfloat16), (PRESETS["wan2.1-t2v-1.3b"], torch.bfloat16)]
+    vae = VAE_PRESETS["wan2.1-vae"]
+    krea = estimate_for_spec(spec, KreaRecipe(), dits, vae, torch.bfloat16)
+    mixed = estimate_for_spec(spec, [KreaRecipe(), SelfForcingRecipe()], dits, vae, torch.bfloat16)
+    t, d = krea.dits
+    assert krea.held == t.text_kv + d.text_kv + 2 * krea.vae_cache + krea.draft_pixels
+    assert krea.peak == t.weights + t.activations + t.kv + krea.held
+    assert mixed.dits[1].kv_held and not mixed.dits[0].kv_held
+    assert mixed.held == krea.held - d.kv * 0 + mixed.dits[1].kv  # the drafter's whole-video cache is held
+    assert krea.host_pixels == 12 * 3 * 480 * 832 * 2  # Krea's 9-frame anchor history lies in the newest block
+    assert KreaRecipe().query_frames(3) == 3 and KreaRecipe(context_frames=5).query_frames(3) == 5
