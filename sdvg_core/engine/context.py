@@ -30,13 +30,14 @@ class ContextServices:
         if self.callbacks.interrupt is not None:
             self.callbacks.interrupt()
 
-    def text(self, runner: CausalWan, state: GenerationState) -> TextKV:
-        """Cross-attention K/V of the prompt for one model, computed once per (model, prompt) and held for the
-        generation (every block's calls need it)."""
-        key = TextKey(runner.key, state.spec.prompt.key)
+    def text(self, runner: CausalWan, state: GenerationState, b: int | None = None) -> TextKV:
+        """Cross-attention K/V of block b's prompt (default: the block being generated) for one model, computed
+        once per (model, prompt) and held for the generation (every block's calls need it)."""
+        prompt = state.spec.prompt_at(state.next_block if b is None else b)
+        key = TextKey(runner.key, prompt.key)
         text = self.memo.get(key)
         if text is None:
-            text = runner.encode_text(state.spec.prompt.embeddings, interrupt=self.callbacks.interrupt)
+            text = runner.encode_text(prompt.embeddings, interrupt=self.callbacks.interrupt)
         self.memo.pin(f"text:{runner.key}", key, text)  # re-held on a hit: a new run holds what it uses
         return text
 
@@ -61,9 +62,12 @@ class ContextServices:
                              device=runner.device, dtype=runner.dtype)
 
     def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
-                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally) -> KVCache:
+                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally,
+                        text_block: int | None = None) -> KVCache:
+        """One clean forward writing `latents` into `kv`, under block `text_block`'s prompt (default: the block
+        being generated, as Krea's rebuild does; a commit of block k passes k)."""
         self._interrupt()
-        out = runner.forward(latents, t, self.text(runner, state), frame_offset=frame_offset, kv=kv, commit=True,
+        out = runner.forward(latents, t, self.text(runner, state, text_block), frame_offset=frame_offset, kv=kv, commit=True,
                              want_output=False, interrupt=self.callbacks.interrupt)
         tally.add(f"{role}_forwards", 1)
         tally.add(f"{role}_context_forwards", 1)

@@ -118,6 +118,10 @@ class GenerationSpec:
                 raise ValueError(f"{name} {v} is not a positive multiple of {SIZE_MULTIPLE} "
                                  f"(8x VAE downsampling x 2x DiT patch); try {max(SIZE_MULTIPLE, round(v / SIZE_MULTIPLE) * SIZE_MULTIPLE)}")
 
+    def prompt_at(self, b: int) -> PromptConditioning:
+        """The prompt block b is generated, committed and scored under."""
+        return self.prompt
+
     @property
     def latent_hw(self) -> tuple[int, int]:
         return self.height // LATENT_SPATIAL, self.width // LATENT_SPATIAL

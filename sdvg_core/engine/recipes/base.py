@@ -12,7 +12,7 @@ from typing import Hashable, Protocol
 
 import torch
 
-from ...models.wan import CausalWan, KVCache
+from ...models.wan import CausalWan, KVCache, TextKV
 from ..keys import KVKey
 from ..schedule import StepPlan
 from ..state import GenerationSpec, GenerationState
@@ -34,8 +34,13 @@ class ContextHost(Protocol):
         """A fresh cache on the runner's device holding `window_frames` latent frames."""
 
     def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
-                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally) -> KVCache:
-        """One clean forward that writes `latents` [1, F, C, h, w] into `kv` and returns the committed view."""
+                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally,
+                        text_block: int | None = None) -> KVCache:
+        """One clean forward that writes `latents` [1, F, C, h, w] into `kv` and returns the committed view, under
+        block `text_block`'s prompt (default: the block being generated)."""
+
+    def text(self, runner: CausalWan, state: GenerationState, b: int | None = None) -> TextKV:
+        """Cross-attention K/V of block b's prompt (default: the block being generated), held for the run."""
 
     def hold(self, role: str, what: str, key: Hashable, value: object, keep: int = 1) -> object:
         """Keep `value` for the rest of the generation (outside the memo's byte budget): the newest `keep`

@@ -62,7 +62,7 @@ class SelfForcingRecipe:
         for k in range(j, b):
             before = dict(tally.cost)
             kv = host.context_forward(role, runner, state.blocks[k].latents, timestep_tensor(0.0, 1, F), state,
-                                      k * F, kv, tally)
+                                      k * F, kv, tally, text_block=k)
             # the newest prefix is held for the generation so a sequential run never rebuilds from the start
             key = host.kv_key(runner, self, state, k + 1)
             host.hold(role, "kv", key, (kv, tally.cost_since(before)))
