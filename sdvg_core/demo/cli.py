@@ -25,14 +25,14 @@ from ..io.checkpoint import CheckpointError
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND, drafter_problems
 from ..io.model_files import DTYPES, load_model_files
 from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
-from ..engine.recipes import recipe_by_name
+from ..engine.recipes import RECIPE_NAMES, recipe_by_name
 from ..engine.report import build_report
 from ..engine.plot import render_report_plot
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning
 from ..io.reward_files import ImageRewardError, find_vocab
 from ..io.text import demo_embeddings, encode_umt5, load_embeddings, umt5_folders
 from .tiny import DEMO_PROMPT, tiny_models
-from ..io.video import write_video
+from ..io.video import VideoWriter
 
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
 TINY_SIZE = (96, 64)
@@ -69,7 +69,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--aggregation", choices=["min", "mean"], default="min")
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
     p.add_argument("--accept-rate", type=float, default=0.73, help="for --policy random")
-    p.add_argument("--recipe", choices=["krea", "self_forcing"], default="krea")
+    p.add_argument("--recipe", choices=list(RECIPE_NAMES), default="krea",
+                   help="context recipe of both models (krea: the published SDVG pairing)")
+    p.add_argument("--drafter-recipe", choices=list(RECIPE_NAMES), default=None,
+                   help="the drafter's own recipe (default: --recipe; a LongLive drafter: longlive)")
+    p.add_argument("--target-recipe", choices=list(RECIPE_NAMES), default=None,
+                   help="the target's own recipe (default: --recipe)")
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",
                    help="standard = equal to a one-shot decode; krea = the VAE cache rule of the published runs")
     p.add_argument("--drafter", help="drafter checkpoint (Self-Forcing self_forcing_dmd.pt, Causal Forcing "
@@ -194,6 +199,20 @@ def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptCondition
     return PromptConditioning.make(text, demo_embeddings(text, text_dim))
 
 
+def _engine_config(a: argparse.Namespace, real: bool) -> EngineConfig:
+    """--recipe sets both roles; --drafter-recipe / --target-recipe override one. A drafter trained for its own
+    long-video recipe (LongLive) runs it unless told otherwise; Self-Forcing-family drafters run the published
+    pairing's recipe (--recipe)."""
+    drafter_recipe = a.drafter_recipe
+    if drafter_recipe is None and real and a.drafter:
+        own = DRAFTER_KINDS[a.drafter_kind].default_recipe if a.drafter_kind in DRAFTER_KINDS else None
+        if own is not None and own != "self_forcing" and own in RECIPE_NAMES:
+            drafter_recipe = own
+    return EngineConfig(recipe=recipe_by_name(a.recipe), decode_rule=a.decode_rule,
+                        drafter_recipe=recipe_by_name(drafter_recipe) if drafter_recipe else None,
+                        target_recipe=recipe_by_name(a.target_recipe) if a.target_recipe else None)
+
+
 def _policy(a: argparse.Namespace):
     force = not a.no_force_reject_first
     if a.policy == "sdvg":
@@ -237,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt = _prompt(a, target.cfg.text_dim, real)
         spec = GenerationSpec(prompt, width, height, a.blocks or blocks, a.seed)
         policy = _policy(a)
-        engine = Engine(target, vae, drafter, scorer, EngineConfig(recipe=recipe_by_name(a.recipe), decode_rule=a.decode_rule))
+        engine = Engine(target, vae, drafter, scorer, _engine_config(a, real))
     except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
@@ -256,27 +275,29 @@ def main(argv: list[str] | None = None) -> int:
                 bar.set_postfix_str(f"block {ev.block} -> {ev.record.producer} ({ev.record.decision})")
 
         engine.callbacks.progress = progress
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    state = engine.generate(spec, policy)
-    frames = engine.frames(state)
+    # each block's frames go to the file as it commits: a long video never sits in memory
+    with VideoWriter(out / f"sdvg.{a.format}") as writer:
+        state = engine.generate(spec, policy,
+                                on_block=lambda eng, st: writer.write(eng.block_frames(st, st.next_block - 1)))
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()
-
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    video = write_video(frames, out / f"sdvg.{a.format}")
+    video, n_frames = writer.path, writer.frames_written
     report = build_report(state, policy.describe(), engine.recipe, engine.plan.num_steps, wall_seconds=wall,
                           meta={"prompt": prompt.text, "size": f"{width}x{height}", "seed": str(a.seed),
                                 "models": "real" if real else "tiny random (embedded default)",
-                                "decode_rule": a.decode_rule, "frames": str(frames.shape[0])})
+                                "decode_rule": a.decode_rule, "frames": str(n_frames)},
+                          drafter_recipe=engine.recipes["drafter"])
     data = json.loads(report.to_json())
     data.setdefault("tau", a.tau if a.policy == "sdvg" else None)  # a number, not only inside the policy text
     (out / "report.json").write_text(json.dumps(data, indent=2))
     plot = out / "report.png"
     render_report_plot(report, tau=a.tau if a.policy == "sdvg" else None).save(plot)
     print(report.table())
-    print(f"wrote {video} ({frames.shape[0]} frames, {width}x{height}), {out / 'report.json'} and {plot}")
+    print(f"wrote {video} ({n_frames} frames, {width}x{height}), {out / 'report.json'} and {plot}")
     if not real:
         print("note: the tiny models have random weights, so the video is noise; the table, report.json and "
               "report.png show what SDVG decided and what it cost")
