@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
 
 from sdvg_core.models.wan_config import PRESETS
 from sdvg_core.io.checkpoint import CheckpointError, load_wan_dit, save_state_dict
+from sdvg_core.io.drafters import DrafterError, drafter_problems, load_drafter
+from sdvg_core.io.model_files import load_model_files
 from sdvg_core.models.wan import build_random
 
 
@@ -131,3 +134,121 @@ def test_not_a_wan_checkpoint(tmp_path):
     bad.write_bytes(b"x")
     with pytest.raises(CheckpointError, match="unsupported checkpoint extension"):
         load_wan_dit(bad)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# drafter kinds (io/drafters.py): Causal Forcing chunk-wise, LongLive, frame-wise refused
+# ---------------------------------------------------------------------------------------------------------------
+def _networks(tmp_path, folder: str, name: str, entries: dict[str, dict], prefix: str = "model.") -> Path:
+    path = tmp_path / folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({e: {prefix + k: v for k, v in sd.items()} for e, sd in entries.items()}, path)
+    return path
+
+
+def test_causal_forcing_chunkwise_reads_generator_with_fsdp_names(tmp_path, tiny_sd):
+    """Causal Forcing's inference.py reads `generator` (no --use_ema for the chunk-wise model) and loads keys
+    saved as model._fsdp_wrapped_module.<wan key>; Self-Forcing's kind keeps reading generator_ema."""
+    ema = build_random(PRESETS["tiny"], seed=12).state_dict()
+    path = _networks(tmp_path, "chunkwise", "causal_forcing.pt", {"generator": tiny_sd, "generator_ema": ema},
+                     prefix="model._fsdp_wrapped_module.")
+    net, _, rep = load_drafter(path, "causal_forcing")
+    assert rep.entry == "generator" and _same(net, tiny_sd)
+    assert "FSDP names removed" in rep.describe() and "kind causal_forcing" in rep.describe()
+    net, _, rep = load_drafter(path)  # the default kind: Self-Forcing
+    assert rep.entry == "generator_ema" and _same(net, ema)
+    net, _, rep = load_drafter(path, "causal_forcing", pt_entry="generator_ema")
+    assert rep.entry == "generator_ema" and _same(net, ema)
+
+
+def test_fsdp_names_anywhere_and_mixed_files(tmp_path, tiny_sd):
+    inner = {("model." + k).replace("blocks.1.", "blocks.1._fsdp_wrapped_module."): v for k, v in tiny_sd.items()}
+    path = tmp_path / "inner.safetensors"
+    save_state_dict(inner, path)
+    net, _, _ = load_wan_dit(path)
+    assert _same(net, tiny_sd)
+    mixed = dict(inner, **{"model.blocks.1.ffn.0.weight": tiny_sd["blocks.1.ffn.0.weight"].clone()})
+    save_state_dict(mixed, path)
+    with pytest.raises(CheckpointError, match="both with and without the training wrapper names"):
+        load_wan_dit(path)
+
+
+@pytest.mark.parametrize("folder, name, kind", [
+    ("framewise", "causal_forcing.pt", "causal_forcing"),
+    ("causal-forcing++", "framewise-2step.pt", "causal_forcing"),
+    ("causal-forcing++", "framewise-1step.pt", None),
+    ("chunkwise", "causal_forcing.pt", "causal_forcing_framewise"),
+])
+def test_frame_wise_causal_forcing_is_refused_before_reading(tmp_path, folder, name, kind):
+    """By the stated kind or, as a safety net, by the published path; the file is never opened (it need not exist)."""
+    path = tmp_path / folder / name
+    with pytest.raises(DrafterError, match=r"denoise 1 latent frame per block.*SDVG drafts 3-frame blocks.*"
+                                           r"chunkwise/causal_forcing.pt"):
+        load_drafter(path, kind)
+    assert drafter_problems(path, kind)
+
+
+def test_causal_forcing_file_without_its_entry_says_what_to_do(tmp_path, tiny_sd):
+    path = _networks(tmp_path, "models", "causal_forcing.pt", {"generator_ema": tiny_sd})
+    with pytest.raises(DrafterError, match=r"no 'generator' entry.*causal_forcing files are read from 'generator'.*"
+                                           r"frame-wise files.*--use_ema.*cannot be used"):
+        load_drafter(path, "causal_forcing")
+
+
+def test_longlive_model_entry_and_lora_file_as_a_model(tmp_path, tiny_sd):
+    """LongLive's loader falls back to entry `model`; a LoRA file given as the network is named as a LoRA."""
+    path = _networks(tmp_path, "models", "base.pt", {"model": tiny_sd})
+    net, _, rep = load_wan_dit(path)
+    assert rep.entry == "model" and _same(net, tiny_sd)
+    lora = tmp_path / "lora.pt"
+    torch.save({"generator_lora": {"base_model.model.blocks.0.self_attn.q.lora_A.weight": torch.zeros(4, 64)},
+                "step": 3}, lora)
+    with pytest.raises(CheckpointError, match="holds a LoRA .*generator_lora.*lora.pt goes with longlive_base.pt"):
+        load_wan_dit(lora)
+
+
+def test_model_files_longlive_drafter(tmp_path, tiny_sd):
+    """The loader of the demo CLI and sdvg_eval: kind, LoRA and default recipe reach the model set; a drafter
+    problem is raised before the target is read (here the target does not even exist)."""
+    from test_lora import hand_lora
+
+    from sdvg_core.demo.tiny import random_vae
+
+    base_net = build_random(PRESETS["tiny"], seed=11)
+    base = _networks(tmp_path, "models", "longlive_base.pt", {"generator": tiny_sd})
+    lora = tmp_path / "models" / "lora.pt"
+    torch.save({"generator_lora": hand_lora(base_net, rank=256)}, lora)
+    target = tmp_path / "target.safetensors"
+    save_state_dict(build_random(PRESETS["tiny-target"], seed=2).state_dict(), target)
+    vae = tmp_path / "vae.safetensors"
+    save_state_dict(random_vae(3).state_dict(), vae)
+    m = load_model_files(target=str(target), vae=str(vae), drafter=str(base), drafter_kind="longlive",
+                         drafter_lora=str(lora))
+    assert (m.drafter_kind, m.drafter_recipe) == ("longlive", "longlive")
+    assert "|lora:" in m.drafter.key and "LoRA lora.pt merged (20 layers, rank 256, alpha 256" in m.notes[1]
+    plain = load_model_files(target=str(target), vae=str(vae), drafter=str(base), drafter_kind="causal_forcing")
+    assert (plain.drafter_kind, plain.drafter_recipe) == ("causal_forcing", "self_forcing")
+    assert plain.drafter.key != m.drafter.key
+    with pytest.raises(DrafterError, match="needs its LoRA"):
+        load_model_files(target=str(tmp_path / "missing.safetensors"), vae=str(vae), drafter=str(base),
+                         drafter_kind="longlive")
+
+
+def test_demo_cli_names_drafter_problems_before_loading(tmp_path, capsys):
+    from sdvg_core.demo.cli import main
+
+    framewise = tmp_path / "framewise" / "causal_forcing.pt"
+    framewise.parent.mkdir()
+    framewise.write_bytes(b"x")
+    rc = main(["--drafter", str(framewise), "--drafter-kind", "causal_forcing", "--target", str(framewise),
+               "--vae", str(framewise), "--policy", "draft-only", "--embeddings", str(framewise),
+               "--drafter-lora", str(tmp_path / "no_lora.pt")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nothing was loaded" in err
+    assert "names a frame-wise model" in err and "--drafter-lora" in err and "no_lora.pt: file not found" in err
+    rc = main(["--drafter-lora", str(framewise), "--drafter-kind", "longlive"])  # tiny mode: no --drafter
+    err = capsys.readouterr().err
+    assert rc == 2 and "--drafter-lora, --drafter-kind given without --drafter" in err
+    rc = main(["--drafter", str(framewise.parent.parent / "longlive_base.pt"), "--drafter-kind", "longlive",
+               "--policy", "draft-only"])
+    assert rc == 2 and "needs its LoRA" in capsys.readouterr().err
