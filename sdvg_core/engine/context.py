@@ -38,7 +38,8 @@ class ContextServices:
         text = self.memo.get(key)
         if text is None:
             text = runner.encode_text(prompt.embeddings, interrupt=self.callbacks.interrupt)
-        self.memo.pin(f"text:{runner.key}", key, text)  # re-held on a hit: a new run holds what it uses
+        # held for the run (re-held on a hit: a new run holds what it uses), one entry per prompt of the schedule
+        self.memo.pin(f"text:{runner.key}", key, text, keep=len(state.spec.schedule))
         return text
 
     def hold(self, role: str, what: str, key, value, keep: int = 1):
@@ -54,7 +55,7 @@ class ContextServices:
         return self.tracer is not None
 
     def kv_key(self, runner: CausalWan, recipe, state: GenerationState, b: int) -> KVKey:
-        return KVKey(runner.key, state.spec.prompt.key, recipe, self.vae_key, self.decode_rule, state.lineage_at(b))
+        return KVKey(runner.key, state.spec.prompt_at(b).key, recipe, self.vae_key, self.decode_rule, state.lineage_at(b))
 
     def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window: int) -> KVCache:
         h, w = spec.latent_hw

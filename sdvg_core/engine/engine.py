@@ -154,7 +154,7 @@ class Engine:
     # ------------------------------------------------------------------------------------------ start
     def start(self, spec: GenerationSpec) -> GenerationState:
         """Validate the request against the models and the recipe, and return the empty state."""
-        width = spec.prompt.embeddings.shape[-1]
+        width = spec.prompt.embeddings.shape[-1]  # every entry of a schedule has this width (GenerationSpec checks)
         for role, runner in (("target", self.target), ("drafter", self.drafter)):
             if runner is not None and runner.cfg.text_dim != width:
                 raise ValueError(f"prompt embeddings have width {width} but the {role} expects {runner.cfg.text_dim} "
@@ -198,11 +198,12 @@ class Engine:
         if self.scorer is None:
             raise ValueError("this policy scores drafts, but the engine was built without an ImageReward scorer")
         tally = self._tally()
-        key = ScoreKey(self._draft_decode_key(state), self.keys["scorer"], state.spec.prompt.text)
+        text = state.spec.prompt_at(state.next_block).text  # each block is routed against its own prompt
+        key = ScoreKey(self._draft_decode_key(state), self.keys["scorer"], text)
         with tally.phase("score"), self.memo.stamped(self.run_id):
             cached = self.memo.get(key)  # (scores, the cost of computing them)
             if cached is None:
-                scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, state.spec.prompt.text))
+                scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, text))
                 tally.add("scored_frames", len(scores))
                 self.memo.put(key, (scores, {"scored_frames": len(scores)}))
             else:
@@ -241,7 +242,7 @@ class Engine:
         else:
             latents, producer = self._generate("target", state, b, tally, context), "target"
             decision = "forced" if forced else "rejected"
-        lineage = extend_lineage(state.lineage, latents, producer)
+        lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
         draft_entry = None
         if accepted and p.frames is not None:
             cached = self.memo.get(self._draft_decode_key(state))
@@ -344,7 +345,7 @@ class Engine:
         return runner
 
     def _block_key(self, role: str, state: GenerationState, b: int) -> BlockKey:
-        return BlockKey(role, self._role(role).key, state.spec.prompt.key, self.recipes[role], self.keys["vae"],
+        return BlockKey(role, self._role(role).key, state.spec.prompt_at(b).key, self.recipes[role], self.keys["vae"],
                         self.config.decode_rule, self.noise_key, state.lineage_at(b))
 
     def _draft_decode_key(self, state: GenerationState) -> DraftDecodeKey:

@@ -35,6 +35,7 @@ class BlockReport:
     run_id: str = ""  # the execution that computed the block
     computed_now: bool = True  # computed by the execution that built this report (False: from a host cache)
     carried: list[str] = field(default_factory=list)  # reused results an EARLIER execution computed
+    prompt: int = 0  # index of the block's prompt in RunReport.prompts (its segment of the schedule)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class RunReport:
     run_id: str | None = None  # the execution that built this report (None: every block counts as computed now)
     blocks_from_earlier_runs: int = 0  # blocks this execution did not compute (taken from a host's cache)
     fresh_run: bool = True  # every block and every part of it was computed by this execution (wall = a fresh run's time)
+    prompts: list[dict] = field(default_factory=list)  # the schedule: [{"first_block": n, "text": ...}, ...]
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -69,16 +71,19 @@ class RunReport:
         `now` says per block whether this execution computed it (yes / part: some results came from the memo /
         no: the whole block came from an earlier run, e.g. ComfyUI's node cache, and its seconds are that run's).
         """
-        lines = [f"policy: {self.policy} | recipe: {self.recipe}",
-                 f"{'block':>5} {'producer':>8} {'decision':>8} {'min/agg':>8} {'frames(min..max)':>18} "
-                 f"{'D fw':>4} {'T fw':>4} {'secs':>8} {'now':>4} reused"]
+        segments = len(self.prompts) > 1
+        lines = [f"policy: {self.policy} | recipe: {self.recipe}"]
+        if segments:
+            lines += [f"prompt {i} from block {p['first_block']}: {p['text']}" for i, p in enumerate(self.prompts)]
+        lines.append(f"{'block':>5} " + (f"{'prompt':>6} " if segments else "") + f"{'producer':>8} {'decision':>8} "
+                     f"{'min/agg':>8} {'frames(min..max)':>18} {'D fw':>4} {'T fw':>4} {'secs':>8} {'now':>4} reused")
         for b in self.blocks:
             fs = f"{min(b.frame_scores):+.3f}..{max(b.frame_scores):+.3f}" if b.frame_scores else "-"
             sc = f"{b.score:+.3f}" if b.score is not None else "-"
             now = "no" if not b.computed_now else ("part" if b.carried else "yes")
             secs = f"{sum(b.seconds.values()):.3f}" + ("*" if not b.computed_now else "")
             reused = ",".join(b.reused) if b.computed_now else "whole block (earlier run)"
-            lines.append(f"{b.index:>5} {b.producer:>8} {b.decision:>8} {sc:>8} {fs:>18} "
+            lines.append(f"{b.index:>5} " + (f"{b.prompt:>6} " if segments else "") + f"{b.producer:>8} {b.decision:>8} {sc:>8} {fs:>18} "
                          f"{b.cost.get('drafter_forwards', 0):>4} {b.cost.get('target_forwards', 0):>4} "
                          f"{secs:>8} {now:>4} {reused or '-'}")
         if self.blocks_from_earlier_runs:
@@ -138,7 +143,8 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
     another run id are marked as not computed now, and their work does not count as recomputed."""
     blocks = [BlockReport(b.index, b.producer, b.decision, b.score, list(b.frame_scores), dict(b.work), dict(b.cost),
                           {k: round(v, 6) for k, v in dict(b.seconds).items()}, list(b.reused),
-                          run_id=b.run_id, computed_now=run_id is None or b.run_id == run_id, carried=list(b.carried))
+                          run_id=b.run_id, computed_now=run_id is None or b.run_id == run_id, carried=list(b.carried),
+                          prompt=state.spec.segment_of(b.index))
               for b in state.blocks]
     n = len(blocks)
     now = [b for b in blocks if b.computed_now]
@@ -162,4 +168,5 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         target_only_cost=base, counted_speedup=base / cost if cost else float("inf"),
         seconds=seconds, wall_seconds=wall_seconds, meta=dict(meta or {}), run_id=run_id,
         blocks_from_earlier_runs=n - len(now),
-        fresh_run=len(now) == n and not any(b.carried for b in blocks))
+        fresh_run=len(now) == n and not any(b.carried for b in blocks),
+        prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule])

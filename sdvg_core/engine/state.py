@@ -6,6 +6,7 @@ is looked up by it, never stored in the state.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import dataclass, replace
 from typing import Iterator, Literal, Mapping, TypeVar
@@ -99,7 +100,12 @@ def _tensor_digest(t: torch.Tensor, *extra: str) -> str:
 
 @dataclass(frozen=True)
 class GenerationSpec:
-    """What to generate: prompt, pixel size, number of blocks, seed, frames per block."""
+    """What to generate: a prompt schedule, pixel size, number of blocks, seed, frames per block.
+
+    `prompt` is block 0's prompt; `switches` holds the later entries of the schedule as (first block, prompt),
+    first blocks increasing: block b is generated, committed and scored under the last entry starting at or
+    before it. A single prompt is the schedule with no switch.
+    """
 
     prompt: PromptConditioning
     width: int
@@ -107,6 +113,7 @@ class GenerationSpec:
     num_blocks: int
     seed: int
     frames_per_block: int = 3  # latent frames per block (Self-Forcing / Krea)
+    switches: tuple[tuple[int, PromptConditioning], ...] = ()
 
     def __post_init__(self):
         if self.num_blocks < 1:
@@ -117,10 +124,33 @@ class GenerationSpec:
             if v <= 0 or v % SIZE_MULTIPLE:
                 raise ValueError(f"{name} {v} is not a positive multiple of {SIZE_MULTIPLE} "
                                  f"(8x VAE downsampling x 2x DiT patch); try {max(SIZE_MULTIPLE, round(v / SIZE_MULTIPLE) * SIZE_MULTIPLE)}")
+        object.__setattr__(self, "switches", tuple((int(b), p) for b, p in self.switches))
+        check_schedule(self.schedule, self.num_blocks)
+
+    @staticmethod
+    def from_schedule(schedule, width: int, height: int, num_blocks: int, seed: int,
+                      frames_per_block: int = 3) -> "GenerationSpec":
+        """A spec from a whole schedule [(first block, prompt), ...] whose first entry starts at block 0."""
+        entries = [(int(b), p) for b, p in schedule]
+        if not entries:
+            raise ValueError("the prompt schedule is empty: give at least one prompt")
+        if entries[0][0] != 0:
+            raise ValueError(f"the prompt schedule must start at block 0 (its first entry starts at block "
+                             f"{entries[0][0]}): which prompt would blocks 0..{entries[0][0] - 1} have?")
+        return GenerationSpec(entries[0][1], width, height, num_blocks, seed, frames_per_block, tuple(entries[1:]))
+
+    @property
+    def schedule(self) -> tuple[tuple[int, PromptConditioning], ...]:
+        """Every entry, block 0's first: ((0, prompt), (first block, prompt), ...)."""
+        return ((0, self.prompt),) + self.switches
+
+    def segment_of(self, b: int) -> int:
+        """Index in `schedule` of the entry block b belongs to."""
+        return bisect.bisect_right([first for first, _ in self.switches], b)
 
     def prompt_at(self, b: int) -> PromptConditioning:
         """The prompt block b is generated, committed and scored under."""
-        return self.prompt
+        return self.schedule[self.segment_of(b)][1]
 
     @property
     def latent_hw(self) -> tuple[int, int]:
@@ -222,10 +252,29 @@ class GenerationState:
         return GenerationState(self.spec, self.blocks + (record,), None)
 
 
+def check_schedule(schedule, num_blocks: int) -> None:
+    """Refuse, before any work, a schedule whose first blocks do not increase, start past the end, whose prompt is
+    empty or whose embeddings differ in width (each names the entry)."""
+    width = schedule[0][1].embeddings.shape[-1]
+    previous = -1
+    for i, (first, p) in enumerate(schedule):
+        where = f"prompt schedule entry {i} (block {first})"
+        if first <= previous:
+            raise ValueError(f"{where}: first blocks must increase (the entry before starts at block {previous})")
+        if first >= num_blocks:
+            raise ValueError(f"{where}: starts past the end of the video (blocks 0..{num_blocks - 1})")
+        if len(schedule) > 1 and not p.text.strip():  # a schedule's prompts are scored and shown by their text
+            raise ValueError(f"{where}: the prompt is empty")
+        if p.embeddings.shape[-1] != width:
+            raise ValueError(f"{where}: embeddings are {p.embeddings.shape[-1]} wide, block 0's are {width} (every "
+                             f"prompt must come from the same text encoder)")
+        previous = first
+
+
 def root_lineage(spec: GenerationSpec) -> str:
     return hashlib.blake2b(("sdvg-root|" + spec.identity()).encode(), digest_size=16).hexdigest()
 
 
-def extend_lineage(parent: str, latents: torch.Tensor, producer: str) -> str:
-    """Hash chain: the parent lineage, who produced the block and the block's latent bytes."""
-    return _tensor_digest(latents, parent, producer)
+def extend_lineage(parent: str, latents: torch.Tensor, producer: str, prompt_key: str) -> str:
+    """Hash chain: the parent lineage, who produced the block, under which prompt, and the block's latent bytes."""
+    return _tensor_digest(latents, parent, producer, prompt_key)
