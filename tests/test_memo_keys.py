@@ -36,9 +36,10 @@ def _emb(seed: int) -> torch.Tensor:
 
 
 def _spec(seed: int = 42, blocks: int = BLOCKS, w: int = W, h: int = H, text: str = "a red fox in the snow",
-          emb_seed: int = 1, frames_per_block: int = 3, prompt: PromptConditioning | None = None) -> GenerationSpec:
+          emb_seed: int = 1, frames_per_block: int = 3, prompt: PromptConditioning | None = None,
+          switches: tuple = ()) -> GenerationSpec:
     prompt = prompt or PromptConditioning.make(text, _emb(emb_seed))
-    return GenerationSpec(prompt, w, h, blocks, seed, frames_per_block=frames_per_block)
+    return GenerationSpec(prompt, w, h, blocks, seed, frames_per_block=frames_per_block, switches=switches)
 
 
 def _engine(target, vae, drafter=None, scorer=None, memo=None, noise_fn=None, **cfg) -> Engine:
@@ -85,6 +86,20 @@ def test_another_prompt_on_one_engine(models, recipe):
     for other in (_spec(text="a blue whale", emb_seed=2),  # other text and embeddings
                   _spec(text="a red fox", emb_seed=3)):  # same text, other embeddings
         _same_as_fresh(e, _engine(m.target, m.vae, m.drafter, m.scorer, recipe=recipe), other, SDVG)
+
+
+@pytest.mark.parametrize("recipe", [KreaRecipe(), SelfForcingRecipe()], ids=lambda r: r.name)
+def test_another_prompt_schedule_on_one_engine(models, recipe):
+    """Schedules that agree up to a switch share that prefix, and nothing from the switch on."""
+    m = models
+    fox, whale, frog = (PromptConditioning.make(t, _emb(s)) for t, s in (("a red fox", 1), ("a blue whale", 2),
+                                                                             ("a green frog", 3)))
+    whale_text = PromptConditioning("a blue whale at night", whale.embeddings, key=whale.key)  # same embeddings
+    e = _engine(m.target, m.vae, m.drafter, m.scorer, recipe=recipe)
+    e.generate(_spec(prompt=fox, switches=((2, whale),)), SDVG)
+    for switches in (((2, frog),), ((1, whale),), ((3, whale),), (), ((2, whale_text),)):
+        _same_as_fresh(e, _engine(m.target, m.vae, m.drafter, m.scorer, recipe=recipe),
+                       _spec(prompt=fox, switches=switches), SDVG)
 
 
 def test_same_embeddings_other_text_gets_its_own_scores(models):

@@ -234,3 +234,19 @@ def test_lazy_engine_rebuilds_the_target_context_only_when_the_target_generates(
 def test_an_accepted_draft_is_decoded_once(models):
     s = _engine(models, StandInScorer(flat(GOOD))).generate(_spec(), ThresholdPolicy(tau=-1e9))
     assert all(r.decision == "accepted" and r.work["vae_decode_frames"] == 3 for r in s.blocks[1:])
+
+
+def test_each_role_runs_its_own_recipe(models):
+    """EngineConfig.drafter_recipe / target_recipe: each model builds its context with its own recipe."""
+    sf, krea = SelfForcingRecipe(), KreaRecipe()
+
+    def run(policy, **cfg):
+        return _engine(models, StandInScorer(flat(GOOD)), **cfg).generate(_spec(), policy).committed_latents()
+
+    mixed = dict(drafter_recipe=sf, target_recipe=krea)
+    assert torch.equal(run(TargetOnly(), **mixed), run(TargetOnly(), recipe=krea))
+    drafted = run(DraftOnly(), **mixed)
+    assert not torch.equal(drafted, run(DraftOnly(), recipe=krea))
+    assert torch.equal(drafted, run(DraftOnly(), recipe=sf, target_recipe=krea))
+    swapped = run(DraftOnly(), drafter_recipe=krea, target_recipe=sf)
+    assert not torch.equal(drafted, swapped)

@@ -1,0 +1,251 @@
+"""Break the routing rule and the memo keys on purpose, one change at a time, and see which test notices.
+
+Each mutation edits one line of sdvg_core in a private git worktree of HEAD (never the shared checkout), runs the
+given tests with `-x`, records the first failing test (or "SURVIVED"), and restores the file. Every field of
+every memo key (sdvg_core/engine/keys.py) is dropped from equality and hashing in turn (`field(compare=False)`),
+so a new field gets checked without editing this list. A mutation whose text is no longer in the code (the
+engine moved on) is reported as "stale", never silently skipped.
+
+    .venv/bin/python scripts/check_mutations.py                   # all, markdown table on stdout
+    .venv/bin/python scripts/check_mutations.py --only P1 P2 --tests tests/test_rules.py
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TESTS = ("tests/test_rules.py", "tests/test_memo_keys.py")
+TIMEOUT_S = 1800  # one mutation's test run; a hang counts as caught (reported as "timeout")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    file: str
+    what: str
+    old: str = ""
+    new: str = ""
+    edit: Callable[[str], str] | None = None  # for generated mutations: text -> mutated text
+    tests: tuple[str, ...] = ()  # run these instead of --tests (e.g. the preprocessing tests)
+
+    def apply(self, text: str) -> str | None:
+        """The mutated text, or None when the mutation's text is not (exactly once) in the file."""
+        if self.edit is not None:
+            return self.edit(text)
+        return text.replace(self.old, self.new) if text.count(self.old) == 1 else None
+
+
+PRE = "sdvg_core/models/reward_preprocess.py"
+PRE_TESTS = ("tests/test_reward_tensor_path.py",)
+POLICY, ENGINE, STATE, KEYS, PIXELS = ("sdvg_core/engine/policy.py", "sdvg_core/engine/engine.py",
+                                       "sdvg_core/engine/state.py", "sdvg_core/engine/keys.py", "sdvg_core/engine/pixels.py")
+
+MUTATIONS = [
+    # the SDVG rule (policy.py)
+    Mutation("P1", POLICY, "accept on score > tau instead of >=", "score >= self.tau", "score > self.tau"),
+    Mutation("P2", POLICY, "aggregate('min') returns the mean", "return min(frame_scores)",
+             "return sum(frame_scores) / len(frame_scores)"),
+    Mutation("P3", POLICY, "ThresholdPolicy aggregates by mean by default",
+             'tau: float = DEFAULT_TAU\n    aggregation: Aggregation = "min"',
+             'tau: float = DEFAULT_TAU\n    aggregation: Aggregation = "mean"'),
+    Mutation("P4", POLICY, "aggregate('mean') divides by n - 1", "sum(frame_scores) / len(frame_scores)",
+             "sum(frame_scores) / (len(frame_scores) - 1)"),
+    Mutation("P5", POLICY, "ThresholdPolicy: block 0 no longer forced",
+             "return (self.force_reject_first and block == 0) or self.tau == math.inf", "return self.tau == math.inf"),
+    Mutation("P6", POLICY, "ThresholdPolicy: tau = +inf no longer forces every block",
+             "return (self.force_reject_first and block == 0) or self.tau == math.inf",
+             "return self.force_reject_first and block == 0"),
+    Mutation("P7", POLICY, "ThresholdPolicy: force_reject_first ignored (always forces block 0)",
+             "return (self.force_reject_first and block == 0) or self.tau == math.inf",
+             "return block == 0 or self.tau == math.inf"),
+    Mutation("P8", POLICY, "ThresholdPolicy: force_reject_first defaults to False",
+             'aggregation: Aggregation = "min"\n    force_reject_first: bool = True\n\n    def __post_init__(self):\n        if isinstance(self.tau',
+             'aggregation: Aggregation = "min"\n    force_reject_first: bool = False\n\n    def __post_init__(self):\n        if isinstance(self.tau'),
+    Mutation("P9", POLICY, "ThresholdPolicy: tau = -inf still asks for a score",
+             "return not self.forced(block) and self.tau != -math.inf", "return not self.forced(block)"),
+    Mutation("P10", POLICY, "ThresholdPolicy: forced blocks ask for a score",
+             "return not self.forced(block) and self.tau != -math.inf", "return self.tau != -math.inf"),
+    Mutation("P11", POLICY, "ThresholdPolicy.accept: forced check dropped",
+             "        if self.forced(block):\n            return False\n        if self.tau == -math.inf:",
+             "        if False:\n            return False\n        if self.tau == -math.inf:"),
+    Mutation("P12", POLICY, "ThresholdPolicy.accept: tau = -inf branch dropped",
+             "        if self.tau == -math.inf:\n            return True", "        if False:\n            return True"),
+    Mutation("P13", POLICY, "ThresholdPolicy.accept: no score counts as accepted",
+             "return score is not None and score >= self.tau", "return score is None or score >= self.tau"),
+    Mutation("P14", POLICY, "TargetOnly no longer forces", '        return "target-only"\n\n    def forced(self, block: int) -> bool:\n        return True',
+             '        return "target-only"\n\n    def forced(self, block: int) -> bool:\n        return False'),
+    Mutation("P15", POLICY, "DraftOnly forces block 0 even without force_reject_first",
+             '" (block 0 from the target)" if self.force_reject_first else "")\n\n    def forced(self, block: int) -> bool:\n        return self.force_reject_first and block == 0',
+             '" (block 0 from the target)" if self.force_reject_first else "")\n\n    def forced(self, block: int) -> bool:\n        return block == 0'),
+    Mutation("P16", POLICY, "DraftOnly accepts forced blocks", "        return not self.forced(block)\n",
+             "        return True\n"),
+    Mutation("P17", POLICY, "RandomPolicy: < rate becomes <= rate", "random() < self.accept_rate",
+             "random() <= self.accept_rate"),
+    Mutation("P18", POLICY, "RandomPolicy ignores its seed", 'random.Random(f"{self.seed}:{block}")',
+             'random.Random(f"{block}")'),
+    Mutation("P19", POLICY, "RandomPolicy: block 0 never forced",
+             'return f"random accept {self.accept_rate:.0%} (seed {self.seed})"\n\n    def forced(self, block: int) -> bool:\n        return self.force_reject_first and block == 0',
+             'return f"random accept {self.accept_rate:.0%} (seed {self.seed})"\n\n    def forced(self, block: int) -> bool:\n        return False'),
+    Mutation("P20", POLICY, "FixedPattern forces block 0 even when it is accepted",
+             "return block == 0 and not self.decisions[0]", "return block == 0"),
+    Mutation("P21", POLICY, "FixedPattern: score_drafts ignored", "return self.score_drafts and not self.forced(block)",
+             "return not self.forced(block)"),
+    # Engine.route
+    Mutation("E1", ENGINE, "route drafts forced blocks in lazy mode",
+             "if not forced or (not lazy and self.drafter is not None):", "if True:"),
+    Mutation("E2", ENGINE, "lazy=False no longer drafts forced blocks",
+             "if not forced or (not lazy and self.drafter is not None):", "if not forced:"),
+    Mutation("E3", ENGINE, "route ignores policy.needs_score",
+             "if policy.needs_score(b) or (not lazy and self.scorer is not None):",
+             "if not lazy and self.scorer is not None:"),
+    Mutation("E4", ENGINE, "lazy=False no longer scores every draft",
+             "if policy.needs_score(b) or (not lazy and self.scorer is not None):", "if policy.needs_score(b):"),
+    Mutation("E5", ENGINE, "route scores every draft (score-blind policies too)",
+             "if policy.needs_score(b) or (not lazy and self.scorer is not None):", "if True:"),
+    Mutation("E6", ENGINE, "route accepts forced blocks the policy would accept",
+             "accepted = (not forced) and policy.accept(b, score)", "accepted = policy.accept(b, score)"),
+    Mutation("E7", ENGINE, "route aggregates by min whatever the policy says",
+             "aggregate(p.frame_scores, policy.aggregation)", 'aggregate(p.frame_scores, "min")'),
+    Mutation("E8", ENGINE, "lazy engine rebuilds the target context every block",
+             'if not lazy and b > 0 and self.recipes["target"].rebuilds_context_every_block:',
+             'if b > 0 and self.recipes["target"].rebuilds_context_every_block:'),
+    Mutation("E9", ENGINE, "lazy=False rebuilds the context for block 0 too",
+             'if not lazy and b > 0 and self.recipes["target"].rebuilds_context_every_block:',
+             'if not lazy and self.recipes["target"].rebuilds_context_every_block:'),
+    Mutation("E10", ENGINE, "lazy=False no longer rebuilds the target context every block",
+             'if not lazy and b > 0 and self.recipes["target"].rebuilds_context_every_block:', "if False:"),
+    Mutation("E11", ENGINE, "an accepted draft is decoded again at commit",
+             "if accepted and p.frames is not None:", "if False:"),
+    Mutation("E12", ENGINE, "a rejected draft's decode is committed", "if accepted and p.frames is not None:",
+             "if p.frames is not None:"),
+    Mutation("E13", ENGINE, "forced blocks recorded as rejected", 'decision = "forced" if forced else "rejected"',
+             'decision = "rejected"'),
+    Mutation("E14", ENGINE, "a custom noise function's key is ignored (shares the seeded noise's entries)",
+             "        if isinstance(key, str) and key:\n            return key",
+             '        if isinstance(key, str) and key:\n            return "seeded"'),
+    Mutation("M1", ENGINE, "per-role recipes ignored (both roles run `recipe`)",
+             "return own if own is not None else self.recipe", "return self.recipe"),
+    Mutation("M2", ENGINE, "per-role recipes swapped",
+             'own = self.drafter_recipe if role == "drafter" else self.target_recipe',
+             'own = self.target_recipe if role == "drafter" else self.drafter_recipe'),
+    # lineage and prompt identity (state.py)
+    Mutation("L1", STATE, "root lineage without the seed", "|seed{self.seed}", ""),
+    Mutation("L2", STATE, "root lineage without the prompt", 'return f"{self.prompt.key}|{self.width}', 'return f"|{self.width}'),
+    Mutation("L3", STATE, "root lineage without the size", "|{self.width}x{self.height}", ""),
+    Mutation("L4", STATE, "root lineage without the block count and length", "|{self.num_blocks}x{self.frames_per_block}", ""),
+    Mutation("L5", STATE, "lineage without the producer", "return _tensor_digest(latents, parent, producer, prompt_key)",
+             "return _tensor_digest(latents, parent, prompt_key)"),
+    Mutation("L6", STATE, "lineage without the parent", "return _tensor_digest(latents, parent, producer, prompt_key)",
+             "return _tensor_digest(latents, producer, prompt_key)"),
+    Mutation("L7", STATE, "lineage without the block's latents",
+             "return _tensor_digest(latents, parent, producer, prompt_key)",
+             "return _tensor_digest(latents[..., :0], parent, producer, prompt_key)"),
+    Mutation("L10", STATE, "lineage without the block's prompt",
+             "return _tensor_digest(latents, parent, producer, prompt_key)", "return _tensor_digest(latents, parent, producer)"),
+    Mutation("L8", STATE, "prompt key without the text", "_tensor_digest(embeddings, text)", "_tensor_digest(embeddings)"),
+    Mutation("L9", STATE, "prompt key without the embeddings", "_tensor_digest(embeddings, text)",
+             "_tensor_digest(embeddings[..., :0], text)"),
+    Mutation("K0", PIXELS, "decoder caches stored under the pixels' key (PixelsKey for both)",
+             "return DecoderCacheKey(self.vae_key, self.rule, lineage)", "return PixelsKey(self.vae_key, self.rule, lineage)"),
+    # ImageReward's tensor preprocessing path (must equal Pillow bit for bit)
+    Mutation("R1", PRE, "no rounding half before the shift", "acc.add_(1 << (_PIL_PRECISION_BITS - 1))", "acc.add_(0)",
+             tests=PRE_TESTS),
+    Mutation("R2", PRE, "weights rounded with Python round()", "int(-0.5 + w * one) if w < 0 else int(0.5 + w * one)",
+             "round(w * one)", tests=PRE_TESTS),
+    Mutation("R3", PRE, "no uint8 clip between the passes", ".bitwise_right_shift_(_PIL_PRECISION_BITS).clamp_(0, int(_U8_MAX))",
+             ".bitwise_right_shift_(_PIL_PRECISION_BITS)", tests=PRE_TESTS),
+    Mutation("R4", PRE, "horizontal resize skipped (columns only cropped)",
+             "    if new_w != width:  # Pillow: horizontal pass first", "    if False:  # Pillow: horizontal pass first",
+             tests=PRE_TESTS),
+    Mutation("R5", PRE, "weights not normalised to sum 1", "        if ww != 0.0:\n            k = [w / ww for w in k]",
+             "        if False:\n            k = [w / ww for w in k]", tests=PRE_TESTS),
+    Mutation("R6", PRE, "bicubic a = -0.75 (torch's non-antialiased kernel)", "_PIL_BICUBIC_A = -0.5", "_PIL_BICUBIC_A = -0.75",
+             tests=PRE_TESTS),
+    Mutation("R7", PRE, "support not widened when shrinking", "support = _PIL_BICUBIC_SUPPORT * filterscale",
+             "support = _PIL_BICUBIC_SUPPORT", tests=PRE_TESTS),
+]
+
+
+def key_field_mutations(keys_text: str) -> list[Mutation]:
+    """One mutation per field of every frozen dataclass in keys.py: the field no longer counts in == and hash."""
+    out, cls = [], None
+    lines = keys_text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        m = re.match(r"(class|def) (\w+)", line)
+        if m:
+            cls = m.group(2) if m.group(1) == "class" else None
+            continue
+        f = re.match(r"    (\w+): (?!ClassVar)([^=\n]+?)\s*$", line)
+        if cls and f and not line.lstrip().startswith(("def ", "#", "return")):
+            name, typ = f.groups()
+
+            def edit(text: str, i=i, name=name, typ=typ) -> str | None:
+                ls = text.splitlines(keepends=True)
+                if i >= len(ls) or not re.match(rf"    {name}: ", ls[i]):
+                    return None
+                ls[i] = f"    {name}: {typ} = _field(compare=False)\n"
+                out = "".join(ls)
+                future = "from __future__ import annotations\n"
+                return out.replace(future, future + "from dataclasses import field as _field\n", 1)
+
+            out.append(Mutation(f"K:{cls}.{name}", KEYS, f"{cls}.{name} dropped from the key", edit=edit))
+    return out
+
+
+def run_tests(worktree: Path, tests: list[str]) -> tuple[str, float]:
+    t0 = time.time()
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=worktree,
+                           capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.time() - t0
+    if r.returncode == 0:
+        return "SURVIVED", time.time() - t0
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", r.stdout, re.MULTILINE)
+    return (failed[0].split("/")[-1] if failed else f"exit {r.returncode}"), time.time() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tests", nargs="+", default=list(DEFAULT_TESTS))
+    ap.add_argument("--only", nargs="+", help="mutation ids (K:Class.field for key fields)")
+    ap.add_argument("--rev", default="HEAD", help="the commit to mutate (default HEAD)")
+    a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: restore nothing, remove the worktree
+    with tempfile.TemporaryDirectory(prefix="sdvg-mut-") as tmp:
+        wt = Path(tmp) / "wt"
+        subprocess.run(["git", "worktree", "add", "--detach", str(wt), a.rev], cwd=REPO, check=True, capture_output=True)
+        try:
+            muts = MUTATIONS + key_field_mutations((wt / KEYS).read_text())
+            if a.only:
+                muts = [m for m in muts if m.id in a.only]
+            print("| id | mutation | file | first failing test | s |\n|---|---|---|---|---|", flush=True)
+            for m in muts:
+                path = wt / m.file
+                original = path.read_text()
+                mutated = m.apply(original)
+                if mutated is None or mutated == original:
+                    print(f"| {m.id} | {m.what} | {m.file} | stale (text not found) | |", flush=True)
+                    continue
+                path.write_text(mutated)
+                try:
+                    result, secs = run_tests(wt, list(m.tests) or a.tests)
+                finally:
+                    path.write_text(original)
+                print(f"| {m.id} | {m.what} | {m.file.removeprefix('sdvg_core/')} | {result} | {secs:.0f} |", flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=REPO, capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
