@@ -3,17 +3,22 @@
     python -m sdvg_eval --tiny --prompts MovieGenVideoBench.txt --limit 8 --workers 2
     python -m sdvg_eval --prompts MovieGenVideoBench.txt --drafter self_forcing_dmd.pt \
         --target krea-realtime-video-14b.safetensors --vae Wan2.1_VAE.pth --reward ImageReward.pt \
-        --umt5 umt5-xxl/ --metrics imagereward clip:clip-vit-large/ --ray-address auto --out out/eval
+        --umt5 umt5-xxl/ --metrics visionreward:VisionReward-Video/ imagereward \
+        --vr-checklist VisionReward/ --ray-address auto --out out/eval
 
 Rows are appended to OUT/rows.csv as each finishes; re-running the same command skips finished rows. A
 (prompt, seed) unit runs all its configs on one worker over one shared memo, so a tau sweep computes the
 common prefix once (OUT/summary.md reports forwards computed vs a naive sweep). `--workers 0` runs in this
-process without Ray. Exit status 2: a usage or input error (nothing was run); 1: some rows failed.
+process without Ray; `--ray-address` (or RAY_ADDRESS) joins a running cluster, with its token when it has one
+(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token). Exit status 2: a usage or input error (nothing was
+run); 1: some rows failed.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,13 +31,17 @@ from sdvg_core.engine.state import SIZE_MULTIPLE
 from sdvg_core.models.wan_config import PRESETS
 
 from .config import DEFAULT_SEEDS, PAPER_CONFIGS, parse_configs
-from .metrics import IMAGEREWARD_NOTE, metric_name, metric_spec_problem
-from .prompts import cached_embeddings, demo_encoder, read_prompts, umt5_encoder
+from .metrics import IMAGEREWARD_NOTE, MetricOptions, metric_identity, metric_name, metric_spec_problem
+from .prompts import Encoder, cached_embeddings, demo_encoder, read_prompts, umt5_encoder
+from .visionreward import MODES as VR_MODES, VIDEO_SOURCES as VR_VIDEO
 from .records import Appender, RunMismatch, code_version, columns, open_results, read_rows, results_paths
-from .sweep import plan, run_local, run_ray
+from .sweep import RunnerArgs, plan, run_local, run_ray
 from .worker import DTYPES, ModelSetup, Unit, block_columns
 
 GIB = 1 << 30
+RAY_AUTH_HELP = ("a cluster with token authentication (Ray's default since 2.59 for a local `ray start`) needs its "
+                 "token here: ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH=FILE or RAY_AUTH_TOKEN=TOKEN (`ray get-auth-token` "
+                 "on the head prints it)")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -44,14 +53,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--configs", nargs="+", default=list(PAPER_CONFIGS),
                    help="target-only draft-only accept-all random:P sdvg:TAU sdvg-mean:TAU (default: the paper's)")
     p.add_argument("--metrics", nargs="+", default=["imagereward"],
-                   help="imagereward, clip:FOLDER, visionreward:FOLDER, py:MODULE[:ARG] (local files only)")
+                   help="visionreward:FOLDER (the paper's metric, column vr), imagereward, clip:FOLDER, "
+                        "py:MODULE[:ARG] (local files only)")
+    p.add_argument("--vr-checklist", help="local checkout of THUDM/VisionReward (its VisionReward_Video/ questions "
+                                          "and weights; read in place)")
+    p.add_argument("--vr-mode", choices=VR_MODES, default="prefix",
+                   help="prefix: video once, questions batched (default); single: one forward per question; "
+                        "generate: the reference's generate per question")
+    p.add_argument("--vr-batch", type=int, default=0, help="questions per batched forward (0: all; lower saves memory)")
+    p.add_argument("--vr-video", choices=VR_VIDEO, default="mp4",
+                   help="mp4: sample from the video as written to mp4 and read back (what the reference reads); "
+                        "frames: from the generated frames directly")
     p.add_argument("--tiny", action="store_true", help="the embedded tiny random models (no files)")
     for f, h in (("drafter", "drafter checkpoint"), ("target", "target checkpoint"), ("vae", "Wan 2.1 VAE"),
                  ("reward", "ImageReward.pt"), ("vocab", "bert-base-uncased vocab.txt (default: next to --reward)"),
                  ("umt5", "local umT5 folder: prompts are encoded once and cached")):
         p.add_argument(f"--{f}", help=h)
     p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default="generator_ema")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="default: cuda when this machine has one or --gpus-per-worker > 0, "
+                                                   "else cpu")
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="DiT dtype (default bf16 on GPU, fp32 on CPU)")
     p.add_argument("--width", type=int), p.add_argument("--height", type=int), p.add_argument("--blocks", type=int)
     p.add_argument("--recipe", choices=["krea", "self_forcing"], default="krea")
@@ -64,12 +84,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="Ray actors (default: one per GPU, else one per CPU); 0 = this process, no Ray")
     p.add_argument("--ray-address", default=None, help="default: a local Ray for the run; 'auto' or HOST:PORT")
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
-    p.add_argument("--gpus-per-worker", type=float, default=None, help="default 1 on a GPU device, else 0")
+    p.add_argument("--gpus-per-worker", type=float, default=None,
+                   help="GPUs each Ray worker asks for (default 1 when --device is cuda, else 0); > 0 makes cuda "
+                        "the default device, so a CPU-only driver can run a GPU cluster")
     p.add_argument("--save-videos", action="store_true", help="write OUT/videos/CONFIG_pID_sSEED.mp4")
     p.add_argument("--fresh-timing", action="store_true",
                    help="a fresh memo per config: measured seconds are fresh-run times (no sweep saving)")
     p.add_argument("--no-report", action="store_true", help="skip summary.md / pareto.png at the end")
-    return p.parse_args(argv)
+    a = p.parse_args(argv)
+    if a.device is None:
+        a.device = "cuda" if torch.cuda.is_available() or (a.gpus_per_worker or 0) > 0 else "cpu"
+    return a
+
+
+def metric_options(a: argparse.Namespace) -> MetricOptions:
+    return MetricOptions(vr_checklist=a.vr_checklist, vr_mode=a.vr_mode, vr_batch=a.vr_batch, vr_video=a.vr_video)
+
+
+def ray_address(a: argparse.Namespace) -> str | None:
+    """The cluster to join: --ray-address, else the RAY_ADDRESS environment variable (as `ray.init()` reads it)."""
+    return a.ray_address or os.environ.get("RAY_ADDRESS") or None
 
 
 def preflight(a: argparse.Namespace) -> list[str]:
@@ -77,12 +111,16 @@ def preflight(a: argparse.Namespace) -> list[str]:
     problems = []
     if not Path(a.prompts).is_file():
         problems.append(f"--prompts {a.prompts}: file not found")
+    elif not read_prompts(a.prompts):
+        problems.append(f"--prompts {a.prompts}: no prompts in it (empty, or blank lines only; one prompt per line)")
     try:
         cfgs = parse_configs(a.configs)
     except ValueError as e:
         problems.append(str(e))
         cfgs = []
-    problems += [m for s in a.metrics if (m := metric_spec_problem(s))]
+    problems += [m for s in a.metrics if (m := metric_spec_problem(s, metric_options(a)))]
+    if a.vr_batch < 0:
+        problems.append("--vr-batch must be >= 0")
     names = [metric_name(s) for s in a.metrics]
     if len(set(names)) != len(names):
         problems.append(f"--metrics: two metrics write the same column ({names})")
@@ -95,6 +133,10 @@ def preflight(a: argparse.Namespace) -> list[str]:
         problems.append("--limit must be >= 1")
     if a.workers is not None and a.workers < 0:
         problems.append("--workers must be >= 0")
+    if a.gpus_per_worker is not None and a.gpus_per_worker < 0:
+        problems.append("--gpus-per-worker must be >= 0")
+    if a.cpus_per_worker <= 0:
+        problems.append("--cpus-per-worker must be > 0")
     if not a.tiny:
         needs_d = any(c.needs_drafter for c in cfgs)
         needs_r = any(c.needs_scorer for c in cfgs) or "imagereward" in a.metrics
@@ -109,6 +151,19 @@ def preflight(a: argparse.Namespace) -> list[str]:
     if a.workers != 0 and importlib.util.find_spec("ray") is None:
         problems.append("Ray is not installed: pip install -r requirements-eval.txt, or run with --workers 0")
     return problems
+
+
+def make_encoder(a: argparse.Namespace) -> Encoder:
+    """The prompt encoder: the tiny models' stand-in, or umT5 from a local folder (loaded only if a prompt is
+    not in the embedding cache yet)."""
+    return demo_encoder(PRESETS["tiny-target"].text_dim) if a.tiny else umt5_encoder(a.umt5, a.device)
+
+
+def release_memory(device: str) -> None:
+    """Collect what the driver dropped (umT5) and hand its cached GPU blocks back before the sweep runs."""
+    gc.collect()
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,19 +187,25 @@ def main(argv: list[str] | None = None) -> int:
                        needs_scorer=any(c.needs_scorer for c in configs) or "imagereward" in a.metrics)
     out = Path(a.out)
     prompts = read_prompts(a.prompts, a.limit)
-    encoder = demo_encoder(PRESETS["tiny-target"].text_dim) if a.tiny else umt5_encoder(a.umt5, a.device)
+    encoder = make_encoder(a)
     metric_cols = [metric_name(s) for s in a.metrics]
     header = columns(metric_cols, block_columns(setup.blocks))
-    ident = {**setup.identity(), **code_version(), "encoder": encoder.key, "metrics": list(a.metrics)}
+    opts = metric_options(a)
+    # --fresh-timing changes what time_s means: rows of the two timings are never mixed in one folder
+    timing = "fresh: own memo per config, warmed-up worker" if a.fresh_timing else "shared memo per (prompt, seed)"
+    ident = {**setup.identity(), **code_version(), "encoder": encoder.key,
+             "metrics": [metric_identity(s, opts) for s in a.metrics], "timing": timing}
     try:
         run_fp = open_results(out, ident, header)
     except RunMismatch as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
     rows_path, _ = results_paths(out)
-    done = {(r["config"], int(r["prompt_id"]), int(r["seed"])) for r in read_rows(rows_path)}
+    done = {(r["config"], int(r["prompt"]), int(r["seed"])) for r in read_rows(rows_path)}
     t0 = time.perf_counter()
     files, encoded = cached_embeddings(a.embed_cache or out / "embeddings", encoder, prompts)
+    encoder = None  # umT5 is not needed again: free it before the models of the sweep load
+    release_memory(a.device)
     units = [Unit(p.id, p.text, s, str(files[p.id])) for p in prompts for s in a.seeds]
     jobs = plan(units, configs, done)
     todo = sum(len(j.configs) for j in jobs)
@@ -155,15 +216,18 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_row(row: dict) -> None:
         count["n"] += 1
-        print(f"[{count['n']}/{todo}] {row['config']} prompt {row['prompt_id']} seed {row['seed']}: "
+        print(f"[{count['n']}/{todo}] {row['config']} prompt {row['prompt']} seed {row['seed']}: "
               f"{row['time_s']:.2f} s, acceptance {row['acceptance']}", file=sys.stderr, flush=True)
 
+    ra = RunnerArgs(setup, list(a.metrics), out, a.save_videos, run_fp, not a.fresh_timing, opts)
     try:
         if a.workers == 0 or not jobs:
-            res = run_local(jobs, setup, a.metrics, out, appender, a.save_videos, run_fp, on_row,
-                            not a.fresh_timing)
+            res = run_local(jobs, ra, appender, on_row)
         else:
-            res = _run_on_ray(a, jobs, setup, out, appender, run_fp, gpu, on_row)
+            res = _run_on_ray(a, jobs, ra, appender, on_row)
+    except RayJoinError as e:
+        print(f"error: nothing was run: {e}", file=sys.stderr)
+        return USAGE_ERROR
     finally:
         appender.close()
     print(f"ran {res.rows} row(s) in {time.perf_counter() - t0:.1f} s"
@@ -182,28 +246,66 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run_on_ray(a, jobs, setup, out, appender, run_fp, gpu, on_row):
-    """Start a local Ray (or join `--ray-address`), run the jobs on actors, shut Ray down again."""
-    import os
+class RayJoinError(RuntimeError):
+    """The Ray cluster could not be joined or cannot run the workers as asked."""
 
+
+def token_available(environ=os.environ) -> bool:
+    """A Ray auth token is at hand: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or Ray's default file ~/.ray/auth_token."""
+    return bool(environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH")
+                or (Path.home() / ".ray" / "auth_token").is_file())
+
+
+def auth_mode_for_join(environ=os.environ) -> str | None:
+    """Before `import ray`: joining with a token at hand and no RAY_AUTH_MODE set -> RAY_AUTH_MODE=token.
+
+    Ray reads the mode once, at import; a driver in the default mode ('disabled') sends no token and a cluster
+    with token authentication refuses it. A client in token mode also joins clusters without authentication."""
+    if "RAY_AUTH_MODE" in environ or not token_available(environ):
+        return None
+    environ["RAY_AUTH_MODE"] = "token"
+    return "token"
+
+
+def _run_on_ray(a, jobs, ra: RunnerArgs, appender, on_row):
+    """Start a local Ray, or join the cluster at --ray-address / RAY_ADDRESS; run the jobs on actors; shut down."""
+    import math
+
+    address = ray_address(a)
+    set_mode = auth_mode_for_join() if address else None
+    if set_mode and "ray" in sys.modules:
+        print("warning: Ray was imported before RAY_AUTH_MODE was set; set RAY_AUTH_MODE=token yourself",
+              file=sys.stderr)
     import ray
 
     root = str(Path(__file__).resolve().parents[1])
-    gpw = a.gpus_per_worker if a.gpus_per_worker is not None else (1.0 if gpu else 0.0)
+    gpw = a.gpus_per_worker if a.gpus_per_worker is not None else (1.0 if a.device != "cpu" else 0.0)
     env = {"env_vars": {"PYTHONPATH": root}}  # local workers import this checkout; cluster nodes need the pack installed
-    if a.ray_address:
-        ray.init(address=a.ray_address, runtime_env=env, log_to_driver=False)
-        res = ray.cluster_resources()  # default: one actor per GPU of the cluster (per CPU slot without GPUs)
+    if address:
+        try:
+            ray.init(address=address, runtime_env=env, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise RayJoinError(f"could not join the Ray cluster at {address}: {e}\n  {RAY_AUTH_HELP}; RAY_AUTH_MODE "
+                               f"is {os.environ.get('RAY_AUTH_MODE', 'unset')}") from e
+        res = ray.cluster_resources()
+        if gpw > res.get("GPU", 0) or a.cpus_per_worker > res.get("CPU", 0):
+            ray.shutdown()
+            raise RayJoinError(f"a worker asks for {a.cpus_per_worker} CPU and {gpw} GPU but the cluster at {address} "
+                               f"has {res.get('CPU', 0)} CPU and {res.get('GPU', 0)} GPU")
+        # default: one actor per GPU of the cluster (per CPU slot without GPUs)
         workers = a.workers or max(1, int(res.get("GPU", 0) // gpw) if gpw else int(res.get("CPU", 1) // a.cpus_per_worker))
     else:
-        slots = torch.cuda.device_count() if gpu else int((os.cpu_count() or 1) // a.cpus_per_worker)
+        if gpw and not torch.cuda.device_count():
+            raise RayJoinError(f"--gpus-per-worker {gpw} but this machine has no GPU: join a GPU cluster with "
+                               f"--ray-address, or use --gpus-per-worker 0 --device cpu")
+        slots = int(torch.cuda.device_count() / gpw) if gpw else int((os.cpu_count() or 1) // a.cpus_per_worker)
         workers = a.workers or max(1, slots)
-        ray.init(num_cpus=max(1, round(workers * a.cpus_per_worker)), num_gpus=round(workers * gpw), runtime_env=env,
-                 include_dashboard=False, log_to_driver=False)
-    print(f"Ray: {workers} worker(s), {a.cpus_per_worker} CPU and {gpw} GPU each", file=sys.stderr)
+        ray.init(num_cpus=max(1, math.ceil(workers * a.cpus_per_worker)), num_gpus=math.ceil(workers * gpw),
+                 runtime_env=env, include_dashboard=False, log_to_driver=False)
+    print(f"Ray{' at ' + address if address else ''}: {workers} worker(s), {a.cpus_per_worker} CPU and {gpw} GPU each"
+          + (" (RAY_AUTH_MODE=token: a token was found)" if set_mode else ""), file=sys.stderr)
     try:
-        return run_ray(jobs, setup, a.metrics, out, appender, a.save_videos, run_fp, workers, a.cpus_per_worker,
-                       gpw, on_row, not a.fresh_timing)
+        return run_ray(jobs, ra, appender, workers, a.cpus_per_worker, gpw, on_row)
     finally:
         ray.shutdown()
 

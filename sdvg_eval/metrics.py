@@ -1,9 +1,8 @@
-"""Quality metrics of a finished video, pluggable: `--metrics imagereward clip:FOLDER visionreward:FOLDER py:MOD:ARG`.
+"""Quality metrics of a finished video, pluggable: `--metrics visionreward:FOLDER imagereward clip:FOLDER py:MOD:ARG`.
 
 Every metric maps frames [T, H, W, 3] in 0..1 and the prompt text to one float, and reads local files only.
-Built in: ImageReward mean over all frames (the router's own metric, hence biased toward SDVG), CLIP
-frame-text cosine from a local folder (independent of the router), and a VisionReward hook (the paper's
-metric; VisionReward ships inference scripts, not a package, so a small local adapter module wraps them).
+Built in: VisionReward-Video (the paper's metric, column `vr`, visionreward.py), ImageReward mean over all frames
+(the router's own metric, hence biased toward SDVG), CLIP frame-text cosine from a local folder.
 """
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ import torch.nn.functional as F
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 CLIP_BATCH = 16  # frames per CLIP forward (memory bound only; results do not depend on it)
-VISIONREWARD_ADAPTER = "sdvg_visionreward"  # module a user provides: make_metric(folder, device) -> Metric
 IMAGEREWARD_NOTE = ("imagereward_mean is ImageReward, the router's own score (mean over all frames): it is biased "
                     "toward SDVG, which keeps exactly the drafts ImageReward likes; judge quality with an "
                     "independent metric (clip, visionreward)")
@@ -29,6 +27,16 @@ IMAGEREWARD_NOTE = ("imagereward_mean is ImageReward, the router's own score (me
 
 class MetricUnavailable(RuntimeError):
     """A metric's package, adapter or local files are missing (never downloaded)."""
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Settings of the built-in metrics that are not part of their spec (VisionReward's checklist and speed)."""
+
+    vr_checklist: str | None = None  # local checkout of THUDM/VisionReward (questions + weights)
+    vr_mode: str = "prefix"  # prefix | single | generate (visionreward.py)
+    vr_batch: int = 0  # questions per batched forward (0: all)
+    vr_video: str = "mp4"  # mp4 | frames: what the sampled frames are read from
 
 
 class Metric(Protocol):
@@ -122,7 +130,7 @@ def _plugin(module: str, arg: str, device: str, what: str) -> Metric:
     return metric
 
 
-def metric_spec_problem(spec: str) -> str | None:
+def metric_spec_problem(spec: str, options: MetricOptions = MetricOptions()) -> str | None:
     """Why a metric spec cannot be used, checked before any model loads (None: fine)."""
     kind, _, arg = spec.partition(":")
     if kind == "imagereward":
@@ -132,23 +140,37 @@ def metric_spec_problem(spec: str) -> str | None:
             return f"metric {spec!r}: give a local CLIP folder holding config.json (clip:/path/to/clip)"
         return None
     if kind == "visionreward":
-        if not arg or not Path(arg).expanduser().exists():
-            return f"metric {spec!r}: give the local VisionReward weights folder (visionreward:/path/to/VisionReward-Video)"
-        if importlib.util.find_spec(VISIONREWARD_ADAPTER) is None:
-            return (f"metric {spec!r}: VisionReward ships inference scripts, not a package; install a local adapter "
-                    f"module {VISIONREWARD_ADAPTER!r} with make_metric(folder, device) (see sdvg_eval/metrics.py)")
+        from .visionreward import VisionRewardError, check_model_folder, read_checklist
+
+        try:
+            check_model_folder(arg)
+            read_checklist(options.vr_checklist or "")
+        except VisionRewardError as e:
+            return f"metric {spec!r}: {e}"
         return None
     if kind == "py":
         module, _, rest = arg.partition(":")
         if not module or importlib.util.find_spec(module) is None:
             return f"metric {spec!r}: module {module!r} not found (py:MODULE[:ARG], MODULE.make_metric(ARG, device))"
         return None
-    return f"unknown metric {spec!r}; use imagereward, clip:FOLDER, visionreward:FOLDER or py:MODULE[:ARG]"
+    return f"unknown metric {spec!r}; use visionreward:FOLDER, imagereward, clip:FOLDER or py:MODULE[:ARG]"
 
 
-def build_metric(spec: str, scorer, device: str = "cpu") -> Metric:
+def metric_identity(spec: str, options: MetricOptions = MetricOptions()) -> str:
+    """What makes a metric column comparable between runs (part of the run fingerprint): its files and settings."""
+    kind, _, arg = spec.partition(":")
+    if kind == "visionreward":
+        from .visionreward import folder_key, mp4_decoder_name, read_checklist
+
+        video = f"mp4:{mp4_decoder_name()}" if options.vr_video == "mp4" else options.vr_video
+        return (f"{spec}|model {folder_key(arg)}|checklist {read_checklist(options.vr_checklist).key}|"
+                f"mode {options.vr_mode}|video {video}")
+    return spec
+
+
+def build_metric(spec: str, scorer, device: str = "cpu", options: MetricOptions = MetricOptions()) -> Metric:
     """Instantiate one metric from its spec (in the worker, which holds the ImageReward scorer)."""
-    problem = metric_spec_problem(spec)
+    problem = metric_spec_problem(spec, options)
     if problem:
         raise MetricUnavailable(problem)
     kind, _, arg = spec.partition(":")
@@ -159,7 +181,10 @@ def build_metric(spec: str, scorer, device: str = "cpu") -> Metric:
     if kind == "clip":
         return ClipScore(arg, device)
     if kind == "visionreward":
-        return _plugin(VISIONREWARD_ADAPTER, arg, device, "visionreward")
+        from .visionreward import VisionRewardVideo
+
+        return VisionRewardVideo.from_folder(arg, options.vr_checklist, device, mode=options.vr_mode,
+                                             batch=options.vr_batch, video=options.vr_video)
     module, _, rest = arg.partition(":")
     return _plugin(module, rest, device, spec)
 
@@ -169,6 +194,10 @@ def metric_name(spec: str) -> str:
     kind, _, arg = spec.partition(":")
     if kind == "imagereward":
         return ImageRewardMean.name
+    if kind == "visionreward":
+        from .visionreward import COLUMN
+
+        return COLUMN  # `vr`, the paper's column
     if kind == "py":
         return arg.partition(":")[0].rsplit(".", 1)[-1]
     return kind

@@ -43,11 +43,24 @@ def demo_encoder(text_dim: int) -> Encoder:
     return Encoder(f"demo-embeddings:{text_dim}", lambda text: demo_embeddings(text, text_dim))
 
 
+def umt5_key(folder: str | Path, device: str = "cpu") -> str:
+    """The encoder's identity: every file of its model and tokenizer folders (path, mtime, size), not the folder
+    name, so replacing a file re-encodes; plus the device kind (CPU and GPU encodings differ in the last bits)."""
+    from sdvg_core.io.checkpoint import file_identity
+    from sdvg_core.io.text import umt5_folders
+
+    h = hashlib.blake2b(digest_size=16)
+    for d in dict.fromkeys(umt5_folders(folder)):  # model and tokenizer folder (the same one for a plain folder)
+        for f in sorted(p for p in d.iterdir() if p.is_file()):
+            h.update(file_identity(f).encode() + b"\n")
+    return f"umt5:{h.hexdigest()}:fp32:{str(device).split(':')[0]}"
+
+
 def umt5_encoder(folder: str | Path, device: str = "cpu") -> Encoder:
-    """umT5 from a local folder; the model is loaded on first use and kept for the following prompts."""
+    """umT5 from a local folder; the model is loaded on first use and kept until the Encoder is dropped."""
     from sdvg_core.io.text import UMT5Encoder
 
-    return Encoder(f"umt5:{Path(folder).expanduser().resolve()}", UMT5Encoder(folder, device))
+    return Encoder(umt5_key(folder, device), UMT5Encoder(folder, device))
 
 
 def cache_path(cache_dir: str | Path, encoder_key: str, text: str) -> Path:

@@ -11,11 +11,13 @@ from pathlib import Path
 
 from .config import RESULTS_FILE, RUN_FILE, UNITS_FILE
 
-HEAD = ["config", "prompt_id", "seed"]
+# the paper's per-prompt record is `config, prompt, vr, time_s, s1..s8, b1..b8` with `prompt` the prompt's index in
+# the prompt file (MovieGenVideoBench: id k = line k+1): the same names for the same quantities, extra columns after
+HEAD = ["config", "prompt", "seed"]
 TAIL = ["time_s", "fresh_time", "counted_cost", "target_only_cost", "counted_speedup", "drafter_forwards",
         "target_forwards", "computed_drafter_forwards", "computed_target_forwards", "computed_cost", "acceptance"]
-END = ["frames_digest", "video", "worker", "run", "prompt"]
-UNIT_COLUMNS = ["prompt_id", "seed", "configs", "computed_forwards", "naive_forwards", "computed_cost", "naive_cost",
+END = ["frames_digest", "video", "worker", "run", "prompt_text"]
+UNIT_COLUMNS = ["prompt", "seed", "configs", "computed_forwards", "naive_forwards", "computed_cost", "naive_cost",
                 "saving"]
 CODE_PACKAGES = ("sdvg_core", "sdvg_eval")  # their sources define what a row means
 CODE_VERSION_ENV = "SDVG_EVAL_CODE_VERSION"  # pins the code version (tests in a tree others edit; deliberate reuse)

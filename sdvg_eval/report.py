@@ -92,7 +92,7 @@ def unit_savings(rows: list[dict]) -> list[UnitSaving]:
     """Per unit, from the rows' computed (`computed_*`) and fresh-run (`*_forwards`, `counted_cost`) counts."""
     by: dict[tuple[int, int], list[dict]] = {}
     for r in rows:
-        by.setdefault((int(r["prompt_id"]), int(r["seed"])), []).append(r)
+        by.setdefault((int(r["prompt"]), int(r["seed"])), []).append(r)
     return [UnitSaving(p, s, len(rs),
                        sum(int(r["computed_drafter_forwards"]) + int(r["computed_target_forwards"]) for r in rs),
                        sum(int(r["drafter_forwards"]) + int(r["target_forwards"]) for r in rs),

@@ -10,10 +10,28 @@ from pathlib import Path
 from typing import Callable
 
 from .config import MAX_UNIT_RETRIES, SweepConfig
+from .metrics import MetricOptions
 from .records import Appender
 from .worker import ModelSetup, Unit, UnitRunner
 
-WORKERS_FILE = "workers.json"  # worker name -> process id (for operators, and for the kill-and-resume test)
+WORKERS_FILE = "workers.json"  # worker name -> {pid, gpus, device} (for operators and the kill-and-resume test)
+
+
+@dataclass(frozen=True)
+class RunnerArgs:
+    """What every worker is built from (the same in-process and on Ray)."""
+
+    setup: ModelSetup
+    metrics: list[str]
+    out: Path
+    save_videos: bool = False
+    run_fp: str = ""
+    share_memo: bool = True
+    metric_options: MetricOptions = MetricOptions()
+
+    def args(self, name: str) -> tuple:
+        return (self.setup, self.metrics, str(self.out), self.save_videos, self.run_fp, name, self.share_memo,
+                self.metric_options)
 
 
 @dataclass
@@ -49,15 +67,14 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_local(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path, appender: Appender,
-              save_videos: bool, run_fp: str, on_row: Callable[[dict], None] | None = None,
-              share_memo: bool = True) -> SweepOutcome:
+def run_local(jobs: list[Job], ra: RunnerArgs, appender: Appender,
+              on_row: Callable[[dict], None] | None = None) -> SweepOutcome:
     """Single process, no Ray: one runner, the jobs in order (the path the bit-for-bit tests compare against)."""
     res = SweepOutcome()
     if not jobs:
         return res
-    runner = UnitRunner(setup, metrics, str(out), save_videos, run_fp, "main", share_memo)
-    (out / WORKERS_FILE).write_text(json.dumps({"main": runner.pid()}))
+    runner = UnitRunner(*ra.args("main"))
+    (ra.out / WORKERS_FILE).write_text(json.dumps({"main": runner.info()}))
     for job in jobs:
         for c in job.configs:
             row = runner.run_config(job.unit, c)
@@ -68,9 +85,8 @@ def run_local(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path,
     return res
 
 
-def run_ray(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path, appender: Appender, save_videos: bool,
-            run_fp: str, workers: int, cpus_per_worker: float, gpus_per_worker: float,
-            on_row: Callable[[dict], None] | None = None, share_memo: bool = True) -> SweepOutcome:
+def run_ray(jobs: list[Job], ra: RunnerArgs, appender: Appender, workers: int, cpus_per_worker: float,
+            gpus_per_worker: float, on_row: Callable[[dict], None] | None = None) -> SweepOutcome:
     """One actor per worker slot loads the models once; each gets one unit at a time (its configs in order)."""
     import ray
     from ray.exceptions import RayActorError, RayTaskError
@@ -84,13 +100,14 @@ def run_ray(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path, a
 
     def new_actor():
         name = f"w{next(counter)}"
-        return name, Actor.remote(setup, metrics, str(out), save_videos, run_fp, name, share_memo)
+        return name, Actor.remote(*ra.args(name))
 
     actors = dict(new_actor() for _ in range(min(workers, len(jobs))))
+    out = ra.out
     pids = {}
     for name, a in actors.items():
         try:
-            pids[name] = ray.get(a.pid.remote())
+            pids[name] = ray.get(a.info.remote())
         except RayActorError as e:  # a worker that cannot even load the models: the run cannot go on
             raise RuntimeError(f"worker {name} failed to start: {e}") from e
     (out / WORKERS_FILE).write_text(json.dumps(pids))
@@ -129,7 +146,7 @@ def run_ray(jobs: list[Job], setup: ModelSetup, metrics: list[str], out: Path, a
                 n2, a2 = new_actor()
                 actors[n2], busy[n2] = a2, []
                 try:
-                    pids[n2] = ray.get(a2.pid.remote())
+                    pids[n2] = ray.get(a2.info.remote())
                     (out / WORKERS_FILE).write_text(json.dumps(pids))
                 except RayActorError as e:
                     raise RuntimeError(f"replacement worker {n2} failed to start: {e}") from e

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +21,9 @@ from sdvg_core.engine.state import GenerationSpec, PromptConditioning
 from sdvg_core.io.model_files import DTYPES  # also the --dtype choices of eval.py
 
 from .config import parse_config
-from .metrics import build_metric
+from .metrics import MetricOptions, build_metric
 
-
+WARMUP_BLOCKS = 2  # the shortest generation (block 0 from the target, one routed block): runs every kernel once
 
 @dataclass(frozen=True)
 class ModelSetup:
@@ -48,13 +49,15 @@ class ModelSetup:
     needs_scorer: bool = True
 
     def identity(self) -> dict[str, str]:
-        """What makes two runs' rows comparable: model files (path, size, mtime) or tiny seeds, and the geometry."""
+        """What makes two runs' rows comparable: model files (path, size, mtime) or tiny seeds, the geometry, and
+        the kind of device (CPU and GPU kernels give other numbers)."""
         from sdvg_core.io.checkpoint import file_identity
 
         models = {"models": "tiny random (sdvg_core.demo.tiny, seed 0)"} if self.tiny else {
             k: file_identity(v) for k in ("drafter", "target", "vae", "reward") if (v := getattr(self, k))}
         return {**models, "pt_entry": self.pt_entry, "dtype": self.dtype, "size": f"{self.width}x{self.height}",
-                "blocks": str(self.blocks), "recipe": self.recipe, "decode_rule": self.decode_rule}
+                "blocks": str(self.blocks), "recipe": self.recipe, "decode_rule": self.decode_rule,
+                "device": self.device.split(":")[0]}
 
 
 @dataclass(frozen=True)
@@ -95,24 +98,59 @@ def block_columns(num_blocks: int) -> list[str]:
 
 
 class UnitRunner:
-    """Holds the models and the metrics; `run_config` makes one row, sharing the memo within the current unit."""
+    """Holds the models and the metrics; `run_config` makes one row, sharing the memo within the current unit.
+
+    With `share_memo=False` (--fresh-timing) every config gets its own memo, and the worker first runs one
+    short generation so the first measured row does not pay for one-time start-up work (kernel selection,
+    allocator growth) that later rows do not."""
 
     def __init__(self, setup: ModelSetup, metric_specs: list[str], out_dir: str, save_videos: bool = False,
-                 run_fp: str = "", worker_name: str = "main", share_memo: bool = True):
+                 run_fp: str = "", worker_name: str = "main", share_memo: bool = True,
+                 metric_options: MetricOptions = MetricOptions()):
         if setup.device == "cpu":
             torch.set_num_threads(setup.threads)
         self.setup, self.out_dir, self.save_videos, self.run_fp = setup, Path(out_dir), save_videos, run_fp
         self.worker_name, self.share_memo = worker_name, share_memo
         self.drafter, self.target, self.vae, self.scorer = load_models(setup)
-        self.metrics = [(spec, build_metric(spec, self.scorer, setup.device)) for spec in metric_specs]
+        self.metrics = [(spec, build_metric(spec, self.scorer, setup.device, metric_options))
+                        for spec in metric_specs]
         self.engine_config = EngineConfig(recipe=recipe_by_name(setup.recipe), decode_rule=setup.decode_rule,
                                           memo_bytes=setup.memo_bytes)
         self._unit: Unit | None = None
         self._memo: TieredMemo | None = None
+        self.warmed_up = False
+        if not share_memo:
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One target-only generation of WARMUP_BLOCKS blocks at the sweep's size, on a private memo, discarded."""
+        from sdvg_core.engine.policy import TargetOnly
+        from sdvg_core.io.text import WAN_TEXT_LEN
+
+        s = self.setup
+        emb = torch.zeros(1, WAN_TEXT_LEN, self.target.cfg.text_dim)  # the prompts' shape (umT5 pads to 512)
+        spec = GenerationSpec(PromptConditioning.make("", emb), s.width, s.height, WARMUP_BLOCKS, 0)
+        engine = Engine(self.target, self.vae, None, None, self.engine_config, memo=TieredMemo(s.memo_bytes))
+        engine.frames(engine.generate(spec, TargetOnly()))
+        self.warmed_up = True
 
     def pid(self) -> int:
         """This worker's process id (tests kill it to prove resume)."""
         return os.getpid()
+
+    def info(self) -> dict:
+        """Process id and the GPUs this worker was given (Ray's assignment; CUDA_VISIBLE_DEVICES otherwise)."""
+        gpus: list = []
+        try:
+            import ray
+
+            if ray.is_initialized():
+                gpus = [str(g) for g in ray.get_gpu_ids()]
+        except ImportError:
+            pass
+        if not gpus and os.environ.get("CUDA_VISIBLE_DEVICES"):
+            gpus = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+        return {"pid": os.getpid(), "gpus": gpus, "device": self.setup.device, "warmed_up": self.warmed_up}
 
     def _memo_for(self, unit: Unit) -> TieredMemo:
         """The unit's shared memo: threshold configs of one (prompt, seed) reuse their common prefix.
@@ -134,12 +172,17 @@ class UnitRunner:
         policy = cfg.policy(unit.prompt_id, unit.seed)
         engine = Engine(self.target, self.vae, self.drafter if cfg.needs_drafter else None,
                         self.scorer if cfg.needs_scorer else None, self.engine_config, memo=self._memo_for(unit))
+        # each config is its own execution: results an earlier config left in the shared memo are an earlier
+        # run's (its seconds are then not a fresh run's), results of this config's own earlier blocks are not
+        run_id = engine.callbacks.run_id = f"{self.worker_name}:{cfg.name}:{unit.prompt_id}:{unit.seed}:{uuid.uuid4().hex}"
         t0 = time.perf_counter()
         state = engine.generate(spec, policy)
         frames = engine.frames(state)
         wall = time.perf_counter() - t0
-        rep = build_report(state, policy.describe(), engine.recipe, engine.plan.num_steps, wall_seconds=wall)
-        row: dict = {"config": cfg.name, "prompt_id": unit.prompt_id, "seed": unit.seed}
+        rep = build_report(state, policy.describe(), engine.recipe, engine.plan.num_steps, wall_seconds=wall,
+                           run_id=run_id)
+        # the paper's record: config, prompt (the prompt's index in the prompt file), vr, time_s, s1..s8, b1..b8
+        row: dict = {"config": cfg.name, "prompt": unit.prompt_id, "seed": unit.seed}
         for spec_str, metric in self.metrics:
             row[metric_name(spec_str)] = metric.score(frames, unit.text)
         computed_cost = rep.recomputed_drafter_forwards + rep.cost_ratio * rep.recomputed_target_forwards
@@ -159,6 +202,6 @@ class UnitRunner:
 
             safe = cfg.name.replace(":", "_")
             row["video"] = str(write_video(frames, self.out_dir / "videos" / f"{safe}_p{unit.prompt_id}_s{unit.seed}.mp4"))
-        row.update(worker=self.worker_name, run=self.run_fp, prompt=unit.text)
+        row.update(worker=self.worker_name, run=self.run_fp, prompt_text=unit.text)
         return row
 

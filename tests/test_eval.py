@@ -25,7 +25,7 @@ PROMPTS = ["a red fox jumps over a frozen creek at dawn", "two astronauts play c
 CONFIGS = ["target-only", "accept-all", "random:0.5", "sdvg:-0.8", "sdvg:-1.5"]
 GEOMETRY = ["--width", "48", "--height", "32", "--blocks", "3"]  # 2 routed blocks; tests' usual tiny size
 # columns that must agree bit for bit whatever ran where (time, worker and reuse counts depend on the schedule)
-SAME = ("config", "prompt_id", "seed", "imagereward_mean", "clip", "counted_cost", "target_only_cost",
+SAME = ("config", "prompt", "seed", "imagereward_mean", "clip", "counted_cost", "target_only_cost",
         "drafter_forwards", "target_forwards", "acceptance", "s1", "s2", "b1", "b2", "frames_digest")
 RUN_TIMEOUT = 300  # seconds: a generous bound for one tiny sweep on a busy 2-core machine
 
@@ -98,7 +98,7 @@ def _rerun(cmd: list[str]) -> str:
 
 def _table(out: Path) -> dict:
     rows = read_rows(out / "rows.csv")
-    keys = [(r["config"], r["prompt_id"], r["seed"]) for r in rows]
+    keys = [(r["config"], r["prompt"], r["seed"]) for r in rows]
     assert len(keys) == len(set(keys)), "a row was written twice"
     return {k: {c: r[c] for c in SAME} for k, r in zip(keys, rows)}
 
@@ -180,7 +180,7 @@ def test_rows_equal_single_engine_runs_and_saving_is_exact(work, local_run):
     spec = GenerationSpec(prompt, 48, 32, 3, 42)
     shared, naive, computed = Memo(1 << 30), 0, 0
     for name in CONFIGS:
-        row = next(r for r in rows if r["config"] == name and r["prompt_id"] == str(pid))
+        row = next(r for r in rows if r["config"] == name and r["prompt"] == str(pid))
         pol = parse_config(name).policy(pid, 42)
         e = Engine(m.target, m.vae, m.drafter, m.scorer)  # fresh memo: the plain single-process run
         s = e.generate(spec, pol)
@@ -248,7 +248,7 @@ def test_ray_two_actors_kill_a_worker_resume_same_table(work, local_run):
     cmd = _cmd(work, out, "--workers", "2", "--cpus-per-worker", "1")
 
     def kill_worker(proc) -> None:
-        pids = json.loads((out / "workers.json").read_text())
+        pids = {k: v["pid"] for k, v in json.loads((out / "workers.json").read_text()).items()}
         assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
         os.kill(next(iter(pids.values())), signal.SIGKILL)
 
@@ -270,3 +270,163 @@ def test_ray_stays_out_of_the_pack():
     assert "ray" not in (REPO / "requirements.txt").read_text().lower()
     assert re.search(r"^ray\b", (REPO / "requirements-eval.txt").read_text(), re.M)
     assert "-r requirements-eval.txt" in (REPO / "requirements-dev.txt").read_text()
+
+
+# ------------------------------------------------------------------------------------------ the paper's record
+def test_rows_carry_the_papers_names(local_run):
+    """config, prompt (the index in the prompt file), the metrics, time_s, s1.., b1..; the text as prompt_text."""
+    rows = read_rows(local_run / "rows.csv")
+    header = list(rows[0])
+    assert header[:3] == ["config", "prompt", "seed"] and "prompt_id" not in header
+    assert header.index("time_s") < header.index("s1") < header.index("b1") and header[-1] == "prompt_text"
+    for r in rows:
+        assert r["prompt_text"] == PROMPTS[int(r["prompt"])]
+
+
+def test_prompt_ids_are_line_numbers_minus_one(tmp_path):
+    from sdvg_eval.prompts import read_prompts
+
+    f = tmp_path / "p.txt"
+    f.write_text("first\n\n   \nfourth line\n")
+    assert [(p.id, p.text) for p in read_prompts(f)] == [(0, "first"), (3, "fourth line")]
+
+
+def test_shared_memo_rows_after_the_first_config_are_not_fresh(local_run):
+    """Each config is its own execution: what an earlier config of the unit left in the memo makes a time not a
+    fresh run's (the first config of each unit computed everything itself)."""
+    rows = read_rows(local_run / "rows.csv")
+    for pid in range(len(PROMPTS)):
+        fresh = {r["config"]: r["fresh_time"] for r in rows if r["prompt"] == str(pid)}
+        assert fresh["target-only"] == "1"
+        assert fresh["sdvg:-1.5"] == "0"  # its prefix was sdvg:-0.8's
+
+
+def test_fresh_timing_gives_every_config_a_measured_speedup(work, tmp_path, monkeypatch, capsys):
+    """--fresh-timing: every row a fresh run's time (reuse within one run is part of it), hence a measured speedup
+    for every config; the worker warmed up first; the timing mode is part of the run's identity."""
+    from sdvg_eval.eval import main
+    from sdvg_eval.report import summarise, metric_columns
+
+    monkeypatch.setenv("SDVG_EVAL_CODE_VERSION", CODE)
+    out = tmp_path / "fresh"
+    argv = ["--tiny", "--prompts", str(work["prompts"]), "--limit", "1", "--metrics", "imagereward",
+            "--configs", "target-only", "sdvg:9", "random:0.5", "sdvg:-0.7", "--width", "48", "--height", "32",
+            "--blocks", "6", "--workers", "0", "--out", str(out)]
+    assert main(argv + ["--fresh-timing"]) == 0
+    rows = read_rows(out / "rows.csv")
+    assert rows and all(r["fresh_time"] == "1" for r in rows), [(r["config"], r["fresh_time"]) for r in rows]
+    # sdvg:9 rejects every draft: from block 2 on the target reuses what this run computed for the block before
+    # (reuse within one execution, part of a fresh run), so the case the issue reported is exercised
+    assert [r[f"b{i}"] for r in rows if r["config"] == "sdvg:9" for i in range(1, 6)] == ["0"] * 5
+    summ = summarise(rows, metric_columns(list(rows[0])))
+    assert all(s.speedup_measured is not None for s in summ)
+    md = (out / "summary.md").read_text()
+    assert "*" not in md.split("## Sweep")[0].split("|---|")[1]  # no config marked as not fresh
+    assert json.loads((out / "workers.json").read_text())["main"]["warmed_up"] is True
+    capsys.readouterr()
+    assert main(argv) == 2 and "differs in: timing" in capsys.readouterr().err
+
+
+def test_empty_prompt_file_is_a_usage_error(tmp_path, capsys):
+    from sdvg_eval.eval import main
+
+    for text in ("", "\n  \n\t\n"):
+        f = tmp_path / "empty.txt"
+        f.write_text(text)
+        rc = main(["--tiny", "--prompts", str(f), "--workers", "0", "--out", str(tmp_path / "o")])
+        assert rc == 2 and "no prompts" in capsys.readouterr().err
+        assert not (tmp_path / "o").exists()
+
+
+def test_driver_releases_umt5_before_the_sweep(work, tmp_path, monkeypatch):
+    """The encoder (umT5 on a real run) is dropped once the prompts are encoded: the sweep never holds it."""
+    import weakref
+
+    import sdvg_eval.eval as ev
+    from sdvg_eval.prompts import Encoder
+    from sdvg_eval.sweep import SweepOutcome
+
+    class Model:  # stands for the loaded umT5
+        def __call__(self, text):
+            return torch.zeros(1, 512, 32)
+
+    held = {}
+
+    def make_encoder(a):
+        m = Model()
+        held["ref"] = weakref.ref(m)
+        return Encoder("stand-in-umt5", m)
+
+    def run_local(jobs, ra, appender, on_row=None):
+        held["alive_during_sweep"] = held["ref"]() is not None
+        return SweepOutcome()
+
+    monkeypatch.setattr(ev, "make_encoder", make_encoder)
+    monkeypatch.setattr(ev, "run_local", run_local)
+    monkeypatch.setenv("SDVG_EVAL_CODE_VERSION", CODE)
+    assert ev.main(["--tiny", "--prompts", str(work["prompts"]), "--limit", "1", "--workers", "0", "--no-report",
+                    "--out", str(tmp_path / "o")]) == 0
+    assert held["alive_during_sweep"] is False
+
+
+def test_embedding_cache_key_follows_the_encoder_files(tmp_path):
+    """Replacing a file of the umT5 folder (same path) changes the key; so does another folder's files."""
+    import os
+
+    from sdvg_eval.prompts import umt5_key
+
+    f = tmp_path / "umt5"
+    f.mkdir()
+    (f / "config.json").write_text("{}")
+    (f / "model.safetensors").write_bytes(b"a" * 10)
+    k1 = umt5_key(f)
+    assert umt5_key(f) == k1
+    (f / "model.safetensors").write_bytes(b"b" * 11)  # replaced in place
+    os.utime(f / "model.safetensors", ns=(1, 2))
+    assert umt5_key(f) != k1
+    assert umt5_key(f, "cuda:1") != umt5_key(f, "cpu") and umt5_key(f, "cuda:1") == umt5_key(f, "cuda:0")
+
+
+def test_visionreward_metric_fills_the_vr_column(work, tmp_path, monkeypatch):
+    """visionreward:FOLDER writes the paper's `vr` column, from a local folder and a local checklist only."""
+    import sdvg_eval.visionreward as vr
+    from sdvg_eval.eval import main
+    from test_visionreward import QUESTIONS, StandIn, Tokenizer, _checkout, _expected, _table
+
+    folder = tmp_path / "VisionReward-Video"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    checkout = _checkout(tmp_path / "VisionReward")
+    loaded = []
+
+    def load_model(f, device, dtype):
+        loaded.append(str(f))
+        tables = {}
+        for text in PROMPTS:  # a stand-in that knows the questions of every prompt
+            tables.update(_table(text))
+        return StandIn(tables), Tokenizer()
+
+    monkeypatch.setattr(vr, "load_model", load_model)
+    monkeypatch.setenv("SDVG_EVAL_CODE_VERSION", CODE)
+    out = tmp_path / "vr"
+    assert main(["--tiny", "--prompts", str(work["prompts"]), "--limit", "2", "--configs", "target-only", "accept-all",
+                 "--metrics", f"visionreward:{folder}", "imagereward", "--vr-checklist", str(checkout),
+                 "--vr-video", "frames", *GEOMETRY, "--workers", "0", "--out", str(out)]) == 0
+    rows = read_rows(out / "rows.csv")
+    assert list(rows[0])[:5] == ["config", "prompt", "seed", "vr", "imagereward_mean"]
+    assert len(rows) == 4 and all(float(r["vr"]) == pytest.approx(_expected(), rel=1e-12) for r in rows)
+    assert loaded == [str(folder)]
+    assert json.loads((out / "run.json").read_text())["identity"]["metrics"][0].startswith(f"visionreward:{folder}|")
+    from PIL import Image
+
+    assert "| vr |" in (out / "summary.md").read_text()
+    assert json.loads(Image.open(out / "pareto.png").text["sdvg-points"])["y"] == "vr"  # the plot shows the paper's metric
+
+
+def test_visionreward_needs_local_files(work, tmp_path, capsys):
+    from sdvg_eval.eval import main
+
+    rc = main(["--tiny", "--prompts", str(work["prompts"]), "--metrics", "visionreward:THUDM/VisionReward-Video",
+               "--workers", "0", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "hub ids are refused" in err and not (tmp_path / "o").exists()
