@@ -3,11 +3,14 @@ from __future__ import annotations
 
 from comfy_api.latest import ComfyExtension, io
 
-from . import host
-from .generation import SDVGDecodeBlock, SDVGDraftBlock, SDVGFinish, SDVGGenerate, SDVGRoute, SDVGScoreBlock, SDVGStart
+from .finish import SDVGFinish
+from .folders import register_folders
+from .generate import SDVGGenerate
 from .loaders import SDVGLoadDrafter, SDVGLoadImageReward, SDVGLoadTarget
 from .loop import SDVGLoopEnd, SDVGLoopStart
 from .prompts import SDVGLoadPromptEmbeddings, SDVGSavePromptEmbeddings
+from .start import SDVGStart
+from .steps import SDVGDecodeBlock, SDVGDraftBlock, SDVGRoute, SDVGScoreBlock
 
 NODES: list[type[io.ComfyNode]] = [
     SDVGLoadDrafter, SDVGLoadTarget, SDVGLoadImageReward,
@@ -15,7 +18,7 @@ NODES: list[type[io.ComfyNode]] = [
     SDVGGenerate, SDVGSavePromptEmbeddings, SDVGLoadPromptEmbeddings,
 ]
 
-host.register_folders()
+register_folders()
 
 
 class SDVGExtension(ComfyExtension):

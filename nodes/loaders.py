@@ -1,15 +1,24 @@
 """Loader nodes: drafter / target Wan DiT (file or ComfyUI MODEL) and the ImageReward scorer."""
 from __future__ import annotations
 
+import logging
+
 from comfy_api.latest import io, ui
 
 import comfy.model_management as mm
 
 from ..sdvg_core.io.checkpoint import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
 from ..sdvg_core.io.reward_files import find_vocab, load_scorer
-from . import host
+from .comfy_model import host_comfy_model
+from .dtypes import dtype_name, pick_dtype, reward_dtype
+from .errors import SDVGError, sentence
+from .folders import DIFFUSION_FOLDER, REWARD_FOLDER, SOURCES, check_file, file_list, resolve_file
+from .hosted_dit import DiTHandle, host_file_dit
+from .hosted_scorer import HostedScorer
+from .identity import file_key
 from .types import CAT_LOADERS, SDVGModel, SDVGReward
 
+LOG = logging.getLogger("SDVG")
 DIT_DTYPES = ["auto", "bf16", "fp16", "fp32"]
 
 
@@ -24,9 +33,9 @@ class _LoadDiT(io.ComfyNode):
         return io.Schema(
             node_id=node_id, display_name=display_name, category=CAT_LOADERS, description=description,
             inputs=[
-                io.Combo.Input("model_name", options=host.file_list(host.DIFFUSION_FOLDER),
+                io.Combo.Input("model_name", options=file_list(DIFFUSION_FOLDER),
                                tooltip=f"The {role} checkpoint in models/diffusion_models (.safetensors, or a "
-                                       f"Self-Forcing .pt). Source: {host.SOURCES[role]}. Ignored when 'model' is connected."),
+                                       f"Self-Forcing .pt). Source: {SOURCES[role]}. Ignored when 'model' is connected."),
                 io.Combo.Input("pt_entry", options=list(SELF_FORCING_ENTRIES), default=DEFAULT_PT_ENTRY,
                                tooltip="Which network of a Self-Forcing .pt to use: generator_ema (recommended by "
                                        "Self-Forcing) or generator (what the published SDVG code loaded). "
@@ -57,29 +66,29 @@ class _LoadDiT(io.ComfyNode):
         # checked here (not as a combo value) so a missing file names the folders and the source on every ComfyUI
         if input_types and "model" in input_types:  # a connected MODEL replaces the file
             return True
-        return host.check_file(host.DIFFUSION_FOLDER, model_name, f"SDVG Load {cls.ROLE.title()}", host.SOURCES[cls.ROLE])
+        return check_file(DIFFUSION_FOLDER, model_name, f"SDVG Load {cls.ROLE.title()}", SOURCES[cls.ROLE])
 
     @classmethod
     def execute(cls, model_name: str, pt_entry: str, weight_dtype: str, compile: bool = False,
                 model=None) -> io.NodeOutput:
         role = cls.ROLE
         if model is not None:
-            handle = host.host_comfy_model(model, role)
+            handle = host_comfy_model(model, role)
         else:
             what = f"SDVG Load {role.title()}"
-            path = host.resolve_file(host.DIFFUSION_FOLDER, model_name, what, host.SOURCES[role])
-            dtype = host.pick_dtype(weight_dtype, mm.get_torch_device())
+            path = resolve_file(DIFFUSION_FOLDER, model_name, what, SOURCES[role])
+            dtype = pick_dtype(weight_dtype, mm.get_torch_device())
             try:
                 net, cfg, rep = load_wan_dit(path, dtype=dtype, device=mm.unet_offload_device(), pt_entry=pt_entry)
             except CheckpointError as e:
-                raise host.SDVGError(f"{what}: {e}. Expected a Wan 2.1 text-to-video checkpoint such as "
-                                     f"{host.SOURCES[role]}. For fp8 or GGUF files, load them with 'Load Diffusion "
-                                     f"Model' and connect its MODEL to this node's 'model' input.") from e
+                raise SDVGError(f"{what}: {sentence(e)} Expected a Wan 2.1 text-to-video checkpoint such as "
+                                f"{SOURCES[role]}. For fp8 or GGUF files, load them with 'Load Diffusion "
+                                f"Model' and connect its MODEL to this node's 'model' input.") from e
             # a compiled model may round differently: its derived data is kept apart
-            key = host.file_key(path, host.dtype_name(dtype), rep.entry or "", "compiled" if compile else "")
-            handle = host.DiTHandle(role, host.host_file_dit(net, cfg, dtype, key, compile=compile),
-                                    f"{role}: {rep.describe()}" + (", compiled" if compile else ""))
-        host.LOG.info("SDVG %s", handle.info)
+            key = file_key(path, dtype_name(dtype), rep.entry or "", "compiled" if compile else "")
+            handle = DiTHandle(role, host_file_dit(net, cfg, dtype, key, compile=compile),
+                               f"{role}: {rep.describe()}" + (", compiled" if compile else ""))
+        LOG.info("SDVG %s", handle.info)
         return io.NodeOutput(handle, handle.info, ui=ui.PreviewText(handle.info))
 
 
@@ -115,9 +124,9 @@ class SDVGLoadImageReward(io.ComfyNode):
             node_id="SDVGLoadImageReward", display_name="SDVG Load ImageReward", category=CAT_LOADERS,
             description="Loads the ImageReward scorer that judges every drafted block (min over its frames).",
             inputs=[
-                io.Combo.Input("reward_name", options=host.file_list(host.REWARD_FOLDER),
+                io.Combo.Input("reward_name", options=file_list(REWARD_FOLDER),
                                tooltip=f"ImageReward weights in models/image_reward (.pt or .safetensors). "
-                                       f"Source: {host.SOURCES['image_reward']}."),
+                                       f"Source: {SOURCES['image_reward']}."),
                 io.Combo.Input("dtype", options=["auto", "fp32", "fp16", "bf16"], default="auto",
                                tooltip="Backbone dtype (the reward head stays fp32). auto: fp16 on GPUs (0.9 GB), "
                                        "fp32 on the CPU (1.8 GB)."),
@@ -129,20 +138,18 @@ class SDVGLoadImageReward(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, reward_name: str) -> bool | str:
-        return host.check_file(host.REWARD_FOLDER, reward_name, "SDVG Load ImageReward", host.SOURCES["image_reward"])
+        return check_file(REWARD_FOLDER, reward_name, "SDVG Load ImageReward", SOURCES["image_reward"])
 
     @classmethod
     def execute(cls, reward_name: str, dtype: str, micro_batch: int) -> io.NodeOutput:
-        path = host.resolve_file(host.REWARD_FOLDER, reward_name, "SDVG Load ImageReward", host.SOURCES["image_reward"])
-        device = mm.get_torch_device()
-        torch_dtype = (host.DTYPES["fp16"] if device.type != "cpu" else host.DTYPES["fp32"]) if dtype == "auto" \
-            else host.DTYPES[dtype]
+        path = resolve_file(REWARD_FOLDER, reward_name, "SDVG Load ImageReward", SOURCES["image_reward"])
+        torch_dtype = reward_dtype(dtype, mm.get_torch_device())
         try:
             vocab = find_vocab(path)
             scorer = load_scorer(path, vocab, device=mm.unet_offload_device(), dtype=torch_dtype, micro_batch=micro_batch)
         except ValueError as e:  # CheckpointError (weights, vocab, architecture) is a ValueError
-            raise host.SDVGError(f"SDVG Load ImageReward: {e}") from e
-        key = host.file_key(path, host.dtype_name(torch_dtype), f"mb{micro_batch}") + "|" + host.file_key(str(vocab))
-        info = f"ImageReward: {path} ({host.dtype_name(torch_dtype)}, vocab {vocab})"
-        host.LOG.info("SDVG %s", info)
-        return io.NodeOutput(host.HostedScorer(scorer, key, info), ui=ui.PreviewText(info))
+            raise SDVGError(f"SDVG Load ImageReward: {e}") from e
+        key = file_key(path, dtype_name(torch_dtype), f"mb{micro_batch}") + "|" + file_key(str(vocab))
+        info = f"ImageReward: {path} ({dtype_name(torch_dtype)}, vocab {vocab})"
+        LOG.info("SDVG %s", info)
+        return io.NodeOutput(HostedScorer(scorer, key, info), ui=ui.PreviewText(info))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from comfy_api.latest import io, ui
 from comfy_execution.graph_utils import GraphBuilder, is_link
 
-from . import host
+from .errors import SDVGError
+from .run_state import Run
 from .types import CAT_LOOP, SDVGLoop, SDVGState
 
 END_ID = "loop_end"  # id suffix of the next Loop End inside an expansion
@@ -31,7 +32,7 @@ class SDVGLoopStart(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, state: host.Run) -> io.NodeOutput:
+    def execute(cls, state: Run) -> io.NodeOutput:
         spec = state.state.spec
         text = f"block {state.state.next_block} of {spec.num_blocks}"
         return io.NodeOutput(f"sdvg-loop:{state.state.next_block}", state, ui=ui.PreviewText(text))
@@ -80,22 +81,22 @@ class SDVGLoopEnd(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, loop, state: host.Run) -> io.NodeOutput:
+    def execute(cls, loop, state: Run) -> io.NodeOutput:
         st = state.state
         if st.pending is not None:
-            raise host.SDVGError("SDVG Loop End: the state still has an undecided draft; connect SDVG Route's output "
+            raise SDVGError("SDVG Loop End: the state still has an undecided draft; connect SDVG Route's output "
                                  "to Loop End's 'state'")
         if st.done:
             return io.NodeOutput(state)
         me, dynprompt = cls.hidden.unique_id, cls.hidden.dynprompt
         if me.count(END_ID) > st.spec.num_blocks:
-            raise host.SDVGError("SDVG Loop End: the loop body does not commit blocks; put SDVG Route between "
+            raise SDVGError("SDVG Loop End: the loop body does not commit blocks; put SDVG Route between "
                                  "SDVG Loop Start and SDVG Loop End")
         if not is_link(loop) or dynprompt.get_node(loop[0])["class_type"] != "SDVGLoopStart":
-            raise host.SDVGError("SDVG Loop End: connect its 'loop' input to SDVG Loop Start's 'loop' output")
+            raise SDVGError("SDVG Loop End: connect its 'loop' input to SDVG Loop Start's 'loop' output")
         body = _body(dynprompt, loop[0], me)
         if not body:
-            raise host.SDVGError("SDVG Loop End: its 'state' does not come from SDVG Loop Start's chain")
+            raise SDVGError("SDVG Loop End: its 'state' does not come from SDVG Loop Start's chain")
         g = GraphBuilder()
         name = {nid: (END_ID if nid == me else dynprompt.get_display_node_id(nid)) for nid in body}
         for nid in body:

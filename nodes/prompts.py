@@ -7,11 +7,13 @@ import re
 from comfy_api.latest import io, ui
 
 import comfy.model_management as mm
-import folder_paths
 
 from ..sdvg_core.io.checkpoint import CheckpointError
 from ..sdvg_core.io.text import load_embeddings, save_embeddings
-from . import host
+from .conditioning import conditioning_embeddings
+from .errors import SDVGError
+from .folders import PROMPTS_FOLDER, SOURCES, check_file, file_list, full_path, prompts_folder, resolve_file
+from .identity import file_key
 from .types import CAT_PROMPTS
 
 
@@ -36,9 +38,9 @@ class SDVGSavePromptEmbeddings(io.ComfyNode):
 
     @classmethod
     def execute(cls, positive, prompt: str, name: str) -> io.NodeOutput:
-        emb, _ = host.conditioning_embeddings(positive)
+        emb, _ = conditioning_embeddings(positive)
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name.strip()).strip("._") or "prompt"
-        folder = folder_paths.get_folder_paths(host.PROMPTS_FOLDER)[0]
+        folder = prompts_folder()
         path = save_embeddings(os.path.join(folder, stem + ".safetensors"), prompt, emb)
         text = f"saved {list(emb.shape)} embeddings of {prompt[:60]!r} to {path}"
         return io.NodeOutput(str(path), ui=ui.PreviewText(text))
@@ -53,8 +55,8 @@ class SDVGLoadPromptEmbeddings(io.ComfyNode):
             node_id="SDVGLoadPromptEmbeddings", display_name="SDVG Load Prompt Embeddings", category=CAT_PROMPTS,
             description="Loads prompt embeddings saved by SDVG Save Prompt Embeddings, instead of CLIPLoader + "
                         "CLIP Text Encode (no 11 GB umT5 in memory).",
-            inputs=[io.Combo.Input("embeddings", options=host.file_list(host.PROMPTS_FOLDER),
-                                   tooltip=f"A file in models/sdvg_prompts ({host.SOURCES['prompts']}).")],
+            inputs=[io.Combo.Input("embeddings", options=file_list(PROMPTS_FOLDER),
+                                   tooltip=f"A file in models/sdvg_prompts ({SOURCES['prompts']}).")],
             outputs=[io.Conditioning.Output(display_name="positive", tooltip="the embeddings as CONDITIONING"),
                      io.String.Output(display_name="prompt", tooltip="the prompt text stored with them")],
         )
@@ -62,19 +64,19 @@ class SDVGLoadPromptEmbeddings(io.ComfyNode):
     @classmethod
     def validate_inputs(cls, embeddings: str) -> bool | str:
         # checked here (not as a combo value) so a missing file names the folders and the source on every ComfyUI
-        return host.check_file(host.PROMPTS_FOLDER, embeddings, "SDVG Load Prompt Embeddings", host.SOURCES["prompts"])
+        return check_file(PROMPTS_FOLDER, embeddings, "SDVG Load Prompt Embeddings", SOURCES["prompts"])
 
     @classmethod
     def fingerprint_inputs(cls, embeddings: str):
-        path = folder_paths.get_full_path(host.PROMPTS_FOLDER, embeddings)
-        return host.file_key(path) if path else embeddings
+        path = full_path(PROMPTS_FOLDER, embeddings)
+        return file_key(path) if path else embeddings
 
     @classmethod
     def execute(cls, embeddings: str) -> io.NodeOutput:
-        path = host.resolve_file(host.PROMPTS_FOLDER, embeddings, "SDVG Load Prompt Embeddings", host.SOURCES["prompts"])
+        path = resolve_file(PROMPTS_FOLDER, embeddings, "SDVG Load Prompt Embeddings", SOURCES["prompts"])
         try:
             prompt, emb = load_embeddings(path)
         except CheckpointError as e:
-            raise host.SDVGError(f"SDVG Load Prompt Embeddings: {e}") from e
+            raise SDVGError(f"SDVG Load Prompt Embeddings: {e}") from e
         cond = [[emb.to(mm.intermediate_device()), {"pooled_output": None, "sdvg_prompt": prompt}]]
         return io.NodeOutput(cond, prompt, ui=ui.PreviewText(prompt))

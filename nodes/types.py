@@ -5,7 +5,7 @@ from comfy_api.latest import io
 
 SDVGModel = io.Custom("SDVG_MODEL")  # a hosted Wan DiT (drafter or target)
 SDVGReward = io.Custom("SDVG_REWARD")  # a hosted ImageReward scorer
-SDVGState = io.Custom("SDVG_STATE")  # host.Run: session + immutable GenerationState
+SDVGState = io.Custom("SDVG_STATE")  # run_state.Run: session + immutable GenerationState
 SDVGLoop = io.Custom("SDVG_LOOP")  # the loop-start -> loop-end link
 
 CATEGORY = "SDVG"

@@ -6,8 +6,8 @@
 Real Wan 2.1 1.3B widths (dim 1536, FFN 8960, 12 heads, umT5 width 4096) with few layers; one 3-frame block with an
 empty cache (no KV: the call ComfyUI's forward also makes). For fp32 and bf16: maximum difference of the predicted
 flow, and the time ratio pack / ComfyUI (best of `repeats`, interleaved, after a warm-up of each). The pack runs as
-the host runs it: ComfyUI's `optimized_attention` injected (host.comfy_attention), ComfyUI's layers through
-host.comfy_wan_view. Prints one JSON line.
+the host runs it: ComfyUI's `optimized_attention` injected (nodes/attention.py comfy_attention), ComfyUI's layers
+through nodes/comfy_model.py comfy_wan_view. Prints one JSON line.
 """
 import argparse
 import importlib.util
@@ -25,7 +25,7 @@ ap.add_argument("--repeats", type=int, default=3)
 ap.add_argument("--latent", default="30x52", help="latent h x w of each frame (30x52 = 240x416 px, 1170 tokens)")
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--attention", choices=("host", "sdpa"), default="host",
-                help="host: ComfyUI's optimized_attention injected, as nodes/host.py runs it; sdpa: CausalWan's default")
+                help="host: ComfyUI's optimized_attention injected, as nodes/attention.py routes it; sdpa: CausalWan's default")
 a = ap.parse_args()
 
 sys.argv = [sys.argv[0]] + (["--cpu"] if a.device == "cpu" else [])
@@ -45,7 +45,7 @@ spec = importlib.util.spec_from_file_location("sdvg_pack", os.path.join(a.repo, 
 pack = importlib.util.module_from_spec(spec)
 sys.modules["sdvg_pack"] = pack
 spec.loader.exec_module(pack)
-host = pack.nodes.host
+attention, comfy_model = pack.nodes.attention, pack.nodes.comfy_model
 wan = importlib.import_module("sdvg_pack.sdvg_core.models.wan")
 presets = importlib.import_module("sdvg_pack.sdvg_core.models.wan_config").PRESETS
 
@@ -91,15 +91,15 @@ torch.manual_seed(1)
 x = torch.randn(1, 3, 16, h, w, device=dev)  # [B, F, C, h, w]: one 3-frame block
 ctx = torch.randn(1, 512, SIZES["text_dim"], device=dev) * 0.3  # [B, text_len, text_dim]
 # an older pack (for before/after figures) has no injectable attention: its CausalWan uses SDPA
-attn = host.host_attention() if hasattr(host, "host_attention") and a.attention == "host" else None
+attn = attention.host_attention() if a.attention == "host" else None
 extra = {"attention_fn": attn} if attn is not None else {}
 out = {"device": a.device, "torch": torch.__version__, "layers": a.layers, "tokens": 3 * (h // 2) * (w // 2),
        "threads": torch.get_num_threads(), "attention": attn.__name__ if attn else "sdpa"}
 with torch.inference_mode():
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         net = make(dtype)
-        cfg = host.wan_config_from_module(net)
-        view = host.comfy_wan_view(net, dtype)  # as host_comfy_model runs a ComfyUI MODEL
+        cfg = comfy_model.wan_config_from_module(net)
+        view = comfy_model.comfy_wan_view(net, dtype)  # as host_comfy_model runs a ComfyUI MODEL
         runner = wan.CausalWan(view, cfg, dtype=dtype, device=dev, **extra)
         text = runner.encode_text(ctx)
         t = torch.full((1, 3), T_STEP)

@@ -5,7 +5,7 @@
 
 - fp32: CausalWan without a KV cache vs WanModel.forward on the same 3 latent frames (must agree to float error);
 - bf16 weights with plain (non-casting) ComfyUI layers: the raw network fails on fp32 input to the fp32 patch
-  embedding; through `host.comfy_wan_view` it runs and stays close to fp32; same with manual-cast layers.
+  embedding; through `comfy_wan_view` (nodes/comfy_model.py) it runs and stays close to fp32; same with manual-cast layers.
 """
 import importlib.util
 import json
@@ -35,7 +35,7 @@ spec = importlib.util.spec_from_file_location("sdvg_pack", os.path.join(REPO, "_
 pack = importlib.util.module_from_spec(spec)
 sys.modules["sdvg_pack"] = pack
 spec.loader.exec_module(pack)
-host = pack.nodes.host
+comfy_model = pack.nodes.comfy_model
 wan = importlib.import_module("sdvg_pack.sdvg_core.models.wan")
 schedule = importlib.import_module("sdvg_pack.sdvg_core.engine.schedule")
 
@@ -54,8 +54,8 @@ def make(dtype, ops):
 
 
 def causal(net, dtype, x, ctx, view=True, kv=True):
-    cfg = host.wan_config_from_module(net)
-    runner = wan.CausalWan(host.comfy_wan_view(net, dtype) if view else net, cfg, dtype=dtype, device="cpu")
+    cfg = comfy_model.wan_config_from_module(net)
+    runner = wan.CausalWan(comfy_model.comfy_wan_view(net, dtype) if view else net, cfg, dtype=dtype, device="cpu")
     assert cfg.num_heads == PROBE_SIZES["num_heads"], cfg  # the pack reads the head count off ComfyUI's model
     tpf = cfg.tokens_per_frame(x.shape[-2], x.shape[-1])
     cache = wan.KVCache.empty(cfg, batch=1, window_frames=x.shape[1], tokens_per_frame=tpf, device="cpu",

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE = Path(__file__).resolve().parent / "fake_comfy"
 PACK_NAME = "sdvg_pack"
 FAKE_ROOTS = ("comfy_api", "comfy", "comfy_execution", "folder_paths", "core_nodes", PACK_NAME)
+HOST_MODULES = ("comfy.model_management", "comfy.model_patcher", "comfy.utils", "folder_paths")
 
 
 def _ours(name: str) -> bool:
@@ -42,7 +43,10 @@ def installed(base: Path) -> Iterator[ModuleType]:
         import folder_paths
 
         folder_paths.reset(str(base))
+        # what the host's modules hold before the pack is imported (a guest must not replace any of it)
+        before = {name: dict(vars(importlib.import_module(name))) for name in HOST_MODULES}
         pack = import_pack()
+        pack.host_before_import = before
         core_nodes = importlib.import_module("core_nodes")
         core_nodes.SDVG_CORE = importlib.import_module(PACK_NAME + ".sdvg_core")
         importlib.import_module(PACK_NAME + ".sdvg_core.models")

@@ -175,51 +175,62 @@ def fake_pack(tmp_path):
     with fake_host.installed(tmp_path) as pack:
         mm = sys.modules["comfy.model_management"]
         old = (mm.FAKE_FREE_BYTES, mm.FAKE_TOTAL_BYTES)
-        pack.nodes.host.MEMO.clear()
+        pack.nodes.shared_memo.MEMO.clear()
         try:
             yield pack, mm
         finally:
             mm.FAKE_FREE_BYTES, mm.FAKE_TOTAL_BYTES = old
-            pack.nodes.host.MEMO.clear()
+            pack.nodes.shared_memo.MEMO.clear()
+            mm.current_loaded_models.clear()
 
 
 def _big_entry() -> torch.Tensor:
     return torch.zeros(80 * 2**20 // 4)  # 80 MB: a "big" memo entry (the small tier holds <= 64 MB)
 
 
+def _sdvg_load(pack) -> None:
+    """One SDVG model call's load: registers the memo with ComfyUI's memory manager (as every SDVG call does)."""
+    cm = pack.nodes.comfy_memory
+    cm.load(cm.managed(torch.nn.Linear(4, 4), torch.device("cpu"), torch.device("cpu")))
+
+
 def test_loading_another_model_reclaims_memo_caches(fake_pack):
     pack, mm = fake_pack
-    host = pack.nodes.host
-    host.MEMO.put(("kv", "run"), _big_entry())
-    assert host.MEMO.large.bytes > 0
-    patcher = host._patcher(torch.nn.Linear(4, 4), torch.device("cpu"), torch.device("cpu"))
+    memo, cm = pack.nodes.shared_memo.MEMO, pack.nodes.comfy_memory
+    memo.put(("kv", "run"), _big_entry())
+    _sdvg_load(pack)
+    assert memo.large.bytes > 0 and cm.registered()
+    patcher = cm.managed(torch.nn.Linear(4, 4), torch.device("cpu"), torch.device("cpu"))  # another pack's model
     mm.load_models_gpu([patcher], memory_required=1 << 20)  # room enough: the caches stay
-    assert host.MEMO.large.bytes > 0
+    assert memo.large.bytes > 0
     mm.FAKE_FREE_BYTES = 1 << 20  # the device is full: another model's load must reclaim SDVG's caches
     mm.load_models_gpu([patcher], memory_required=1 << 30)
-    assert host.MEMO.large.bytes == 0
+    assert memo.large.bytes == 0
 
 
 def test_unload_models_releases_memo_caches(fake_pack):
     pack, mm = fake_pack
-    host = pack.nodes.host
-    host.MEMO.pin("head", ("decoder", "run"), _big_entry())
-    mm.unload_all_models()  # what the Unload Models button runs
-    assert host.MEMO.large.bytes == 0 and host.MEMO.large.pinned_bytes == 0
+    memo = pack.nodes.shared_memo.MEMO
+    memo.pin("head", ("decoder", "run"), _big_entry())
+    memo.put(("block", "run"), torch.zeros(1 << 20))  # a small entry: it goes too
+    _sdvg_load(pack)
+    mm.unload_all_models()  # what the Unload Models button and /free run
+    assert memo.large.bytes == 0 and memo.large.pinned_bytes == 0 and memo.small.bytes == 0
+    assert not pack.nodes.comfy_memory.registered()
 
 
 def _session(pack, recipe: str):
     """A host Session over the tiny target and VAE, through the pack's own modules (as ComfyUI imports them)."""
     import importlib
 
-    host = pack.nodes.host
+    n = pack.nodes
     tiny = importlib.import_module(pack.__name__ + ".sdvg_core.demo.tiny")
     engine = importlib.import_module(pack.__name__ + ".sdvg_core.engine.engine")
     recipes = importlib.import_module(pack.__name__ + ".sdvg_core.engine.recipes")
     cfg = PRESETS["tiny-target"]
-    runner = host.host_file_dit(tiny.build_random(cfg, seed=0), cfg, torch.float32, "k-target")
-    vae = host.HostedVAE(tiny.random_vae(1), "k-vae")
-    return host.Session(host.DiTHandle("target", runner, ""), None, vae, None,
+    runner = n.hosted_dit.host_file_dit(tiny.build_random(cfg, seed=0), cfg, torch.float32, "k-target")
+    vae = n.hosted_vae.HostedVAE(tiny.random_vae(1), "k-vae")
+    return n.session.Session(n.hosted_dit.DiTHandle("target", runner, ""), None, vae, None,
                         engine.EngineConfig(recipe=recipes.recipe_by_name(recipe)))
 
 
@@ -248,12 +259,13 @@ def test_start_sizes_the_reservation_from_the_recipe_and_refuses_what_cannot_fit
 def test_sdvg_own_model_swaps_keep_the_memo_caches(fake_pack):
     """Inside a generation SDVG swaps its own models; that must not drop the caches the generation is reading."""
     pack, mm = fake_pack
-    host = pack.nodes.host
-    host.MEMO.put(("kv", "run"), _big_entry())
+    memo = pack.nodes.shared_memo.MEMO
+    memo.put(("kv", "run"), _big_entry())
+    _sdvg_load(pack)
     mm.FAKE_FREE_BYTES = 0  # no room at all: an outside load would reclaim the caches
-    runner = host.host_file_dit(build_random(PRESETS["tiny"], seed=0), PRESETS["tiny"], torch.float32, "k")
+    runner = pack.nodes.hosted_dit.host_file_dit(build_random(PRESETS["tiny"], seed=0), PRESETS["tiny"], torch.float32, "k")
     runner.ensure_loaded()
-    assert host.MEMO.large.bytes > 0
+    assert memo.large.bytes > 0 and pack.nodes.comfy_memory.registered()
 
 
 def test_comfy_attention_is_injected_only_for_a_dedicated_kernel(fake_pack, monkeypatch):
@@ -263,7 +275,7 @@ def test_comfy_attention_is_injected_only_for_a_dedicated_kernel(fake_pack, monk
     from sdvg_core.models.wan import attention
 
     pack, _ = fake_pack
-    host = pack.nodes.host
+    attn, hosted_dit = pack.nodes.attention, pack.nodes.hosted_dit
     calls = []
 
     def attention_sage(q, k, v, heads, mask=None, skip_reshape=False, **_):
@@ -276,9 +288,9 @@ def test_comfy_attention_is_injected_only_for_a_dedicated_kernel(fake_pack, monk
     monkeypatch.setitem(sys.modules, "comfy.ldm.modules.attention", mod)
     sys.modules["comfy.ldm.modules"].attention = mod
     mod.optimized_attention = attention_sage
-    assert host.host_attention() is host.comfy_attention
+    assert attn.host_attention() is attn.comfy_attention
     cfg = PRESETS["tiny"]
-    runner = host.host_file_dit(build_random(cfg, seed=0), cfg, torch.float32, "k")
+    runner = hosted_dit.host_file_dit(build_random(cfg, seed=0), cfg, torch.float32, "k")
     text = runner.encode_text(torch.randn(1, 8, cfg.text_dim))
     runner.forward(torch.randn(1, 3, cfg.in_dim, 4, 6), torch.full((1, 3), 700.0), text)
     assert calls == [(cfg.num_heads, True, None)] * (2 * cfg.num_layers)
@@ -287,4 +299,4 @@ def test_comfy_attention_is_injected_only_for_a_dedicated_kernel(fake_pack, monk
         raise AssertionError("not used")
 
     mod.optimized_attention = attention_sub_quad
-    assert host.host_attention() is None
+    assert attn.host_attention() is None

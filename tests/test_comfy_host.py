@@ -531,3 +531,19 @@ def test_causal_forward_on_comfy_wanmodel():
     print(f"\nComfyUI WanModel: CausalWan vs WanModel.forward fp32 max|diff| {r['fp32_vs_comfy_forward']:.1e} "
           f"(scale {r['scale']:.2f}); bf16 via adapter {r['bf16_plain_view_vs_fp32']:.4f} / manual-cast "
           f"{r['bf16_manual_cast_view_vs_fp32']:.4f}; bf16 without adapter: {r['bf16_plain_raw']}")
+
+
+def test_memo_lives_in_comfyuis_memory_manager():
+    """Importing the pack replaces nothing of ComfyUI; its memo is one of ComfyUI's loaded models, freed by ComfyUI's
+    own free_memory (partly: the oldest entries) and unload_all_models (all), kept through SDVG's own model swaps."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_memory_probe.py"), COMFYUI_DIR, str(REPO)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["changed_by_import"] == [] and r["changed_after_use"] == [], r
+    assert not r["registered_before_use"] and r["registered_after_load"], r
+    assert r["after_partial"] == {"entries": [1, 2], "registered": True}, r
+    assert r["after_own_load"] == r["after_partial"], r
+    assert r["after_unload_all"] == {"bytes": 0, "registered": False}, r
+    print(f"\nmemory manager: import changed nothing; memo {r['loaded_size_gib']:.2f} GiB registered at the first load, "
+          f"partial free -> entries {r['after_partial']['entries']}, unload_all -> 0 bytes, unregistered")

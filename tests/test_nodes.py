@@ -159,8 +159,8 @@ def test_workflow_files_match_builder():
 # ------------------------------------------------------------------------------------------------ execution
 def test_loop_workflow_lazy_and_requeue(env):
     pack, classes = env
-    host = pack.nodes.host
-    host.MEMO.clear()
+    memo = pack.nodes.shared_memo.MEMO
+    memo.clear()
     api = api_for(REPO / "workflows" / "sdvg_loop_step_by_step.json", classes)
     route = node_of(api, "SDVGRoute")
     api = wt.set_inputs(api, "SDVGRoute", tau=-5.0)
@@ -200,7 +200,7 @@ def test_loop_workflow_lazy_and_requeue(env):
     frames2 = ex.values[node_of(api, "SDVGFinish")][0]
 
     # a fresh run at tau2 (empty memo, new executor) gives exactly the same video and decisions
-    host.MEMO.clear()
+    memo.clear()
     fresh = MiniExecutor(classes)
     fresh.run(api2)
     rep3 = report_of(pack, fresh, api2)
@@ -293,11 +293,13 @@ def test_one_model_loaded_per_operation_and_progress(env):
     api = api_for(REPO / "workflows" / "sdvg_generate.json", classes, tau=-5.0, seed=7)
     mm.LOAD_CALLS.clear()
     comfy.utils.PROGRESS.clear()
-    pack.nodes.host.MEMO.clear()
+    pack.nodes.shared_memo.MEMO.clear()
     MiniExecutor(classes).run(api)
-    assert mm.LOAD_CALLS and all(len(c) == 1 for c in mm.LOAD_CALLS)  # never two models forced at once
+    memo = pack.nodes.comfy_memory.memo_patcher()
+    # never two models forced at once: each call loads one model, together with the memo its call reads
+    assert mm.LOAD_CALLS and all(len(c) == 2 and c[1] is memo for c in mm.LOAD_CALLS)
     holders = {type(p.model.inner).__name__ if hasattr(p.model, "inner") else type(p.model).__name__
-               for c in mm.LOAD_CALLS for p in c}
+               for c in mm.LOAD_CALLS for p in c[:1]}
     assert holders >= {"WanDiT", "WanVAE", "ImageRewardModel"}
     previews = [p for p in comfy.utils.PROGRESS if p[2]]
     assert len(previews) == SMALL["num_blocks"]
@@ -309,7 +311,7 @@ def test_cancel_between_steps(env):
     import comfy.model_management as mm
 
     api = api_for(REPO / "workflows" / "sdvg_generate.json", classes, seed=11)
-    pack.nodes.host.MEMO.clear()
+    pack.nodes.shared_memo.MEMO.clear()
     mm.interrupt_current_processing(True)
     with pytest.raises(mm.InterruptProcessingException):
         MiniExecutor(classes).run(api)
@@ -330,12 +332,12 @@ def test_file_loader_compile_option_reaches_the_runner(env):
 def test_errors_name_file_folder_and_source(env):
     pack, _ = env
     n = pack.nodes
-    with pytest.raises(n.host.SDVGError) as e:
+    with pytest.raises(n.errors.SDVGError) as e:
         n.SDVGLoadTarget.execute("missing-14b.safetensors", "generator_ema", "auto")
     msg = str(e.value)
     assert "missing-14b.safetensors" in msg and "models/diffusion_models" in msg and "krea/krea-realtime-video" in msg
     assert "self_forcing_dmd.pt" in msg  # the files that are there
-    with pytest.raises(n.host.SDVGError) as e:
+    with pytest.raises(n.errors.SDVGError) as e:
         n.SDVGLoadImageReward.execute("nope.pt", "auto", 16)
     assert "THUDM/ImageReward" in str(e.value) and "models/image_reward" in str(e.value)
     # a vocabulary missing next to the weights: the error lists where it looked and where to get it
@@ -345,13 +347,13 @@ def test_errors_name_file_folder_and_source(env):
     vocab = folder / "vocab.txt"
     vocab.rename(folder / "vocab.bak")
     try:
-        with pytest.raises(n.host.SDVGError) as e:
+        with pytest.raises(n.errors.SDVGError) as e:
             n.SDVGLoadImageReward.execute("ImageReward.pt", "auto", 16)
         assert "vocab.txt" in str(e.value) and "bert-base-uncased" in str(e.value)
     finally:
         (folder / "vocab.bak").rename(vocab)
-    with pytest.raises(n.host.SDVGError, match="not a Wan 2.1"):
-        n.host.host_comfy_model(type("M", (), {"model": type("B", (), {"diffusion_model": torch.nn.Linear(2, 2)})()})(),
+    with pytest.raises(n.errors.SDVGError, match="not a Wan 2.1"):
+        n.comfy_model.host_comfy_model(type("M", (), {"model": type("B", (), {"diffusion_model": torch.nn.Linear(2, 2)})()})(),
                                 "target")
 
 
@@ -383,18 +385,18 @@ def test_route_checks_its_inputs(env):
     cond, prompt = n.SDVGLoadPromptEmbeddings.execute(EMB_FILE).args
     start = n.SDVGStart.execute(target, vae, cond, "", 64, 48, 2, 1, "krea", "standard", 1.0).args[0]
     assert start.state.spec.prompt.text == PROMPT  # carried by the embeddings file
-    with pytest.raises(n.host.SDVGError, match="no drafter"):
+    with pytest.raises(n.errors.SDVGError, match="no drafter"):
         n.SDVGDraftBlock.execute(start)
     s1 = n.SDVGRoute.execute(start, -0.7, True).args[0]  # block 0 forced: target only, no drafter needed
     assert s1.state.blocks[0].decision == "forced"
     assert n.SDVGRoute.check_lazy_status(state=start, tau=-0.7, force_reject_first=True, scored=None) == []
     assert n.SDVGRoute.check_lazy_status(state=s1, tau=-0.7, force_reject_first=True, scored=None) == ["scored"]
     assert n.SDVGRoute.check_lazy_status(state=s1, tau=-0.7, force_reject_first=True) == []  # not connected
-    with pytest.raises(n.host.SDVGError, match="no drafter"):
+    with pytest.raises(n.errors.SDVGError, match="no drafter"):
         n.SDVGRoute.execute(s1, -0.7, True)
-    with pytest.raises(n.host.SDVGError, match="not the draft of this block"):
+    with pytest.raises(n.errors.SDVGError, match="not the draft of this block"):
         n.SDVGRoute.execute(s1, -0.7, True, scored=start)
-    with pytest.raises(n.host.SDVGError, match="multiple of 16"):
+    with pytest.raises(n.errors.SDVGError, match="multiple of 16"):
         n.SDVGStart.execute(target, vae, cond, "", 60, 48, 2, 1, "krea", "standard", 1.0)
 
 
@@ -443,7 +445,7 @@ def test_report_after_cancel_and_requeue_marks_node_cache_blocks(env):
     """Cancel before Finish, then queue again: the routes come from the executor's node cache (old run id), Finish
     runs now. Every block must say it was not computed by this execution, and the recomputed line must appear."""
     pack, classes = env
-    pack.nodes.host.MEMO.clear()
+    pack.nodes.shared_memo.MEMO.clear()
     api = wt.set_inputs(api_for(REPO / "workflows" / "sdvg_loop_step_by_step.json", classes), "SDVGRoute", tau=-5.0)
     ex = MiniExecutor(classes)
     ex.run(api)
@@ -471,7 +473,7 @@ def test_baseline_times_are_fresh_runs(env):
     """sdvg_vs_target_only: neither Generate node takes blocks from the other's run (fresh_run on both), so both
     wall times are fresh runs; with fresh_run off the second node's report says its time is not a fresh run."""
     pack, classes = env
-    pack.nodes.host.MEMO.clear()
+    pack.nodes.shared_memo.MEMO.clear()
     api = api_for(REPO / "workflows" / "sdvg_vs_target_only.json", classes, tau=-5.0)
     gens = [k for k, v in api.items() if v["class_type"] == "SDVGGenerate"]
     assert all(api[g]["inputs"]["fresh_run"] is True for g in gens)
@@ -482,7 +484,7 @@ def test_baseline_times_are_fresh_runs(env):
         assert rep["fresh_run"] and not any(b["reused"] for b in rep["blocks"]), (api[g]["inputs"]["policy"], rep["blocks"])
         assert rep["blocks"][0]["work"]["target_forwards"] > 0  # block 0 computed by each node itself
     shared = {g: {**n, "inputs": {**n["inputs"], "fresh_run": False}} if g in gens else n for g, n in api.items()}
-    pack.nodes.host.MEMO.clear()
+    pack.nodes.shared_memo.MEMO.clear()
     ex = MiniExecutor(classes)
     ex.run(shared)
     reps = [report_of(pack, ex, shared, nid=g) for g in gens]
@@ -491,3 +493,107 @@ def test_baseline_times_are_fresh_runs(env):
     assert second["blocks"][0]["reused"] and second["blocks"][0]["work"]["target_forwards"] == 0
     table = ex.ui[next(g for g, r in zip(gens, reps) if not r["fresh_run"])]["text"][0]
     assert "NOT a fresh run's time" in table
+
+
+# ------------------------------------------------------------------------------------------------ a guest of ComfyUI's memory
+def test_importing_the_pack_replaces_nothing_of_the_host(env):
+    """Every attribute of ComfyUI's memory manager, ModelPatcher module, utils and folder registry is the very same
+    object after the pack's import (and after it ran workflows): the pack registers its memo, it patches nothing."""
+    pack, _ = env
+    for name, before in pack.host_before_import.items():
+        now = vars(sys.modules[name])
+        changed = sorted(k for k in before if now.get(k) is not before[k] and k != "__loader__")
+        if name == "folder_paths":  # the pack adds its folders to the registry's dict (data, the same dict object)
+            changed = [k for k in changed if callable(before[k])]
+        assert changed == [], (name, changed)
+        assert not any(callable(now[k]) and not k.startswith("__") for k in set(now) - set(before)), name
+
+
+def _memo_env(pack):
+    import comfy.model_management as mm
+
+    memo, cm = pack.nodes.shared_memo.MEMO, pack.nodes.comfy_memory
+    memo.clear()
+    mm.current_loaded_models.clear()
+    return mm, memo, cm
+
+
+def test_comfyui_frees_the_memo_by_its_own_logic(env):
+    """Registered at SDVG's first model call; another model's load that needs part of the memory makes ComfyUI ask
+    the memo to `partially_unload` (its least-recently-used entries go, the rest and the registration stay); one
+    that needs everything `detach`es it (every entry goes); Unload Models does the same through unload_all_models."""
+    pack, _ = env
+    mm, memo, cm = _memo_env(pack)
+    entry = 80 * 2**20  # bytes: big entries (the small tier takes <= 64 MB)
+    for i in range(3):
+        memo.put(("kv", i), torch.zeros(entry // 4))
+    assert not cm.registered()  # nothing until an SDVG model call
+    own = cm.managed(torch.nn.Linear(4, 4), torch.device("cpu"), torch.device("cpu"))
+    cm.load(own)
+    assert cm.registered() and cm.memo_patcher().loaded_size() == 3 * entry
+    other = cm.managed(torch.nn.Linear(4, 4), torch.device("cpu"), torch.device("cpu"))  # another pack's model
+    old = mm.FAKE_FREE_BYTES
+    try:
+        mm.FAKE_FREE_BYTES = 1 << 30
+        mm.load_models_gpu([other], memory_required=(1 << 30) + entry // 2)  # half an entry missing: the oldest goes
+        assert ("kv", 0) not in memo and ("kv", 1) in memo and ("kv", 2) in memo and cm.registered()
+        cm.load(own)  # SDVG's own swap while the device is full: its caches stay
+        mm.FAKE_FREE_BYTES = 0
+        cm.load(own)
+        assert memo.large.bytes == 2 * entry
+        mm.load_models_gpu([other], memory_required=1 << 40)  # needs more than the memo holds: all of it goes
+        assert memo.bytes == 0 and not cm.registered()
+    finally:
+        mm.FAKE_FREE_BYTES = old
+    memo.pin("decoder_head", ("decoder", 0), torch.zeros(entry // 4))
+    memo.put(("block", 0), torch.zeros(1 << 18))
+    cm.load(own)
+    mm.unload_all_models()  # the Unload Models button, /free
+    assert memo.bytes == 0 and memo.pinned_bytes == 0 and not cm.registered()
+    mm.current_loaded_models.clear()
+
+
+def test_memo_patcher_takes_any_arguments_the_host_passes(env):
+    """The pip build's partially_unload has `force_patch_weights`, upstream's not; detach(unpatch_all=False) is
+    ComfyUI re-registering a model it is about to load again (nothing must be dropped then)."""
+    pack, _ = env
+    mm, memo, cm = _memo_env(pack)
+    memo.put(("kv", 0), torch.zeros(20 * 2**20))
+    p = cm.memo_patcher()
+    assert p.partially_unload(torch.device("cpu"), 1, force_patch_weights=True) > 0 and memo.bytes == 0
+    memo.put(("kv", 1), torch.zeros(20 * 2**20))
+    p.detach(unpatch_all=False)
+    assert memo.bytes > 0
+    p.detach(True)
+    assert memo.bytes == 0
+    assert p.partially_load(torch.device("cpu"), 1e32, force_patch_weights=False) == 0
+
+
+def test_a_generation_releases_what_it_held(env):
+    """What a generation holds outside the memo's budget (decoder cache head, newest pixels, text K/V) is released when
+    it ends: after SDVG Generate, and after SDVG Finish in the step-by-step loop."""
+    pack, classes = env
+    memo = pack.nodes.shared_memo.MEMO
+    for wf in ("sdvg_generate.json", "sdvg_loop_step_by_step.json"):
+        memo.clear()
+        api = api_for(REPO / "workflows" / wf, classes, tau=-5.0, seed=3, num_blocks=2)
+        MiniExecutor(classes).run(api)
+        assert memo.pinned_bytes == 0, wf
+        assert memo.bytes > 0, wf  # the budgeted entries stay for a re-queue
+
+
+def test_a_corrupt_checkpoint_message_reads_as_sentences(env, tmp_path):
+    """The loader adds its advice after the checkpoint reader's sentence: one period between them, never two."""
+    pack, _ = env
+    import folder_paths
+
+    folder = Path(folder_paths.get_folder_paths("diffusion_models")[0])
+    bad = folder / "broken-14b.safetensors"
+    bad.write_bytes(b"\x00" * 1024)
+    try:
+        with pytest.raises(pack.nodes.errors.SDVGError) as e:
+            pack.nodes.SDVGLoadTarget.execute("broken-14b.safetensors", "generator_ema", "auto")
+    finally:
+        bad.unlink()
+    msg = str(e.value)
+    assert "Download it again" in msg and ".." not in msg and "Expected a Wan 2.1" in msg, msg

@@ -1,0 +1,128 @@
+"""SDVG inside ComfyUI's memory manager, through the seam ComfyUI offers every model pack.
+
+Each model SDVG calls is a `ModelPatcher` loaded with `load_models_gpu` right before it is used, one model at a time
+(the 14B target and the 1.3B drafter are never both forced onto a GPU that cannot hold them). The shared memo is one
+more loaded model: `MemoPatcher`, a ModelPatcher whose size is the memo's bytes. ComfyUI keeps it in
+`current_loaded_models` like any model and frees it with its own logic: when something else needs the memory,
+`free_memory` asks it to `partially_unload` (the memo evicts its least-recently-used entries) or `detach`es it (the
+memo drops everything); Unload Models, `/free` and the out-of-memory handler reach it through `unload_all_models`.
+Nothing of ComfyUI is replaced or wrapped (docs/design.md §4.1). SDVG loads each model together with the memo, so
+its own swaps inside a generation (target <-> drafter <-> VAE) never evict the caches that generation reads.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator
+
+import torch
+
+import comfy.model_management as mm
+import comfy.model_patcher
+
+from . import shared_memo
+
+LOG = logging.getLogger("SDVG")
+
+
+class _Holder(torch.nn.Module):
+    """A plain parent module for ModelPatcher, which sets `.device` on the model (WanVAE has a read-only one)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+
+def managed(module: torch.nn.Module, load_device, offload_device):
+    """`module` under a ComfyUI ModelPatcher (its weights are then loaded and offloaded by ComfyUI)."""
+    holder = _Holder(module)
+    return comfy.model_patcher.ModelPatcher(holder, load_device=load_device, offload_device=offload_device,
+                                            size=mm.module_size(holder))
+
+
+_OWN_LOADS = [0]  # > 0 while SDVG itself loads one of its models (its caches are then in use, not to be dropped)
+
+
+@contextlib.contextmanager
+def own_load() -> Iterator[None]:
+    """Mark a load_models_gpu call made by SDVG between its own model calls (model swaps inside a generation)."""
+    _OWN_LOADS[0] += 1
+    try:
+        yield
+    finally:
+        _OWN_LOADS[0] -= 1
+
+
+def in_own_load() -> bool:
+    return _OWN_LOADS[0] > 0
+
+
+class SDVGCache(torch.nn.Module):
+    """What the memo's patcher holds as its model: no weights. ComfyUI logs loaded models by this class name."""
+
+
+class MemoPatcher(comfy.model_patcher.ModelPatcher):
+    """The shared memo as a model ComfyUI manages: size = the memo's bytes, unloading = the memo's own eviction.
+
+    Only the memory-accounting methods are overridden, each taking whatever arguments the host passes (the builds
+    differ: 0.12 adds `force_patch_weights` to partially_unload), and everything else is ComfyUI's ModelPatcher.
+    """
+
+    def __init__(self, memo, device: torch.device):
+        self.memo = memo
+        super().__init__(SDVGCache(), load_device=device, offload_device=device)
+
+    def model_size(self, *args: Any, **kwargs: Any) -> int:
+        return shared_memo.memo_bytes(self.memo)
+
+    def loaded_size(self, *args: Any, **kwargs: Any) -> int:
+        return shared_memo.memo_bytes(self.memo)
+
+    def current_loaded_device(self, *args: Any, **kwargs: Any):
+        return self.load_device  # the memo's tensors stay where they were computed: always "loaded"
+
+    def partially_load(self, *args: Any, **kwargs: Any) -> int:
+        return 0  # nothing to move in: entries are made on the device by the model calls
+
+    def partially_unload(self, device_to=None, memory_to_free=0, *args: Any, **kwargs: Any) -> int:
+        """ComfyUI needs `memory_to_free` bytes: evict least-recently-used entries (never during SDVG's own loads)."""
+        if in_own_load() or not memory_to_free:
+            return 0
+        freed = shared_memo.evict(int(memory_to_free), self.memo)
+        LOG.info("SDVG: released %.2f GiB of cached results for ComfyUI", freed / shared_memo.GIB)
+        return freed
+
+    def detach(self, *args: Any, **kwargs: Any):
+        """ComfyUI unloads the memo (`unpatch_all` true: free_memory, unload_all_models): drop every entry. With
+        `unpatch_all` false ComfyUI is only re-registering it for a load: keep everything."""
+        unpatch_all = kwargs.get("unpatch_all", args[0] if args else True)
+        if unpatch_all and not in_own_load():
+            shared_memo.drop_all(self.memo)
+        return super().detach(*args, **kwargs)
+
+
+_PATCHERS: dict[str, MemoPatcher] = {}
+
+
+def memo_patcher(memo=None) -> MemoPatcher:
+    """The patcher that shows `memo` (the shared one by default) to ComfyUI on its compute device; made on first use,
+    so importing the pack registers nothing."""
+    memo = shared_memo.MEMO if memo is None else memo
+    device = mm.get_torch_device()
+    key = f"{id(memo)}|{device}"
+    patcher = _PATCHERS.get(key)
+    if patcher is None or patcher.memo is not memo:
+        patcher = _PATCHERS[key] = MemoPatcher(memo, device)
+    return patcher
+
+
+def load(patcher, *, memory_required: int = 0, force_full_load: bool = False) -> None:
+    """Load one SDVG model for a call, together with the shared memo (registered with ComfyUI from then on)."""
+    with own_load():
+        mm.load_models_gpu([patcher, memo_patcher()], memory_required=memory_required, force_full_load=force_full_load)
+
+
+def registered(memo=None) -> bool:
+    """Whether ComfyUI currently counts the memo among its loaded models."""
+    patcher = memo_patcher(memo)
+    return any(getattr(m, "model", None) is patcher for m in getattr(mm, "current_loaded_models", []))

@@ -1,0 +1,78 @@
+"""SDVG Generate: the whole speculative loop in one node (or target-only / draft-only for comparison)."""
+from __future__ import annotations
+
+import time
+
+from comfy_api.latest import io, ui
+
+from ..sdvg_core.engine.memo import TieredMemo
+from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly
+from . import shared_memo
+from .errors import SDVGError
+from .finish import finish_outputs, result_outputs
+from .progress import BlockProgress
+from .run_state import node_run_id
+from .start import need, run_inputs, start_run, steps_per_block
+from .steps import threshold_policy
+from .types import CATEGORY
+from .ui_text import show_text
+
+POLICIES = ["sdvg", "target_only", "draft_only"]
+RUN_INPUTS_BEFORE_POLICY = 10  # the run inputs up to `seed` come first, the recipe options after the policy's
+
+
+class SDVGGenerate(io.ComfyNode):
+    """All in one: the whole speculative loop in one node, with progress and a preview per block."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        inputs = run_inputs()
+        return io.Schema(
+            node_id="SDVGGenerate", display_name="SDVG Generate (all-in-one)", category=CATEGORY,
+            description="Generates the whole video: per block the drafter proposes, ImageReward scores the frames, "
+                        "and the target redoes the block when the min score < tau (block 0 always from the target).",
+            inputs=inputs[:RUN_INPUTS_BEFORE_POLICY] + [
+                io.Combo.Input("policy", options=POLICIES, default="sdvg",
+                               tooltip="sdvg: route by tau. target_only: the 14B makes every block (baseline). "
+                                       "draft_only: keep every draft (block 0 from the target if force_reject_first)."),
+                io.Float.Input("tau", default=DEFAULT_TAU, min=-5.0, max=5.0, step=0.01, display_mode=io.NumberDisplay.slider,
+                               tooltip="Accept a draft when its min ImageReward >= tau (policy sdvg)."),
+                io.Boolean.Input("force_reject_first", default=True,
+                                 tooltip="Block 0 always comes from the target; its draft is never computed."),
+            ] + inputs[RUN_INPUTS_BEFORE_POLICY:] + [
+                io.Boolean.Input("fresh_run", default=False,
+                                 tooltip="On: this node neither takes results from nor leaves them in the cache shared "
+                                         "by SDVG nodes, so its wall time is a fresh run's (use it to compare times, "
+                                         "e.g. target-only vs SDVG). Off: moving tau recomputes only from the first "
+                                         "changed block."),
+            ],
+            outputs=result_outputs(),
+        )
+
+    @classmethod
+    def execute(cls, target, vae, positive, prompt, width, height, num_blocks, seed, policy, tau, force_reject_first,
+                recipe, decode_rule, cache_gb, fresh_run=False, drafter=None, image_reward=None) -> io.NodeOutput:
+        what = "SDVG Generate"
+        if policy not in POLICIES:
+            raise SDVGError(f"{what}: policy must be one of {POLICIES}, got {policy!r}")
+        run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
+                        cache_gb, drafter, image_reward)
+        pol = {"sdvg": lambda: threshold_policy(tau, force_reject_first), "target_only": TargetOnly,
+               "draft_only": lambda: DraftOnly(force_reject_first=bool(force_reject_first))}[policy]()
+        if policy != "target_only":
+            need(run, what, drafter=True, scorer=policy == "sdvg")
+        # fresh_run: a private memo for this call only (nothing taken from or left for other nodes' runs)
+        memo = TieredMemo(int(cache_gb * shared_memo.GIB)) if fresh_run else shared_memo.MEMO
+        # the generation is this node's: results another node of the same execution computed count as reused
+        engine = run.session.engine(BlockProgress(num_blocks, steps_per_block(run)), memo=memo, run_id=node_run_id())
+        t0 = time.perf_counter()
+        state = run.state
+        try:
+            while not state.done:
+                state = engine.route(state, pol)
+            run = run.with_state(state, tau=float(tau) if policy == "sdvg" else None, policy=pol.describe())
+            frames, table, plot, js = finish_outputs(run, time.perf_counter() - t0, engine)
+        finally:  # finished or cancelled: what the generation held outside the memo's budget goes
+            shared_memo.release_run(memo)
+        show_text(table)
+        return io.NodeOutput(frames, table, plot, js, ui=ui.PreviewText(table))

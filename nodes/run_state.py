@@ -1,0 +1,50 @@
+"""The SDVG_STATE value passed between nodes, and the id of the ComfyUI execution that computes a block."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..sdvg_core.engine.state import GenerationState
+
+if TYPE_CHECKING:
+    from .session import Session
+
+_FALLBACK_RUN_ID = uuid.uuid4().hex
+
+
+def current_run_id() -> str:
+    """The id of the ComfyUI execution running now (its prompt id): every block a node computes is stamped with it,
+    so SDVG Finish can tell blocks computed by this queue press from blocks taken from ComfyUI's node cache (an
+    earlier press). Outside an execution (no context): one id per process."""
+    try:
+        from comfy_execution.utils import get_executing_context
+    except ImportError:
+        return _FALLBACK_RUN_ID
+    ctx = get_executing_context()
+    return str(ctx.prompt_id) if ctx is not None and getattr(ctx, "prompt_id", None) else _FALLBACK_RUN_ID
+
+
+def node_run_id() -> str:
+    """The run id of a generation made inside one node (SDVG Generate): the execution's id and the node's, so what
+    this node takes from another node's generation in the same execution counts as reused, not as its own work."""
+    try:
+        from comfy_execution.utils import get_executing_context
+    except ImportError:
+        return current_run_id()
+    ctx = get_executing_context()
+    node = getattr(ctx, "node_id", None) if ctx is not None else None
+    return f"{current_run_id()}#{node}" if node is not None else current_run_id()
+
+
+@dataclass(frozen=True)
+class Run:
+    """The SDVG_STATE value passed between nodes: the session plus an immutable GenerationState."""
+
+    session: "Session"
+    state: GenerationState
+    tau: float | None = None  # the tau of the last routing decision (for the report plot)
+    policy: str = ""  # description of the routing policy used
+
+    def with_state(self, state: GenerationState, **kw: Any) -> "Run":
+        return Run(self.session, state, kw.get("tau", self.tau), kw.get("policy", self.policy))
