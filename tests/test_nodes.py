@@ -564,6 +564,10 @@ def test_memo_patcher_takes_any_arguments_the_host_passes(env):
     memo.put(("kv", 1), torch.zeros(20 * 2**20))
     p.detach(unpatch_all=False)
     assert memo.bytes > 0
+    with cm.own_load():  # inside SDVG's own load nothing is dropped, whatever ComfyUI asks
+        p.detach(True)
+        assert p.partially_unload(torch.device("cpu"), 1) == 0
+    assert memo.bytes > 0
     p.detach(True)
     assert memo.bytes == 0
     assert p.partially_load(torch.device("cpu"), 1e32, force_patch_weights=False) == 0
