@@ -242,6 +242,9 @@ class Engine:
         else:
             latents, producer = self._generate("target", state, b, tally, context), "target"
             decision = "forced" if forced else "rejected"
+        # the state keeps committed latents on the CPU (1.2 MB per block at 832x480): a long video's history takes
+        # no device memory; recipes copy the few frames they read back (the hash below reads the CPU bytes anyway)
+        latents = latents.to("cpu")
         lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
         draft_entry = None
         if accepted and p.frames is not None:

@@ -60,7 +60,7 @@ class PixelStore:
 
     def decode(self, latents: torch.Tensor, cache) -> DecodeEntry:
         """Decode latents [1, F, C, h, w] continuing `cache` (None = start of the video)."""
-        z = latents.permute(0, 2, 1, 3, 4)  # [1, F, C, h, w] -> [1, C, F, h, w]
+        z = latents.to(self.vae.device).permute(0, 2, 1, 3, 4)  # [1, F, C, h, w] -> [1, C, F, h, w]
         pixels, new_cache = self.vae.decode_stream(z, cache, rule=self.rule, interrupt=self._interrupt())
         return DecodeEntry(pixels.clamp(-1, 1), new_cache)
 

@@ -71,7 +71,7 @@ class KreaRecipe:
             tally.credit_entry(key, cached[1])
             return cached[0], self.context_frames
         before = dict(tally.cost)
-        ctx = self._context_latents(host, state, b, tally)  # [1, ctx, C, h, w]
+        ctx = self._context_latents(host, state, b, tally, runner.device)  # [1, ctx, C, h, w]
         host.trace(f"{role}/block{b}/context", ctx)
         kv = host.context_forward(role, runner, ctx, torch.zeros(1, ctx.shape[1]), state, 0,
                                   host.empty_kv(runner, spec, window), tally)
@@ -81,8 +81,9 @@ class KreaRecipe:
         tally.computed(key)
         return kv, self.context_frames
 
-    def _context_latents(self, host: ContextHost, state: GenerationState, b: int, tally: Tally) -> torch.Tensor:
-        """Context latents [1, ctx, C, h, w]: frame 0 (latent 0 or the anchor) + the newest ctx-1 frames."""
+    def _context_latents(self, host: ContextHost, state: GenerationState, b: int, tally: Tally,
+                         device: torch.device) -> torch.Tensor:
+        """Context latents [1, ctx, C, h, w] on `device`: frame 0 (latent 0 or the anchor) + the newest ctx-1 frames."""
         n = self.context_frames
         end = b * state.spec.frames_per_block  # latent frames committed before block b
         newest = state.latent_frames(max(end - (n - 1), 0), end)  # only the frames it needs: flat cost per block
@@ -90,7 +91,7 @@ class KreaRecipe:
             first = state.latent_frames(0, 1) if end <= n else state.latent_frames(end - n, end - n + 1)
         else:
             first = self._anchor(host, state, b, tally)
-        return torch.cat([first, newest], dim=1)
+        return torch.cat([first.to(device), newest.to(device)], dim=1)
 
     def _anchor(self, host: ContextHost, state: GenerationState, b: int, tally: Tally) -> torch.Tensor:
         """The oldest kept decoded pixel frame, re-encoded -> [1, 1, C, h, w] (memoised by history)."""
