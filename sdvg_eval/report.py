@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,33 +143,130 @@ def markdown(summ: list[ConfigSummary], metrics: list[str], savings: list[UnitSa
     return "\n".join(lines) + "\n"
 
 
+METRIC_TITLES = {  # the y-axis title of each built-in metric column
+    "vr": "VisionReward (vr, the paper's metric; higher is better)",
+    "imagereward_mean": "ImageReward, mean over frames (the router's own score; higher is better)",
+    "clip": "CLIP frame-text cosine (higher is better)"}
+PLOT_BOX = (90, 30, 40, 60)  # left, right, top, bottom margins in pixels (both renderers draw the same box)
+Y_TITLE_X = 14  # pixels from the left edge: the centre line of the rotated y-axis title
+MARKER_R = 5  # marker radius in pixels
+FAN_R = 12  # markers closer than 2 * MARKER_R are spread on a circle of this radius around their true spot
+CHAR_W, LABEL_H = 6, 12  # pixels per label character and per label line (PIL's default font; matplotlib 8 pt)
+CURVE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
+BASELINE_COLORS = {ACCEPT_ALL: "#d62728"}
+OTHER_COLOR = "#444444"
+
+
 def plot_points(summ: list[ConfigSummary], metric: str) -> dict:
     """What the Pareto plot draws: one curve per tau kind (sorted by speedup), baselines as labelled points."""
     curves = {k: sorted([[s.speedup_counted, s.metrics[metric], s.config] for s in summ if s.kind == k])
               for k in CURVE_KINDS if any(s.kind == k for s in summ)}
     points = [[s.speedup_counted, s.metrics[metric], s.config] for s in summ if s.kind in BASELINE_KINDS]
-    return {"x": "speedup vs target-only (counted)", "y": metric, "curves": curves, "points": points}
+    return {"x": "speedup vs target-only (counted)", "y": metric,
+            "y_title": METRIC_TITLES.get(metric, f"{metric} (mean per video)"), "curves": curves, "points": points}
 
 
-def render_plot(data: dict, path: Path) -> Path:
-    """Quality vs speedup: matplotlib when installed, else PIL; the points go into the PNG's text chunk."""
-    try:
-        import matplotlib
+def _limits(data: dict) -> tuple[float, float, float, float]:
+    pts = [p for c in data["curves"].values() for p in c] + data["points"]
+    xs, ys = [p[0] for p in pts] or [0, 1], [p[1] for p in pts] or [0, 1]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    padx, pady = (x1 - x0) * 0.12 or 0.5, (y1 - y0) * 0.12 or abs(y0) * 0.1 or 0.5
+    return x0 - padx, x1 + padx, y0 - pady, y1 + pady
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return _render_pil(data, path)
-    fig, ax = plt.subplots(figsize=(PLOT_SIZE[0] / 100, PLOT_SIZE[1] / 100), dpi=100)
-    for kind, pts in data["curves"].items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=kind)
-        for x, y, name in pts:
-            ax.annotate(name.partition(":")[2], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    for x, y, name in data["points"]:
-        ax.plot([x], [y], "s" if name == ACCEPT_ALL else "D")
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, -10), fontsize=8)
-    ax.set_xlabel(data["x"]), ax.set_ylabel(data["y"]), ax.grid(alpha=0.3), ax.legend()
-    fig.savefig(path, metadata={PNG_KEY: json.dumps(data)})
+
+def layout(data: dict, size: tuple[int, int] = PLOT_SIZE) -> list[dict]:
+    """Where every point's marker and label go, in pixels from the top left (both renderers draw this).
+
+    Points that would sit on each other (closer than a marker) are fanned out on a small circle around their true
+    spot (a thin line joins each to it), and each label moves until it overlaps no other label and no marker."""
+    w, h = size
+    left, right, top, bottom = PLOT_BOX
+    x0, x1, y0, y1 = _limits(data)
+
+    def px(x: float, y: float) -> tuple[float, float]:
+        return (left + (x - x0) / (x1 - x0) * (w - left - right), h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom))
+
+    items = []
+    for i, (kind, pts) in enumerate(data["curves"].items()):
+        items += [{"name": n, "kind": kind, "x": x, "y": y, "color": CURVE_COLORS[i % len(CURVE_COLORS)],
+                   "shape": "circle"} for x, y, n in pts]
+    items += [{"name": n, "kind": "baseline", "x": x, "y": y, "color": BASELINE_COLORS.get(n, OTHER_COLOR),
+               "shape": "square"} for x, y, n in data["points"]]
+    for it in items:
+        it["X"], it["Y"] = px(it["x"], it["y"])
+        it["mx"], it["my"] = it["X"], it["Y"]
+    groups: list[list[dict]] = []
+    for it in items:  # points within one marker of a group's first point share its spot
+        g = next((g for g in groups if (g[0]["X"] - it["X"]) ** 2 + (g[0]["Y"] - it["Y"]) ** 2 < (2 * MARKER_R) ** 2), None)
+        (g.append(it) if g is not None else groups.append([it]))
+    for g in groups:
+        if len(g) > 1:
+            for k, it in enumerate(g):
+                angle = 2 * math.pi * k / len(g) - math.pi / 2
+                it["mx"], it["my"] = g[0]["X"] + FAN_R * math.cos(angle), g[0]["Y"] + FAN_R * math.sin(angle)
+    boxes = [(it["mx"] - MARKER_R, it["my"] - MARKER_R, it["mx"] + MARKER_R, it["my"] + MARKER_R) for it in items]
+    for it in items:
+        tw = CHAR_W * len(it["name"]) + 2
+        cands = [(it["mx"] + MARKER_R + 4, it["my"] - LABEL_H / 2 + k * LABEL_H) for k in (0, 1, -1, 2, -2, 3, -3, 4, -4)]
+        cands += [(it["mx"] - MARKER_R - 4 - tw, y) for _, y in cands]
+        for lx, ly in cands + [cands[0]]:
+            box = (lx, ly, lx + tw, ly + LABEL_H)
+            inside = left <= box[0] and box[2] <= w - right and top <= box[1] and box[3] <= h - bottom
+            if inside and not any(_overlap(box, b) for b in boxes):
+                break
+        it["label"] = [round(v, 1) for v in box]
+        boxes.append(box)
+    return items
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def render_plot(data: dict, path: Path, use_matplotlib: bool = True) -> Path:
+    """Quality vs speedup: matplotlib when installed (and `use_matplotlib`), else PIL. Both draw `layout(data)`;
+    the points and the layout go into the PNG's text chunk."""
+    data = {**data, "layout": layout(data)}
+    if use_matplotlib:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401
+        except ImportError:
+            use_matplotlib = False
+    return _render_matplotlib(data, path) if use_matplotlib else _render_pil(data, path)
+
+
+def _render_matplotlib(data: dict, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import IdentityTransform
+
+    w, h = PLOT_SIZE
+    left, right, top, bottom = PLOT_BOX
+    fig = plt.figure(figsize=(w / 100, h / 100), dpi=100)
+    ax = fig.add_axes((left / w, bottom / h, (w - left - right) / w, (h - top - bottom) / h))
+    x0, x1, y0, y1 = _limits(data)
+    ax.set_xlim(x0, x1), ax.set_ylim(y0, y1), ax.grid(alpha=0.3)
+    ax.set_xlabel(data["x"])
+    fig.text(Y_TITLE_X / w, 1 - (top + (h - top - bottom) / 2) / h, data["y_title"], rotation=90, ha="center",
+             va="center", fontsize=9)
+    ax.set_title(f"{data['y']} vs speedup (Pareto)", fontsize=10)
+    pix = IdentityTransform()  # the layout is in pixels from the top left; matplotlib's display pixels start bottom left
+    for i, (kind, pts) in enumerate(data["curves"].items()):
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=CURVE_COLORS[i % len(CURVE_COLORS)],
+                label=f"{kind} (tau curve)", zorder=1)
+    for it in data["layout"]:
+        if (it["mx"], it["my"]) != (it["X"], it["Y"]):
+            ax.plot([it["X"], it["mx"]], [h - it["Y"], h - it["my"]], "-", color="#999999", lw=0.8, transform=pix,
+                    zorder=2)
+        ax.plot([it["mx"]], [h - it["my"]], "o" if it["shape"] == "circle" else "s", color=it["color"],
+                markersize=2 * MARKER_R * 72 / 100, transform=pix, zorder=3, clip_on=False)
+        lx, ly = it["label"][0], it["label"][1]
+        fig.text(lx / w, 1 - (ly + LABEL_H / 2) / h, it["name"], color=it["color"], fontsize=8, va="center")
+    if data["curves"]:
+        ax.legend(loc="lower right", fontsize=8)
+    fig.savefig(path, dpi=100, metadata={PNG_KEY: json.dumps(data)})
     plt.close(fig)
     return path
 
@@ -178,15 +276,10 @@ def _render_pil(data: dict, path: Path) -> Path:
     from PIL.PngImagePlugin import PngInfo
 
     w, h = PLOT_SIZE
-    left, right, top, bottom = 80, 30, 40, 60
+    left, right, top, bottom = PLOT_BOX
     img = Image.new("RGB", (w, h), "white")
     d = ImageDraw.Draw(img)
-    pts = [p for c in data["curves"].values() for p in c] + data["points"]
-    xs, ys = [p[0] for p in pts] or [0, 1], [p[1] for p in pts] or [0, 1]
-    x0, x1 = min(xs), max(xs)
-    y0, y1 = min(ys), max(ys)
-    padx, pady = (x1 - x0) * 0.1 or 0.5, (y1 - y0) * 0.1 or abs(y0) * 0.1 or 0.5
-    x0, x1, y0, y1 = x0 - padx, x1 + padx, y0 - pady, y1 + pady
+    x0, x1, y0, y1 = _limits(data)
 
     def px(x: float, y: float) -> tuple[float, float]:
         return (left + (x - x0) / (x1 - x0) * (w - left - right), h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom))
@@ -199,35 +292,29 @@ def _render_pil(data: dict, path: Path) -> Path:
         d.line([X, h - bottom, X, h - bottom + 5], fill="black")
         d.text((X - 12, h - bottom + 8), f"{fx:.2f}x", fill="black")
         d.line([left - 5, Y, left, Y], fill="black")
-        d.text((5, Y - 6), f"{fy:.4f}", fill="black")
+        tick = f"{fy:.4f}"
+        d.text((left - 8 - d.textlength(tick), Y - 6), tick, fill="black")  # right-aligned to the axis
     d.text((w // 2 - 100, h - 22), data["x"], fill="black")
     d.text((left, 12), f"{data['y']} vs speedup (Pareto)", fill="black")
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
-    placed: list[tuple[float, float]] = []
-
-    def label(X: float, Y: float, text: str, col: str) -> None:
-        """Write a label next to its marker, moved down while it would overlap one already written."""
-        while any(abs(X - a) < 90 and abs(Y - b) < 12 for a, b in placed):
-            Y += 12
-        placed.append((X, Y))
-        d.text((X, Y), text, fill=col)
-
-    for i, kind in enumerate(data["curves"]):  # legend
-        d.line([w - right - 150, top + 12 + 16 * i, w - right - 130, top + 12 + 16 * i], fill=colors[i % 4], width=2)
-        d.text((w - right - 125, top + 6 + 16 * i), f"{kind} (tau curve)", fill=colors[i % 4])
-    for i, (kind, cpts) in enumerate(data["curves"].items()):
-        col = colors[i % len(colors)]
+    title = data["y_title"]  # rotated y-axis title, centred on the plot's height
+    tw = int(d.textlength(title)) + 4
+    strip = Image.new("RGB", (tw, LABEL_H + 2), "white")
+    ImageDraw.Draw(strip).text((2, 0), title, fill="black")
+    strip = strip.rotate(90, expand=True)
+    img.paste(strip, (Y_TITLE_X - strip.width // 2, top + (h - top - bottom - strip.height) // 2))
+    for i, (kind, cpts) in enumerate(data["curves"].items()):  # legend and curve lines
+        col = CURVE_COLORS[i % len(CURVE_COLORS)]
+        d.line([w - right - 150, h - bottom - 20 - 16 * i, w - right - 130, h - bottom - 20 - 16 * i], fill=col, width=2)
+        d.text((w - right - 125, h - bottom - 26 - 16 * i), f"{kind} (tau curve)", fill=col)
         xy = [px(x, y) for x, y, _ in cpts]
         if len(xy) > 1:
             d.line(xy, fill=col, width=2)
-        for (X, Y), (_, _, name) in zip(xy, cpts):
-            d.ellipse([X - 4, Y - 4, X + 4, Y + 4], fill=col)
-            label(X + 6, Y - 12, name, col)
-    for x, y, name in data["points"]:
-        X, Y = px(x, y)
-        col = "#d62728" if name == ACCEPT_ALL else "#444444"
-        d.rectangle([X - 4, Y - 4, X + 4, Y + 4], fill=col)
-        label(X + 6, Y + 2, name, col)
+    for it in data["layout"]:
+        X, Y, mx, my, r = it["X"], it["Y"], it["mx"], it["my"], MARKER_R
+        if (mx, my) != (X, Y):
+            d.line([X, Y, mx, my], fill="#999999", width=1)
+        (d.ellipse if it["shape"] == "circle" else d.rectangle)([mx - r, my - r, mx + r, my + r], fill=it["color"])
+        d.text((it["label"][0], it["label"][1]), it["name"], fill=it["color"])
     info = PngInfo()
     info.add_text(PNG_KEY, json.dumps(data))
     img.save(path, pnginfo=info)
@@ -253,8 +340,10 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
         for u in savings:
             w.writerow([u.prompt_id, u.seed, u.configs, u.computed_forwards, u.naive_forwards, repr(u.computed_cost),
                         repr(u.naive_cost), repr(u.saving)])
+    # the plot shows the paper's metric when it was measured, else the first metric independent of the router
     independent = [m for m in metrics if m != ImageRewardMean.name]
-    plot = render_plot(plot_points(summ, (independent or metrics)[0]), out / PLOT_FILE)
+    shown = "vr" if "vr" in metrics else (independent or metrics)[0]
+    plot = render_plot(plot_points(summ, shown), out / PLOT_FILE)
     return summary, plot
 
 
