@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 
 from sdvg_core.models.wan_config import PRESETS, WanDiTConfig, detect_preset
 from sdvg_core.engine.schedule import add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
+from sdvg_core.models.kv_cache import KV_COPIES, StaleKVError
 from sdvg_core.models.wan import CausalWan, KVCache, WanDiT, build_random
 
 TOL = 1e-4  # fixtures README §5: honest fp32 implementations land at 1e-6..1e-5; real bugs are >= 1.7e-3
@@ -197,13 +198,21 @@ def test_rolling_window_keeps_newest_frames():
     kv = KVCache.empty(cfg, batch=1, window_frames=6, tokens_per_frame=_tpf(cfg, lat), device="cpu", dtype=torch.float32)
     block_tokens = 3 * _tpf(cfg, lat)
     t0 = timestep_tensor(0.0, 1, 3)
-    views = []
+    views, keys = [], []
+    KV_COPIES.reset()
     for b in range(4):
         kv = run.forward(lat[:, 3 * b:3 * b + 3], t0, text, frame_offset=3 * b, kv=kv, commit=True).kv
         views.append(kv)
+        keys.append(kv.keys(0).clone())  # logical order, read while the view is current
     assert views[1].frames == 6 and views[2].frames == 6 and views[3].frames == 6
+    assert views[3].frame_ids == (6, 7, 8, 9, 10, 11)
     # after rolling, the window holds blocks 2 and 3: block 3's keys were written in the second block's slots
-    assert torch.equal(views[3].keys(0)[:, :, :block_tokens], views[2].keys(0)[:, :, block_tokens:])
+    assert torch.equal(keys[3][:, :, :block_tokens], keys[2][:, :, block_tokens:])
+    # a ring: block 3 went into block 1's slots in place (no copy), so the view that still held block 1 is stale
+    assert KV_COPIES.forks == 0 and views[3].buffer is views[0].buffer
+    assert not views[2].valid and views[3].valid
+    with pytest.raises(StaleKVError):
+        views[2].keys(0)
 
 
 def test_bad_inputs_are_refused():

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from ..models.wan import CausalWan, KVCache, TextKV
+from ..models.wan import CausalWan, KVCache, KVWrite, TextKV
 from .keys import KVKey, TextKey
 from .pixels import PixelStore
 from .state import GenerationSpec, GenerationState
@@ -57,19 +57,23 @@ class ContextServices:
     def kv_key(self, runner: CausalWan, recipe, state: GenerationState, b: int) -> KVKey:
         return KVKey(runner.key, state.spec.prompt_at(b).key, recipe, self.vae_key, self.decode_rule, state.lineage_at(b))
 
-    def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window: int) -> KVCache:
+    def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window: int, *, sink: int = 0,
+                 rope: str = "baked") -> KVCache:
+        """A fresh cache of `window` latent-frame slots on the runner's device, the first `sink` of them a sink;
+        `rope`: keys stored rotated ("baked") or rotated by slot index at every call ("slot", LongLive infinity)."""
         h, w = spec.latent_hw
         return KVCache.empty(runner.cfg, batch=1, window_frames=window, tokens_per_frame=runner.cfg.tokens_per_frame(h, w),
-                             device=runner.device, dtype=runner.dtype)
+                             device=runner.device, dtype=runner.dtype, sink_frames=sink, rope=rope)
 
     def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
-                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally,
+                        state: GenerationState, frame_offset: int, kv: KVCache | KVWrite, tally: Tally,
                         text_block: int | None = None) -> KVCache:
-        """One clean forward writing `latents` into `kv`, under block `text_block`'s prompt (default: the block
-        being generated, as Krea's rebuild does; a commit of block k passes k)."""
+        """One clean forward writing `latents` into `kv` (a view: appended after it; a `KVWrite` plan such as a
+        recache's `rewrite`: that write) and returning the committed view, under block `text_block`'s prompt
+        (default: the block being generated, as Krea's rebuild does; a commit of block k passes k)."""
         self._interrupt()
-        out = runner.forward(latents, t, self.text(runner, state, text_block), frame_offset=frame_offset, kv=kv, commit=True,
-                             want_output=False, interrupt=self.callbacks.interrupt)
+        out = runner.forward(latents.to(runner.device), t, self.text(runner, state, text_block), frame_offset=frame_offset,
+                             kv=kv, commit=True, want_output=False, interrupt=self.callbacks.interrupt)
         tally.add(f"{role}_forwards", 1)
         tally.add(f"{role}_context_forwards", 1)
         return out.kv
@@ -91,8 +95,24 @@ class ContextServices:
         if self.tracer is not None:
             self.tracer(name, t)
 
-    def trace_kv(self, name: str, kv: KVCache, extra: int = 0) -> None:
-        """Trace the first length+extra slots of every layer as [B, S, heads, head_dim] (reference layout)."""
-        for i, (k, v) in enumerate(zip(kv.buffer.k, kv.buffer.v)):
-            self.trace(f"{name}/layer{i}/k", k[:, :, : kv.length + extra].transpose(1, 2))
-            self.trace(f"{name}/layer{i}/v", v[:, :, : kv.length + extra].transpose(1, 2))
+    def trace_kv(self, name: str, kv: KVCache | KVWrite, extra: int = 0, slot_frame: bool = False) -> None:
+        """Trace a cache in logical slot order (sink, then the window oldest first) as [B, S, heads, head_dim] per
+        layer (the reference layout), with slot_frame also `{name}/slot_frame` (the latent frame in each slot, -1
+        past the view).
+        `extra` tokens: also the frames a call of that size appends after the view (its scratch, as the last
+        call left it); a `KVWrite` plan: what its last call saw."""
+        if self.tracer is None:
+            return
+        if isinstance(kv, KVCache) and extra:
+            kv = kv.append(extra // kv.tokens_per_frame)
+        if isinstance(kv, KVWrite):
+            ks, vs, ids = kv.snapshot()
+        else:
+            layers = range(len(kv.buffer.k))
+            ks, vs, ids = [kv.keys(i) for i in layers], [kv.values(i) for i in layers], kv.frame_ids
+        for i, (k, v) in enumerate(zip(ks, vs)):
+            self.trace(f"{name}/layer{i}/k", k.transpose(1, 2))
+            self.trace(f"{name}/layer{i}/v", v.transpose(1, 2))
+        if slot_frame:
+            slots = kv.base.window_frames if isinstance(kv, KVWrite) else kv.window_frames
+            self.trace(f"{name}/slot_frame", torch.tensor(list(ids) + [-1] * (slots - len(ids)), dtype=torch.int64))

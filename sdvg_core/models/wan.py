@@ -21,12 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kv_cache import KVCache, TextKV
+from .kv_cache import KVCache, KVWrite, StaleKVError, TextKV  # noqa: F401  (StaleKVError re-exported)
 from .wan_config import WanDiTConfig
 # the shared numerics (also importable from here, as tests and hosts do)
 from .wan_numerics import (  # noqa: F401
     SINUSOID_CACHE_ENTRIES, AttentionFn, Interrupt, RopeCosSin, apply_rope, apply_rope_real, attention, rope_angles,
-    rope_table, sinusoidal_embedding,
+    rope_rows, rope_table, sinusoidal_embedding,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -136,8 +136,10 @@ def _gate(y: torch.Tensor, gate: torch.Tensor, tpf: int) -> torch.Tensor:
 
 
 def block_qkv(block: nn.Module, x_res: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, rope: RopeCosSin,
-              tpf: int, heads: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Self-attention inputs of one block: x_res [B, S, dim] fp32 -> q, k (RoPE'd), v, each [B, N, S, D] in dtype.
+              tpf: int, heads: int, dtype: torch.dtype, rotate_k: bool = True
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Self-attention inputs of one block: x_res [B, S, dim] fp32 -> q (RoPE'd), k (RoPE'd unless rotate_k is False:
+    a slot-RoPE cache rotates its keys at attention time), v, each [B, N, S, D] in dtype.
 
     A static-shape region (S fixed per recipe): what `compile=True` compiles, once for every block.
     """
@@ -147,7 +149,8 @@ def block_qkv(block: nn.Module, x_res: torch.Tensor, shift: torch.Tensor, scale:
     q = sa.norm_q(sa.q(h)).view(b, s, heads, -1)  # [B, S, N, D]
     k = sa.norm_k(sa.k(h)).view(b, s, heads, -1)
     v = sa.v(h).view(b, s, heads, -1)
-    return apply_rope_real(q, rope).transpose(1, 2), apply_rope_real(k, rope).transpose(1, 2), v.transpose(1, 2)
+    k = apply_rope_real(k, rope) if rotate_k else k
+    return apply_rope_real(q, rope).transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def block_cross_query(block: nn.Module, x_res: torch.Tensor, y_self: torch.Tensor, gate: torch.Tensor, tpf: int,
@@ -197,6 +200,7 @@ class CausalWan:
         self.compile = compile
         self._rope_exact = None  # complex128 tables (exact path), built on first use
         self._rope_real: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None  # fp32 (cos, sin) per axis
+        self._rope_index: dict[tuple[int, ...], torch.Tensor] = {}  # device gathers of slot-RoPE positions
         self._mods: dict[int, tuple[tuple, torch.Tensor, torch.Tensor]] = {}  # id(param) -> (stamp, fp32 copy, param)
         self._sin_cache: dict[tuple, torch.Tensor] = {}  # CPU timestep values -> device sinusoids
         self._regions = (block_qkv, block_cross_query, block_ffn)
@@ -233,37 +237,68 @@ class CausalWan:
         return TextKV(tuple(ks), tuple(vs))
 
     # -- helpers ------------------------------------------------------------------------------------------
-    def _check_positions(self, frames: int, frame_offset: int) -> None:
-        if frame_offset < 0 or frame_offset + frames > self.cfg.rope_max_positions:
-            raise ValueError(f"RoPE frame positions {frame_offset}..{frame_offset + frames - 1} exceed the table")
-
     @staticmethod
-    def _grid(ft: torch.Tensor, fh: torch.Tensor, fw: torch.Tensor, frames: int, h: int, w: int,
-              frame_offset: int) -> torch.Tensor:
-        """Per-axis tables [positions, pairs_axis] -> [F*h*w, D/2] for a frame-major grid from `frame_offset`."""
+    def _check_positions(frames: int, frame_offset: int) -> None:
+        """RoPE positions are computed for any frame index (no table limit); only negative ones are refused."""
+        if frame_offset < 0:
+            raise ValueError(f"RoPE frame positions {frame_offset}..{frame_offset + frames - 1} are negative")
+
+    def _index(self, positions: tuple[int, ...]) -> torch.Tensor:
+        """Device index tensor of a (non-contiguous) position tuple, made once per distinct tuple (no per-call copy)."""
+        hit = self._rope_index.get(positions)
+        if hit is None:
+            if len(self._rope_index) >= SINUSOID_CACHE_ENTRIES:
+                self._rope_index.clear()
+            hit = self._rope_index[positions] = torch.tensor(positions, dtype=torch.long).to(self.device)
+        return hit
+
+    def _rows(self, table: torch.Tensor, positions: tuple[int, ...]) -> torch.Tensor:
+        """Rows `positions` of a per-axis table: a slice when they are consecutive, a gather otherwise."""
+        first = positions[0]
+        if positions == tuple(range(first, first + len(positions))):
+            return table[first:first + len(positions)]
+        return table.index_select(0, self._index(positions))
+
+    def _grid(self, ft: torch.Tensor, fh: torch.Tensor, fw: torch.Tensor, positions: tuple[int, ...], h: int,
+              w: int) -> torch.Tensor:
+        """Per-axis tables [rows, pairs_axis] -> [F*h*w, D/2] for a frame-major grid at time `positions`."""
+        frames = len(positions)
         grid = torch.cat([
-            ft[frame_offset:frame_offset + frames, None, None, :].expand(frames, h, w, -1),
+            self._rows(ft, positions)[:, None, None, :].expand(frames, h, w, -1),
             fh[None, :h, None, :].expand(frames, h, w, -1),
             fw[None, None, :w, :].expand(frames, h, w, -1),
         ], dim=-1)
         return grid.reshape(frames * h * w, -1)
 
+    def _tables_exact(self, rows: int):
+        if self._rope_exact is None or self._rope_exact[0].shape[0] < rows:
+            self._rope_exact = rope_table(self.cfg, self.device, rope_rows(rows, self.cfg.rope_max_positions))
+        return self._rope_exact
+
+    def _tables_real(self, rows: int):
+        """fp32 (cos, sin) per axis on the device; angles in float64, built for more rows when a position needs it."""
+        if self._rope_real is None or self._rope_real[0][0].shape[0] < rows:
+            angles = rope_angles(self.cfg, "cpu", rope_rows(rows, self.cfg.rope_max_positions))
+            self._rope_real = tuple((a.cos().float().to(self.device), a.sin().float().to(self.device)) for a in angles)
+        return self._rope_real
+
     def _rope_freqs(self, frames: int, h: int, w: int, frame_offset: int) -> torch.Tensor:
         """Exact path: [F*h*w, D/2] complex128 rotations for a frame-major token grid."""
         self._check_positions(frames, frame_offset)
-        if self._rope_exact is None:
-            self._rope_exact = rope_table(self.cfg, self.device)
-        return self._grid(*self._rope_exact, frames, h, w, frame_offset)
+        return self._rope_freqs_at(tuple(range(frame_offset, frame_offset + frames)), h, w)
+
+    def _rope_freqs_at(self, positions: tuple[int, ...], h: int, w: int) -> torch.Tensor:
+        ft, fh, fw = self._tables_exact(max(max(positions) + 1, h, w))
+        return self._grid(ft, fh, fw, positions, h, w)
 
     def _rope_cos_sin(self, frames: int, h: int, w: int, frame_offset: int) -> RopeCosSin:
-        """Fast path: fp32 cos/sin [F*h*w, D/2] (angles in float64 once per model, then rounded)."""
+        """Fast path: fp32 cos/sin [F*h*w, D/2] (angles in float64 once per table size, then rounded)."""
         self._check_positions(frames, frame_offset)
-        if self._rope_real is None:
-            angles = rope_angles(self.cfg, "cpu")
-            self._rope_real = tuple((a.cos().float().to(self.device), a.sin().float().to(self.device)) for a in angles)
-        (ct, st), (ch, sh), (cw, sw) = self._rope_real
-        return RopeCosSin(self._grid(ct, ch, cw, frames, h, w, frame_offset),
-                          self._grid(st, sh, sw, frames, h, w, frame_offset))
+        return self._rope_cos_sin_at(tuple(range(frame_offset, frame_offset + frames)), h, w)
+
+    def _rope_cos_sin_at(self, positions: tuple[int, ...], h: int, w: int) -> RopeCosSin:
+        (ct, st), (ch, sh), (cw, sw) = self._tables_real(max(max(positions) + 1, h, w))
+        return RopeCosSin(self._grid(ct, ch, cw, positions, h, w), self._grid(st, sh, sw, positions, h, w))
 
     def _sinusoid(self, t: torch.Tensor) -> torch.Tensor:
         """Timestep sinusoids [B*F, freq_dim]: float64 on the CPU (no fp64 GPU kernels), copied to the device once
@@ -327,19 +362,21 @@ class CausalWan:
     # -- main entry -----------------------------------------------------------------------------------------
     @torch.no_grad()
     def forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, *, frame_offset: int = 0,
-                kv: KVCache | None = None, commit: bool = False, block_mask_frames: int | None = None,
+                kv: KVCache | KVWrite | None = None, commit: bool = False, block_mask_frames: int | None = None,
                 want_output: bool = True, hook: Hook | None = None,
                 interrupt: Interrupt | None = None) -> ForwardOutput:
         """One model call on latent frames x [B, F, C, H, W] at per-frame timesteps t [B, F].
 
         - kv=None: the frames attend to each other only (with `block_mask_frames`, block-causally: the
           training-time full-sequence path, the only one that uses an attention mask).
-        - kv given: the frames' keys/values go right after the cache's prefix and the frames attend to
-          prefix + themselves (no mask). With commit=True the returned view includes them (a KV rebuild
-          or Self-Forcing's clean commit); otherwise they are scratch and the returned view is `kv`.
-        RoPE time positions are frame_offset .. frame_offset + F - 1 (absolute or window-relative: the
-        caller's recipe decides). `interrupt()` is called before every transformer layer; when it raises,
-        nothing is committed (scratch slots past the cache's length may hold partial keys, never read).
+        - kv a view: the frames are appended to it (`KVCache.append`: the oldest window frames evicted when the
+          window is full) and attend to sink + window + themselves (no mask); kv a `KVWrite` plan: that write
+          (e.g. `rewrite`, a recache). With commit=True the returned view includes the written frames (a KV
+          rebuild or Self-Forcing's clean commit); otherwise they are scratch and the returned view is the input's.
+        RoPE time positions are frame_offset .. frame_offset + F - 1 (absolute or window-relative: the caller's
+        recipe decides), or, for a `slot` RoPE cache, the logical slot indices of queries and cached keys.
+        `interrupt()` is called before every transformer layer; when it raises, nothing is committed (the slots
+        the call wrote are stamped as overwritten, so no view reads their partial keys).
         """
         cfg, net = self.cfg, self.net
         self.calls += 1
@@ -351,21 +388,30 @@ class CausalWan:
         tpf = h * w
         if t.shape != (b, f):
             raise ValueError(f"timestep must be [B, F] = {(b, f)}, got {tuple(t.shape)}")
+        self._check_positions(f, frame_offset)
         e, e0 = self._embed_time(t, hook)
+
+        write = None
+        if kv is not None:
+            plan = kv if isinstance(kv, KVWrite) else kv.append(f, frame_offset)
+            if plan.frames != f or plan.tokens_per_frame != tpf:
+                raise ValueError(f"a KV write of {plan.frames} frames x {plan.tokens_per_frame} tokens cannot take a "
+                                 f"call of {f} frames x {tpf} tokens")
+            write = plan.open()
+        slot = write is not None and write.rope == "slot"
+        q_pos = write.query_positions if slot else tuple(range(frame_offset, frame_offset + f))
         if self.exact_rope:
-            freqs = self._rope_freqs(f, h, w, frame_offset)
+            freqs = self._rope_freqs_at(q_pos, h, w)
+            key_freqs = self._rope_freqs_at(write.key_positions, h, w) if slot else None
             rope = None
         else:
-            rope = self._rope_cos_sin(f, h, w, frame_offset)
+            rope = self._rope_cos_sin_at(q_pos, h, w)
+            key_rope = self._rope_cos_sin_at(write.key_positions, h, w) if slot else None
 
         mask = None
         if block_mask_frames is not None:
             block_of = torch.arange(s, device=self.device) // (tpf * block_mask_frames)
             mask = block_of[None, :] <= block_of[:, None]  # [S, S] query sees its own and earlier blocks
-        start = 0
-        if kv is not None:
-            kv = kv.writable(s)
-            start = kv.length
 
         qkv_fn, cross_fn, ffn_fn = self._regions if hook is None else (block_qkv, block_cross_query, block_ffn)
         n, dt = cfg.num_heads, self.dtype
@@ -378,17 +424,20 @@ class CausalWan:
             mod = e0 + self._param(block.modulation)[:, None]  # [B, F, 6, dim]
             sh1, sc1, g1, sh2, sc2, g2 = mod.unbind(2)
             if rope is not None:
-                q, k, v = qkv_fn(block, x_res, sh1, sc1, rope, tpf, n, dt)  # [B, N, S, D] each
+                q, k, v = qkv_fn(block, x_res, sh1, sc1, rope, tpf, n, dt, not slot)  # [B, N, S, D] each
             else:  # exact complex128 RoPE (parity checks)
                 sa = block.self_attn
                 hmod = _modulate(block.norm1(x_res), sh1, sc1, tpf).to(dt)
                 q = apply_rope(sa.norm_q(sa.q(hmod)).view(b, s, n, -1), freqs).transpose(1, 2)
-                k = apply_rope(sa.norm_k(sa.k(hmod)).view(b, s, n, -1), freqs).transpose(1, 2)
+                k = sa.norm_k(sa.k(hmod)).view(b, s, n, -1)
+                k = (k if slot else apply_rope(k, freqs)).transpose(1, 2)
                 v = sa.v(hmod).view(b, s, n, -1).transpose(1, 2)
-            if kv is not None:
-                kv.buffer.k[i][:, :, start:start + s] = k
-                kv.buffer.v[i][:, :, start:start + s] = v
-                k_all, v_all = kv.buffer.k[i][:, :, :start + s], kv.buffer.v[i][:, :, :start + s]
+            if write is not None:
+                write.write(i, k, v)
+                k_all, v_all = write.keys(i), write.values(i)
+                if slot:  # cached keys are un-rotated: rotate every occupied slot by its logical index
+                    k_all = (apply_rope_real(k_all.transpose(1, 2), key_rope) if rope is not None
+                             else apply_rope(k_all.transpose(1, 2), key_freqs)).transpose(1, 2)
             else:
                 k_all, v_all = k, v
             if not want_output and i == last:
@@ -404,7 +453,12 @@ class CausalWan:
             if hook:
                 hook(f"block{i}_out", x_res)
 
-        new_kv = kv.commit(s) if (kv is not None and commit) else (kv if kv is not None else None)
+        if write is None:
+            new_kv = None
+        elif commit:
+            new_kv = write.commit()
+        else:
+            new_kv = kv.base if isinstance(kv, KVWrite) else kv
         if not want_output:
             return ForwardOutput(None, new_kv)
         hm = self._param(net.head.modulation)[:, None] + e[:, :, None]  # [B, F, 2, dim]

@@ -22,18 +22,31 @@ def sinusoidal_embedding(freq_dim: int, t: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.cos(angles), torch.sin(angles)], dim=1)
 
 
-def rope_angles(cfg: WanDiTConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-axis rotation angles [max_positions, pairs] in float64 (Wan's `rope_params`, before polar)."""
+def rope_angles(cfg: WanDiTConfig, device: torch.device | str = "cpu",
+                rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-axis rotation angles [rows, pairs] in float64 (Wan's `rope_params`, before polar): row p is position p.
+
+    `rows` defaults to Wan's table size (cfg.rope_max_positions); any larger value computes the same angles for
+    positions past it (position x frequency in float64), so RoPE has no length limit.
+    """
+    n = cfg.rope_max_positions if rows is None else rows
     tables = []
     for pairs in cfg.rope_pairs:
         inv = 1.0 / torch.pow(cfg.rope_theta, torch.arange(pairs, dtype=torch.float64, device=device) * 2 / (2 * pairs))
-        tables.append(torch.outer(torch.arange(cfg.rope_max_positions, dtype=torch.float64, device=device), inv))
+        tables.append(torch.outer(torch.arange(n, dtype=torch.float64, device=device), inv))
     return tables[0], tables[1], tables[2]
 
 
-def rope_table(cfg: WanDiTConfig, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-axis complex rotations [max_positions, pairs] (complex128), Wan's `rope_params` (the exact path)."""
-    return tuple(torch.polar(torch.ones_like(a), a) for a in rope_angles(cfg, device))  # type: ignore[return-value]
+def rope_table(cfg: WanDiTConfig, device: torch.device | str = "cpu",
+               rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-axis complex rotations [rows, pairs] (complex128), Wan's `rope_params` (the exact path)."""
+    return tuple(torch.polar(torch.ones_like(a), a) for a in rope_angles(cfg, device, rows))  # type: ignore[return-value]
+
+
+def rope_rows(needed: int, minimum: int) -> int:
+    """Rows to build a RoPE table with so position `needed - 1` is in it: Wan's size, else the next power of two
+    (the table grows by doubling, so a long video rebuilds it a logarithmic number of times)."""
+    return max(minimum, 1 << max(needed - 1, 0).bit_length())
 
 
 def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from typing import Hashable, Protocol
 
 import torch
 
-from ...models.wan import CausalWan, KVCache, TextKV
+from ...models.wan import CausalWan, KVCache, KVWrite, TextKV
 from ..keys import KVKey
 from ..schedule import StepPlan
 from ..state import GenerationSpec, GenerationState
@@ -30,14 +30,16 @@ class ContextHost(Protocol):
 
     def kv_key(self, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int) -> KVKey: ...
 
-    def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window_frames: int) -> KVCache:
-        """A fresh cache on the runner's device holding `window_frames` latent frames."""
+    def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window_frames: int, *, sink: int = 0,
+                 rope: str = "baked") -> KVCache:
+        """A fresh cache on the runner's device holding `window_frames` latent frames, the first `sink` a sink."""
 
     def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
-                        state: GenerationState, frame_offset: int, kv: KVCache, tally: Tally,
+                        state: GenerationState, frame_offset: int, kv: KVCache | KVWrite, tally: Tally,
                         text_block: int | None = None) -> KVCache:
-        """One clean forward that writes `latents` [1, F, C, h, w] into `kv` and returns the committed view, under
-        block `text_block`'s prompt (default: the block being generated)."""
+        """One clean forward that writes `latents` [1, F, C, h, w] into `kv` (appended to a view, or a `KVWrite` plan
+        such as a recache's rewrite) and returns the committed view, under block `text_block`'s prompt (default:
+        the block being generated)."""
 
     def text(self, runner: CausalWan, state: GenerationState, b: int | None = None) -> TextKV:
         """Cross-attention K/V of block b's prompt (default: the block being generated), held for the run."""
@@ -56,7 +58,7 @@ class ContextHost(Protocol):
 
     def trace(self, name: str, t: torch.Tensor) -> None: ...
 
-    def trace_kv(self, name: str, kv: KVCache, extra: int = 0) -> None: ...
+    def trace_kv(self, name: str, kv: KVCache | KVWrite, extra: int = 0, slot_frame: bool = False) -> None: ...
 
 
 class Recipe(Protocol):
