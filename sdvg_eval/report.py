@@ -207,11 +207,14 @@ def layout(data: dict, size: tuple[int, int] = PLOT_SIZE) -> list[dict]:
     boxes = [(it["mx"] - MARKER_R, it["my"] - MARKER_R, it["mx"] + MARKER_R, it["my"] + MARKER_R) for it in items]
     for it in items:
         tw = CHAR_W * len(it["name"]) + 2
-        cands = [(it["mx"] + MARKER_R + 4, it["my"] - LABEL_H / 2 + k * LABEL_H) for k in (0, 1, -1, 2, -2, 3, -3, 4, -4)]
-        cands += [(it["mx"] - MARKER_R - 4 - tw, y) for _, y in cands]
+        rows = [it["my"] - LABEL_H / 2 + k * LABEL_H for k in (0, 1, -1, 2, -2, 3, -3, 4, -4)]
+        right_side = [(it["mx"] + MARKER_R + 4, y) for y in rows]
+        left_side = [(it["mx"] - MARKER_R - 4 - tw, y) for y in rows]
+        # a marker fanned out to the left of its spot labels on its left first (away from the others)
+        cands = left_side + right_side if it["mx"] < it["X"] - 1 else right_side + left_side
         for lx, ly in cands + [cands[0]]:
             box = (lx, ly, lx + tw, ly + LABEL_H)
-            inside = left <= box[0] and box[2] <= w - right and top <= box[1] and box[3] <= h - bottom
+            inside = left <= box[0] and box[2] <= w - 2 and top <= box[1] and box[3] <= h - bottom  # may use the right margin
             if inside and not any(_overlap(box, b) for b in boxes):
                 break
         it["label"] = [round(v, 1) for v in box]
@@ -251,7 +254,7 @@ def _render_matplotlib(data: dict, path: Path) -> Path:
     ax.set_xlabel(data["x"])
     fig.text(Y_TITLE_X / w, 1 - (top + (h - top - bottom) / 2) / h, data["y_title"], rotation=90, ha="center",
              va="center", fontsize=9)
-    ax.set_title(f"{data['y']} vs speedup (Pareto)", fontsize=10)
+    ax.set_title(f"{data['y']} vs speedup (Pareto)", fontsize=10, loc="left")
     pix = IdentityTransform()  # the layout is in pixels from the top left; matplotlib's display pixels start bottom left
     for i, (kind, pts) in enumerate(data["curves"].items()):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=CURVE_COLORS[i % len(CURVE_COLORS)],
@@ -264,8 +267,9 @@ def _render_matplotlib(data: dict, path: Path) -> Path:
                 markersize=2 * MARKER_R * 72 / 100, transform=pix, zorder=3, clip_on=False)
         lx, ly = it["label"][0], it["label"][1]
         fig.text(lx / w, 1 - (ly + LABEL_H / 2) / h, it["name"], color=it["color"], fontsize=8, va="center")
-    if data["curves"]:
-        ax.legend(loc="lower right", fontsize=8)
+    if data["curves"]:  # above the plot box, right: never over a point or a label
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(data["curves"]), fontsize=8, frameon=False,
+                  borderaxespad=0.2)
     fig.savefig(path, dpi=100, metadata={PNG_KEY: json.dumps(data)})
     plt.close(fig)
     return path
@@ -302,10 +306,13 @@ def _render_pil(data: dict, path: Path) -> Path:
     ImageDraw.Draw(strip).text((2, 0), title, fill="black")
     strip = strip.rotate(90, expand=True)
     img.paste(strip, (Y_TITLE_X - strip.width // 2, top + (h - top - bottom - strip.height) // 2))
-    for i, (kind, cpts) in enumerate(data["curves"].items()):  # legend and curve lines
+    lx = w - right  # legend above the plot box, right-aligned: never over a point or a label
+    for i, (kind, cpts) in reversed(list(enumerate(data["curves"].items()))):  # legend and curve lines
         col = CURVE_COLORS[i % len(CURVE_COLORS)]
-        d.line([w - right - 150, h - bottom - 20 - 16 * i, w - right - 130, h - bottom - 20 - 16 * i], fill=col, width=2)
-        d.text((w - right - 125, h - bottom - 26 - 16 * i), f"{kind} (tau curve)", fill=col)
+        text = f"{kind} (tau curve)"
+        lx -= d.textlength(text) + 30
+        d.line([lx, top - 12, lx + 20, top - 12], fill=col, width=2)
+        d.text((lx + 24, top - 18), text, fill=col)
         xy = [px(x, y) for x, y, _ in cpts]
         if len(xy) > 1:
             d.line(xy, fill=col, width=2)

@@ -48,8 +48,10 @@ def test_both_renderers_draw_the_layout_and_a_y_axis_title(tmp_path, use_matplot
     assert drawn["layout"] == json.loads(json.dumps(layout(DATA)))
     rgb = img.convert("RGB")
     assert rgb.size == PLOT_SIZE
-    for it in drawn["layout"]:  # each marker is painted where the layout put it
-        assert rgb.getpixel((round(it["mx"]), round(it["my"]))) != (255, 255, 255), it["name"]
+    for it in drawn["layout"]:  # each marker is painted in its colour where the layout put it
+        want = tuple(int(it["color"][i:i + 2], 16) for i in (1, 3, 5))
+        got = rgb.getpixel((round(it["mx"]), round(it["my"])))
+        assert max(abs(a - b) for a, b in zip(got, want)) < 40, (it["name"], got, want)
     # the y-axis title: ink in the band left of the tick labels, over the middle of the plot's height
     h = PLOT_SIZE[1]
     band = [rgb.getpixel((x, y)) for x in range(Y_TITLE_X - 6, Y_TITLE_X + 7) for y in range(h // 3, 2 * h // 3)]
