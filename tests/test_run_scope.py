@@ -8,7 +8,7 @@ import torch
 from sdvg_core.demo.tiny import DEMO_PROMPT, tiny_models
 from sdvg_core.engine.engine import Engine, EngineConfig
 from sdvg_core.engine.keys import key_kind
-from sdvg_core.engine.memo import Memo, nbytes_of
+from sdvg_core.engine.memo import Memo, TieredMemo, nbytes_of
 from sdvg_core.engine.memory import GIB, estimate_for_spec
 from sdvg_core.engine.policy import FixedPattern, TargetOnly, ThresholdPolicy
 from sdvg_core.engine.recipes import KreaRecipe, SelfForcingRecipe
@@ -43,16 +43,8 @@ FULL_SIZE_MEMO = 2 * GIB  # the engine's and the nodes' default budget before th
 class FullSizeMemo(Memo):
     """A memo that charges every entry the bytes it would have at 832x480 (the issue's emulation)."""
 
-    def __init__(self, max_bytes: int):
-        super().__init__(max_bytes)
-        self._kind = "?"
-
-    def put(self, key, value):
-        self._kind = key_kind(key)
-        return super().put(key, value)
-
-    def size_of(self, value) -> int:
-        return FULL_SIZE_BYTES.get(self._kind, nbytes_of(value))
+    def size_of(self, value, key=None) -> int:
+        return FULL_SIZE_BYTES.get(key_kind(key), nbytes_of(value))
 
 
 CONFIGS = {
@@ -101,9 +93,9 @@ def test_full_size_bytes_give_the_work_of_an_unbounded_memo(models, pair):
     configs = CONFIGS if pair != "krea, 5 context frames" else {"this engine": CONFIGS["this engine"]}
     for name, (policy, lazy) in configs.items():
         counts = {}
-        memos = [("unbounded", Memo(1 << 40)), ("full-size bytes", FullSizeMemo(FULL_SIZE_MEMO))]
+        memos = [("unbounded", Memo(1 << 40)), ("tiered, full-size bytes", TieredMemo(FULL_SIZE_MEMO, memo=FullSizeMemo))]
         if name == "this engine":
-            memos.append(("0 bytes", Memo(0)))
+            memos += [("one LRU, full-size bytes", FullSizeMemo(FULL_SIZE_MEMO)), ("0 bytes", Memo(0))]
         for label, memo in memos:
             texts: list[int] = []
             e, state = _run(models, memo, RECIPE_PAIRS[pair], policy, lazy, texts)
@@ -184,3 +176,27 @@ def test_memory_estimate_counts_what_the_generation_holds():
     assert mixed.held == krea.held - d.kv * 0 + mixed.dits[1].kv  # the drafter's whole-video cache is held
     assert krea.host_pixels == 12 * 3 * 480 * 832 * 2  # Krea's 9-frame anchor history lies in the newest block
     assert KreaRecipe().query_frames(3) == 3 and KreaRecipe(context_frames=5).query_frames(3) == 5
+
+
+def test_requeue_after_moving_tau_on_a_long_video_recomputes_only_from_the_first_flip(models):
+    """A re-queue at another tau on a long video, with full-size bytes charged to the memo (nothing big fits):
+    no forward and no scoring before the first flipped block, one decode per committed block (the held decoder
+    cache moves on block by block, never back to the start), the same bits as a fresh run, and the fresh-run
+    cost of every block unchanged."""
+    blocks, flip = 30, 20
+    spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 16, 16, blocks, 3)
+    first_pattern = (False,) + (True,) * (blocks - 1)
+    second_pattern = first_pattern[:flip] + (False,) + first_pattern[flip + 1:]
+    memo = TieredMemo(FULL_SIZE_MEMO, memo=FullSizeMemo)  # the engine's and the nodes' default layout
+    e = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig(), memo=memo)
+    first = e.generate(spec, FixedPattern(first_pattern))
+    again = e.generate(spec, FixedPattern(second_pattern))
+    fw = [r.work["drafter_forwards"] + r.work["target_forwards"] for r in again.blocks]
+    assert fw[:flip] == [0] * flip and all(f > 0 for f in fw[flip:]), fw
+    assert all(r.work["scored_frames"] == 0 for r in again.blocks[:flip])
+    assert [r.work["vae_decode_frames"] for r in again.blocks[:flip]] == [3] * flip  # the commit's decode only
+    fresh = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig()).generate(
+        spec, FixedPattern(second_pattern))
+    assert torch.equal(again.committed_latents(), fresh.committed_latents())
+    assert [dict(r.cost) for r in again.blocks] == [dict(r.cost) for r in fresh.blocks]
+    assert all(torch.equal(a.latents, b.latents) for a, b in zip(first.blocks[:flip], again.blocks[:flip]))

@@ -22,7 +22,7 @@ import torch
 from ..models.wan import CausalWan
 from .context import ContextServices
 from .keys import BlockKey, DraftDecodeKey, ScoreKey, require_key
-from .memo import Memo
+from .memo import Memo, TieredMemo
 from .noise import BlockNoise, block_noise
 from .pixels import DecodeEntry, PixelStore
 from .policy import Policy, aggregate
@@ -34,7 +34,9 @@ from .tally import PHASES, WORK_KEYS, Tally
 __all__ = ["Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DecodeEntry", "to_image",
            "PHASES", "WORK_KEYS", "DEFAULT_MEMO_BYTES"]
 
-DEFAULT_MEMO_BYTES = 2 << 30  # derived data kept for re-runs; a single bigger entry (a 14B KV cache) is not kept
+# Derived data kept for re-runs (the large tier: KV and decoder caches, decoded pixels; decisions' inputs have their
+# own small tier). What a generation needs is held outside it, so any size is correct; a bigger one reuses more.
+DEFAULT_MEMO_BYTES = 2 << 30
 DECODE_RULES = ("standard", "krea")
 
 
@@ -119,7 +121,7 @@ class Engine:
         if z_dim != target.cfg.in_dim:
             raise ValueError(f"VAE latent channels {z_dim} != DiT input channels {target.cfg.in_dim}")
         # a host may share one memo between engines built per call (keys hold every model's identity)
-        self.memo = memo if memo is not None else Memo(config.memo_bytes)
+        self.memo = memo if memo is not None else TieredMemo(config.memo_bytes)
         self.noise_fn = noise_fn
         self.noise_key = self._noise_key(noise_fn, shared_memo=memo is not None)
         self.tracer = tracer
@@ -198,8 +200,8 @@ class Engine:
         if self.scorer is None:
             raise ValueError("this policy scores drafts, but the engine was built without an ImageReward scorer")
         tally = self._tally()
-        text = state.spec.prompt_at(state.next_block).text  # each block is routed against its own prompt
-        key = ScoreKey(self._draft_decode_key(state), self.keys["scorer"], text)
+        key = self._score_key(state)
+        text = key.prompt_text
         with tally.phase("score"), self.memo.stamped(self.run_id):
             cached = self.memo.get(key)  # (scores, the cost of computing them)
             if cached is None:
@@ -223,16 +225,19 @@ class Engine:
         b = state.next_block
         lazy = self.config.lazy
         forced = policy.forced(b)
+        decode_skipped = False
         if not forced or (not lazy and self.drafter is not None):
             if state.pending is None:
                 state = self.draft(state)
             if policy.needs_score(b) or (not lazy and self.scorer is not None):
-                state = self.score_draft(self.decode_draft(state))
+                state, decode_skipped = self._scored(state)
         p = state.pending or PendingBlock(b)
         tally = self._tally()
         tally.absorb(p.work, p.cost, p.seconds, p.reused, p.carried)
         score = aggregate(p.frame_scores, policy.aggregation) if p.frame_scores else None
         accepted = (not forced) and policy.accept(b, score)
+        if decode_skipped and not accepted:  # a fresh run decoded the rejected draft to score it
+            tally.credit({"vae_decode_frames": p.latents.shape[1]})
         context = None
         if not lazy and b > 0 and self.recipes["target"].rebuilds_context_every_block:
             with tally.phase("context"):  # the reference builds the target's context whether it is used or not
@@ -340,7 +345,27 @@ class Engine:
         shape = (1, spec.frames_per_block, self.target.cfg.in_dim, h, w)
         return block_noise(spec.seed, b, shape, self.config.num_renoise)
 
+    def _scored(self, state: GenerationState) -> tuple[GenerationState, bool]:
+        """The pending draft with its scores. Scores memoised by an earlier pass come without decoding the draft
+        again (a re-run after moving tau: the prefix costs no decode but the commit's); returns whether the
+        draft's decode was skipped."""
+        p = state.pending
+        if p.frame_scores is not None:
+            return state, False
+        key = self._score_key(state)
+        cached = self.memo.get(key) if (p.frames is None and self.scorer is not None) else None
+        if cached is None:
+            return self.score_draft(self.decode_draft(state)), False
+        tally = self._tally()
+        tally.credit(cached[1])
+        tally.reuse("score", self.memo.origin(key))
+        return state.with_pending(_merge(p, tally, frame_scores=cached[0])), True
+
     # ------------------------------------------------------------------------------------------ helpers
+    def _score_key(self, state: GenerationState) -> ScoreKey:
+        """Scores of the pending draft against its block's prompt (each block is routed against its own prompt)."""
+        return ScoreKey(self._draft_decode_key(state), self.keys["scorer"], state.spec.prompt_at(state.next_block).text)
+
     def _role(self, role: str) -> CausalWan:
         runner = self.drafter if role == "drafter" else self.target
         if runner is None:

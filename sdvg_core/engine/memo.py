@@ -67,8 +67,8 @@ class Memo:
         self.bytes = 0
         self.stats = MemoStats()
 
-    def size_of(self, value: Any) -> int:
-        """Bytes charged for a value (tensor bytes; a test subclass may charge full-size bytes instead)."""
+    def size_of(self, value: Any, key: Hashable = None) -> int:
+        """Bytes charged for the value stored under `key` (its tensor bytes; a test may charge full-size bytes)."""
         return nbytes_of(value)
 
     def __len__(self) -> int:
@@ -145,7 +145,7 @@ class Memo:
 
     def put(self, key: Hashable, value: Any) -> Any:
         """Store and return `value`; a value larger than the whole budget is returned but not kept."""
-        size = self.size_of(value)
+        size = self.size_of(value, key)
         if key in self._data:
             self.bytes -= self._data.pop(key)[1]
         self._origin[key] = self.run_id
@@ -199,6 +199,13 @@ class Memo:
         return out
 
 
+# Small tier: what a re-run needs to replay a prefix's decisions without a forward (block latents: 1.2 MB each at
+# 832x480; scores; anchors: 0.4 MB). 1 GiB holds those of ~400 blocks of both models; decoded pixels (27 MB a
+# block in bf16) and KV / decoder caches (GBs) go to the large tier.
+SMALL_TIER_BYTES = 1 << 30
+SMALL_ENTRY_MAX = 8 << 20
+
+
 class TieredMemo:
     """Two LRU memos: small entries (drafts, target blocks, scores, anchors) apart from big ones (KV/decoder caches).
 
@@ -208,9 +215,10 @@ class TieredMemo:
     Same interface as `Memo` (an Engine accepts either).
     """
 
-    def __init__(self, large_bytes: int, small_bytes: int = 1 << 30, small_entry_max: int = 64 << 20):
-        self.small = Memo(small_bytes)
-        self.large = Memo(large_bytes)
+    def __init__(self, large_bytes: int, small_bytes: int = SMALL_TIER_BYTES, small_entry_max: int = SMALL_ENTRY_MAX,
+                 memo: type[Memo] = Memo):
+        self.small = memo(small_bytes)
+        self.large = memo(large_bytes)
         self.small_entry_max = small_entry_max
 
     @property
@@ -237,13 +245,13 @@ class TieredMemo:
             return self.small.get(key)
         return self.large.get(key)
 
-    def _tiers(self, value: Any) -> tuple[Memo, Memo]:
+    def _tiers(self, key: Hashable, value: Any) -> tuple[Memo, Memo]:
         """(the tier this value belongs to, the other one)."""
-        small = self.large.size_of(value) <= self.small_entry_max
+        small = self.large.size_of(value, key) <= self.small_entry_max
         return (self.small, self.large) if small else (self.large, self.small)
 
     def put(self, key: Hashable, value: Any) -> Any:
-        tier, other = self._tiers(value)
+        tier, other = self._tiers(key, value)
         other._drop(key)
         return tier.put(key, value)
 

@@ -129,12 +129,15 @@ class PixelStore:
         """Decode (or take the accepted draft's decode of) the block being committed after `state`."""
         if draft is not None:  # the draft's decode is the committed one: no second decode
             return self.store(lineage, draft, state.spec)
-        key = self._pixels_key(lineage)
-        pixels = self.memo.get(key)
-        if pixels is not None:  # kept from an earlier run; a fresh run decodes it
+        key, cache_key = self._pixels_key(lineage), self._cache_key(lineage)
+        pixels, cache = self.memo.get(key), self.memo.get(cache_key)
+        if pixels is not None and cache is not None:  # kept from an earlier run; a fresh run decodes it
             tally.credit({"vae_decode_frames": latents.shape[1]})
             tally.reuse("pixels", self.memo.origin(key))
+            self.memo.pin(self.HEAD_SLOT, cache_key, cache)  # the next block decodes on from here
             return self.memo.pin(self.PIXELS_SLOT, key, pixels, keep=self.held_blocks(state.spec))
+        # without the decoder cache after it, decode again: the head moves on block by block and a later decode
+        # never walks back to the start of the video
         entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
         tally.add("vae_decode_frames", latents.shape[1])
         return self.store(lineage, entry, state.spec)
