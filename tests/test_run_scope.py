@@ -185,7 +185,8 @@ def test_requeue_after_moving_tau_on_a_long_video_recomputes_only_from_the_first
     cost of every block unchanged."""
     blocks, flip = 30, 20
     spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 16, 16, blocks, 3)
-    first_pattern = (False,) + (True,) * (blocks - 1)
+    first_pattern = (False,) + ((True, True, False) * blocks)[:blocks - 1]  # rejected drafts in the prefix too
+    assert first_pattern[flip]
     second_pattern = first_pattern[:flip] + (False,) + first_pattern[flip + 1:]
     memo = TieredMemo(FULL_SIZE_MEMO, memo=FullSizeMemo)  # the engine's and the nodes' default layout
     e = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig(), memo=memo)
