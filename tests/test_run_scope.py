@@ -201,3 +201,28 @@ def test_requeue_after_moving_tau_on_a_long_video_recomputes_only_from_the_first
     assert torch.equal(again.committed_latents(), fresh.committed_latents())
     assert [dict(r.cost) for r in again.blocks] == [dict(r.cost) for r in fresh.blocks]
     assert all(torch.equal(a.latents, b.latents) for a, b in zip(first.blocks[:flip], again.blocks[:flip]))
+
+
+def test_four_hundred_blocks_end_to_end(models):
+    """A 400-block video (1200 latent frames: LongLive's absolute RoPE positions pass the references' 1024-frame
+    table) with a LongLive drafter and the Krea target regenerating every fifth block (its anchor re-encoded from
+    decoded pixels far past block 9): the same work per block from start to end, no KV copy, held memory flat."""
+    from sdvg_core.engine.recipes import LongLiveRecipe
+    from sdvg_core.models.kv_cache import KV_COPIES
+
+    blocks = 400
+    spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 16, 16, blocks, 5)
+    cfg = EngineConfig(recipe=KreaRecipe(), drafter_recipe=LongLiveRecipe())
+    e = Engine(models.target, models.vae, models.drafter, None, cfg)
+    held, copies = [], KV_COPIES.forks
+    pattern = tuple(b % 5 != 0 for b in range(blocks))
+    state = e.generate(spec, FixedPattern(pattern, score_drafts=False),
+                       on_block=lambda eng, st: held.append(eng.memo.pinned_bytes))
+    assert state.done and len(state.blocks) == blocks
+    assert KV_COPIES.forks == copies  # a linear run never copies a KV buffer
+    work = {}
+    for r in state.blocks[10:]:  # after the cache filled: one work profile per kind of block, whatever b
+        work.setdefault(r.producer, set()).add(tuple(sorted(r.work.items())))
+    assert all(len(v) == 1 for v in work.values()), work
+    assert max(held[10:]) == max(held[10:20]), "held memory grew with the video's length"
+    assert torch.isfinite(state.blocks[-1].latents).all()
