@@ -245,3 +245,240 @@ def test_longlive_matches_reference(ll, run):
     print(f"\n[parity longlive_tiny {run}] {len(R)} tensors, {len(log)} calls; "
           + ", ".join(f"{k} {v:.2e}" for k, v in sorted(worst.items())))
     assert max(worst.values()) <= TOL, worst
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Other sizes, windows, sinks, block counts and switches: a slow reference written from the rule
+# ---------------------------------------------------------------------------------------------------------
+
+def _compact_view(cfg: WanDiTConfig, frames: list[int], kv: dict, extra: int, tpf: int, rope: str) -> KVCache:
+    """A fresh cache holding exactly `frames` (their stored keys/values, in this order) with room for `extra` more:
+    the reference's attention set built by hand, bypassing the ring, eviction and rewrite machinery under test."""
+    view = KVCache.empty(cfg, batch=1, window_frames=len(frames) + extra, tokens_per_frame=tpf, device="cpu",
+                         dtype=torch.float32, rope=rope)
+    buf = view.buffer
+    for j, f in enumerate(frames):
+        for i in range(cfg.num_layers):
+            buf.k[i][:, :, j * tpf:(j + 1) * tpf] = kv[f][0][i]
+            buf.v[i][:, :, j * tpf:(j + 1) * tpf] = kv[f][1][i]
+    clock = buf.stamp(tuple(range(len(frames))))
+    return KVCache(buf, 0, 0, len(frames), tuple(frames), (clock,) * len(frames))
+
+
+def slow_reference(run: CausalWan, texts: list, noises: list[BlockNoise], F: int, tpf: int, window: int, sink: int,
+                   rope: str, global_sink: bool, prompt_of: list[int]):
+    """LongLive's rule spelled out (LONGLIVE.md §3; LONG_VIDEO.md): every call is a full-attention forward over
+    exactly the frames the rule says it sees, in logical order, with their RoPE positions (baked: each key at its own
+    frame index, queries at theirs; slot: position = index in the attended list).
+    - the sink is the first `sink` frames ever committed; the window the newest committed frames such that sink +
+      window + the block's own frames fit `window` (evicted once per block, the same for all its calls);
+    - a block is denoised by the plan's steps, then committed by a t = 0 call whose keys/values are stored;
+    - a prompt switch before block b recaches the newest min(window, generated) frames under the new prompt at t = 0:
+      kept sink (global_sink, recached frames not starting at 0): the frames past the sink are recomputed
+      attending to the old sink and themselves; otherwise all are, and the first become the sink.
+    Returns the x0 of every step [block][step], the committed video, and the final (sink, window, stored K/V)."""
+    cfg, plan = run.cfg, self_forcing_plan()
+    kv: dict[int, tuple[list, list]] = {}
+    sink_frames: list[int] = []
+    win: list[int] = []
+    committed: list[torch.Tensor] = []
+
+    def latents(frames: list[int]) -> torch.Tensor:  # committed latent frames (contiguous)
+        return torch.cat(committed, dim=1)[:, frames[0]:frames[-1] + 1]
+
+    def call(frames, x, t, text, offset, keep):
+        view = _compact_view(cfg, frames, kv, x.shape[1], tpf, rope)
+        out = run.forward(x, timestep_tensor(t, 1, x.shape[1]), text, frame_offset=offset, kv=view, commit=True)
+        if keep:
+            n = x.shape[1]
+            for j in range(n):
+                sl = slice((len(frames) + j) * tpf, (len(frames) + j + 1) * tpf)
+                kv[offset + j] = ([out.kv.keys(i)[:, :, sl].clone() for i in range(cfg.num_layers)],
+                                  [out.kv.values(i)[:, :, sl].clone() for i in range(cfg.num_layers)])
+        return out.flow
+
+    x0s = []
+    for b, noise in enumerate(noises):
+        text = texts[prompt_of[b]]
+        if b > 0 and prompt_of[b] != prompt_of[b - 1]:  # recache under the new prompt
+            end = b * F
+            n = len(sink_frames) + len(win)
+            first = end - n
+            if global_sink and first > 0 and sink_frames:
+                redo = list(range(first + len(sink_frames), end))
+                call(sink_frames, latents(redo), 0.0, text, redo[0], keep=True)
+                win = redo
+            else:
+                redo = list(range(first, end))
+                call([], latents(redo), 0.0, text, first, keep=True)
+                sink_frames, win = redo[:sink], redo[sink:]
+        e = max(0, len(sink_frames) + len(win) + F - window) if len(sink_frames) >= sink else 0
+        attended = sink_frames + win[e:]
+        x, steps = noise.initial, []
+        for s, t in enumerate(plan.timesteps):
+            flow = call(attended, x, t, text, b * F, keep=False)
+            x0 = flow_to_x0(x, flow, plan.sigmas[s])
+            steps.append(x0)
+            if s + 1 < plan.num_steps:
+                x = add_noise(x0, noise.renoise[s], plan.sigmas[s + 1])
+        x0s.append(steps)
+        committed.append(steps[-1])
+        call(attended, steps[-1], 0.0, text, b * F, keep=True)
+        win = win[e:]
+        for f in range(b * F, b * F + F):
+            (sink_frames if len(sink_frames) < sink else win).append(f)
+    return x0s, torch.cat(committed, dim=1), sink_frames, win, kv
+
+
+OTHER = {  # name: (recipe, frames per block, blocks, first block of each later prompt, DiT config, latent h x w)
+    "window9_sink0_20blocks": (LongLiveRecipe(window=9, sink=0), 3, 20, (), "tiny", (4, 6)),
+    "window15_sink6": (LongLiveRecipe(window=15, sink=6), 3, 12, (), "other", (4, 8)),
+    "window10_sink2_infinity": (LongLiveRecipe(window=10, sink=2, variant="infinity"), 3, 14, (), "tiny", (6, 4)),
+    "F2_window7_sink3_switches_localsink": (LongLiveRecipe(window=7, sink=3, global_sink=False), 2, 16, (5, 11),
+                                            "other", (4, 6)),
+    "infinity_switches_globalsink": (LongLiveRecipe(window=12, sink=3, variant="infinity"), 3, 12, (2, 7), "tiny",
+                                     (4, 6)),
+    "self_forcing_global_switch": (SelfForcingRecipe(), 3, 7, (4,), "tiny", (4, 6)),
+    "self_forcing_window6_switch": (SelfForcingRecipe(window=6), 3, 9, (5,), "other", (4, 6)),
+}
+OTHER_CFG = WanDiTConfig(name="ll-other", dim=96, ffn_dim=160, num_heads=3, num_layers=3, text_dim=24)
+
+
+@pytest.mark.parametrize("case", list(OTHER), ids=list(OTHER))
+def test_append_cache_recipes_match_slow_reference(case):
+    """Other model sizes, windows, sinks (none, one block, more than a block, not block-aligned evictions), frames per
+    block, block counts and prompt switches (both sink rules, before and after the window is full): every step's
+    x0, the output and the final cache (frames and keys/values) equal the slow reference's."""
+    recipe, F, blocks, switch_at, cfg_name, (h, w) = OTHER[case]
+    cfg = PRESETS["tiny"] if cfg_name == "tiny" else OTHER_CFG
+    net = build_random(cfg, seed=3)
+    gen = torch.Generator().manual_seed(11)
+    prompts = [PromptConditioning.make(f"prompt {i}", torch.randn(1, 7, cfg.text_dim, generator=gen))
+               for i in range(len(switch_at) + 1)]
+    spec = GenerationSpec(prompts[0], w * 8, h * 8, blocks, seed=5, frames_per_block=F,
+                          switches=tuple(zip(switch_at, prompts[1:])))
+    shape = (1, F, cfg.in_dim, h, w)
+    noises = [BlockNoise(torch.randn(shape, generator=gen), torch.randn((3, *shape), generator=gen)) for _ in range(blocks)]
+    traced: dict[str, torch.Tensor] = {}
+    runner = CausalWan(net, cfg, key=f"dit-{cfg_name}")
+    engine = Engine(runner, random_vae(0), config=EngineConfig(recipe=recipe), noise_fn=lambda spec, b: noises[b],
+                    tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
+    KV_COPIES.reset()
+    state = engine.generate(spec, TargetOnly())
+    final = recipe.context(engine.services, "target", runner, state, blocks, Tally())[0]  # commits the last block
+    assert KV_COPIES.forks == 0
+
+    window, sink, rope = recipe.cache_layout(spec)
+    prompt_of = [spec.segment_of(b) for b in range(blocks)]
+    texts = [runner.encode_text(p.embeddings) for p in prompts]
+    ref_x0, ref_video, ref_sink, ref_win, ref_kv = slow_reference(CausalWan(net, cfg), texts, noises, F, cfg.tokens_per_frame(h, w),
+                                                       window, sink, rope, recipe.keep_sink_on_recache(), prompt_of)
+    worst = {"x0": 0.0, "kv": 0.0}
+    for b in range(blocks):
+        for s in range(len(ref_x0[b])):
+            worst["x0"] = max(worst["x0"], _maxdiff(traced[f"target/block{b}/step{s}/x0_pred"], ref_x0[b][s]))
+    worst["output"] = _maxdiff(state.committed_latents(), ref_video)
+    assert list(final.frame_ids) == ref_sink + ref_win
+    tpf = final.tokens_per_frame
+    for i in range(cfg.num_layers):
+        ref_k = torch.cat([ref_kv[f][0][i] for f in final.frame_ids], dim=2)
+        ref_v = torch.cat([ref_kv[f][1][i] for f in final.frame_ids], dim=2)
+        assert final.keys(i).shape[2] == len(final.frame_ids) * tpf
+        worst["kv"] = max(worst["kv"], _maxdiff(final.keys(i), ref_k), _maxdiff(final.values(i), ref_v))
+    print(f"\n[slow reference {case}] " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()))
+    assert max(worst.values()) <= TOL, worst
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Length: 400 blocks, RoPE past Wan's 1024-row table, flat cost per block
+# ---------------------------------------------------------------------------------------------------------
+
+class NoDecodeVAE(WanVAE):
+    """The tiny VAE's shapes with a free decode (black frames): these tests measure the DiT's cache, and decoding
+    400 blocks would take most of their time."""
+
+    def decode_stream(self, z_chunk, cache=None, rule="standard", interrupt=None):
+        cache = self.empty_decoder_cache(rule) if cache is None else cache
+        t = z_chunk.shape[2]
+        frames = self.config.pixel_frames(t, includes_first=cache.frames_consumed == 0)
+        b, _, _, h, w = z_chunk.shape
+        scale = 2 ** (len(self.config.dim_mult) - 1)
+        return (torch.zeros(b, 3, frames, h * scale, w * scale),
+                type(cache)(cache.histories, cache.frames_consumed + t, cache.rule))
+
+
+def _tiny_engine(recipe, blocks: int, seed: int = 0):
+    cfg = PRESETS["tiny"]
+    runner = CausalWan(build_random(cfg, seed=seed), cfg, key=f"tiny-dit-{seed}")
+    emb = torch.randn(1, 7, cfg.text_dim, generator=torch.Generator().manual_seed(seed))
+    spec = GenerationSpec(PromptConditioning.make("a long video", emb), 48, 32, blocks, seed=seed)
+    vae = random_vae(seed)
+    vae.__class__ = NoDecodeVAE
+    return Engine(runner, vae, config=EngineConfig(recipe=recipe)), spec
+
+
+def _record_writes(monkeypatch) -> list[tuple[int, int, int, int]]:
+    """Per KV write the forward opens: (id of the buffer, attended tokens, written tokens, key tokens' first position)."""
+    from sdvg_core.models import kv_cache
+
+    log: list[tuple[int, int, int, int]] = []
+    init = kv_cache.OpenKVWrite.__init__
+
+    def spy(self, base, plan):
+        init(self, base, plan)
+        log.append((id(self.buffer), self.key_tokens, sum(b - a for a, b, _ in self.runs), plan.frames))
+
+    monkeypatch.setattr(kv_cache.OpenKVWrite, "__init__", spy)
+    return log
+
+
+def test_400_blocks_flat_cost_and_rope_past_the_table(monkeypatch):
+    """LongLive's default variant over 400 blocks (absolute RoPE positions up to 1199, past Wan's 1024-row table):
+    it runs end to end, every call attends to the same number of keys once the window is full, writes one block,
+    into the same buffer, and no cached key or value is ever copied; a block costs the same at b = 10 and b = 300."""
+    blocks = 400
+    recipe = LongLiveRecipe()
+    engine, spec = _tiny_engine(recipe, blocks)
+    writes = _record_writes(monkeypatch)
+    KV_COPIES.reset()
+    state = engine.generate(spec, TargetOnly())
+    F, steps = spec.frames_per_block, engine.plan.num_steps
+    assert len(state.blocks) == blocks and torch.isfinite(state.committed_latents()).all()
+    assert spec.num_latent_frames - 1 >= 1024 + F  # the last blocks' positions are past Wan's table
+    assert engine.target._rope_real[0][0].shape[0] >= spec.num_latent_frames  # grown, not capped
+    assert KV_COPIES.forks == 0 and KV_COPIES.fork_bytes == 0
+    assert len({buf for buf, *_ in writes}) == 1  # one buffer for the whole video
+    # calls: block 0 makes `steps`; later blocks a commit of the previous block + `steps`
+    assert len(writes) == steps + (blocks - 1) * (steps + 1)
+    per_block = [writes[0:steps]] + [writes[steps + (b - 1) * (steps + 1):steps + b * (steps + 1)] for b in range(1, blocks)]
+    bytes_per_token = 2 * engine.target.cfg.num_layers * engine.target.cfg.dim * 4  # k and v, every layer, fp32
+    moved = [sum(w for _, _, w, _ in calls) * bytes_per_token for calls in per_block]
+    attended = [tuple(k for _, k, _, _ in calls) for calls in per_block]
+    full = recipe.window // F + 1  # from here on the window is full
+    assert len(set(moved[1:])) == 1 and len(set(attended[full:])) == 1
+    assert attended[full][0] == recipe.window * engine.target.cfg.tokens_per_frame(*spec.latent_hw)
+    assert [b.work["target_forwards"] for b in state.blocks[1:]] == [steps + 1] * (blocks - 1)
+    print(f"\n[cost per block] b=10: {moved[10]} bytes written, keys {attended[10]}; b=300: {moved[300]} bytes, "
+          f"keys {attended[300]}; forks {KV_COPIES.forks}")
+    assert moved[10] == moved[300] and attended[10] == attended[300]
+
+
+def test_infinity_variant_positions_stay_in_the_window():
+    """The infinity cache rotates by slot: after 30 blocks queries still sit at window-F..window-1 and keys at
+    0..window-1 (nothing grows), and the output differs from the absolute-RoPE default (the variant is real)."""
+    blocks = 30
+    outs = {}
+    for variant in ("infinity", "default"):
+        recipe = LongLiveRecipe(variant=variant)
+        engine, spec = _tiny_engine(recipe, blocks)
+        engine.target.__class__ = RecordingWan
+        engine.target.log = []
+        outs[variant] = engine.generate(spec, TargetOnly()).committed_latents()
+        last = engine.target.log[-1]
+        if variant == "infinity":
+            F = spec.frames_per_block
+            assert last.query_positions == tuple(range(recipe.window - F, recipe.window))
+            assert last.key_positions == tuple(range(recipe.window))
+        else:
+            assert last.query_positions[0] == (blocks - 1) * spec.frames_per_block
+    assert _maxdiff(outs["infinity"], outs["default"]) > 1e-3

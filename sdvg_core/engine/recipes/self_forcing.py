@@ -43,16 +43,17 @@ def append_cache_context(recipe, host: ContextHost, role: str, runner: CausalWan
     spec = state.spec
     F = spec.frames_per_block
     j, cached = b, None  # cached: (the view for block j, the cost of making it)
-    while j > 0:
+    while j >= 0:
         cached = host.memo.get(host.kv_key(runner, recipe, state, j))
         if cached is not None and cached[0].valid_for(F):
             break
         cached, j = None, j - 1
     if cached is not None:
         kv = cached[0]
-    else:
+    else:  # block 0's empty cache is held too: block 1 commits block 0 into the buffer block 0 drafted in
         window, sink, rope = recipe.cache_layout(spec)
-        kv = host.empty_kv(runner, spec, window, sink=sink, rope=rope)
+        j, kv = 0, host.empty_kv(runner, spec, window, sink=sink, rope=rope)
+        host.hold(role, "kv", host.kv_key(runner, recipe, state, 0), (kv, {}))
     if j == b and b > 0:
         key = host.kv_key(runner, recipe, state, b)
         tally.reuse(f"{role}_kv", host.memo.origin(key))
