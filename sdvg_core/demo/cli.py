@@ -30,7 +30,8 @@ from ..engine.report import build_report
 from ..engine.plot import render_report_plot
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning
 from ..io.reward_files import ImageRewardError, find_vocab
-from ..io.text import demo_embeddings, encode_umt5, load_embeddings, umt5_folders
+from ..io.prompt_schedule import ScheduleError, read_schedule, schedule_embeddings
+from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings, umt5_folders
 from .tiny import DEMO_PROMPT, tiny_models
 from ..io.video import VideoWriter
 
@@ -94,6 +95,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reward", help="ImageReward.pt")
     p.add_argument("--vocab", help="bert-base-uncased vocab.txt (default: next to --reward)")
     p.add_argument("--embeddings", help="prompt embeddings .safetensors (umT5 output, [1, 512, 4096])")
+    p.add_argument("--prompt-schedule", metavar="FILE",
+                   help="prompts that change between blocks: `block: prompt` lines, or a JSON list of "
+                        "{\"block\": n, \"prompt\": ..., \"embeddings\": optional file}; the first entry starts at "
+                        "block 0. Real models: --umt5 encodes each prompt unless its entry names an embeddings file")
     p.add_argument("--umt5", help="local umT5 folder (Hugging Face layout) to encode --prompt")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="DiT dtype (default bf16 on GPU, fp32 on CPU)")
@@ -174,6 +179,30 @@ def preflight(a: argparse.Namespace, real: bool) -> list[str]:
             umt5_folders(a.umt5)
         except CheckpointError as e:
             problems.append(f"--umt5: {e}")
+    problems += _schedule_problems(a, real)
+    return problems
+
+
+def _schedule_problems(a: argparse.Namespace, real: bool) -> list[str]:
+    """A schedule file that cannot be read, clashes with the single-prompt flags, or ends past --blocks."""
+    if not a.prompt_schedule:
+        return []
+    clash = [f for f, v in (("--prompt", a.prompt), ("--embeddings", a.embeddings)) if v]
+    problems = [f"--prompt-schedule with {', '.join(clash)}: give the prompts in the schedule file only"] if clash else []
+    try:
+        entries = read_schedule(a.prompt_schedule)
+    except ScheduleError as e:
+        return problems + [f"--prompt-schedule: {e}"]
+    blocks = a.blocks or (REAL_BLOCKS if real else TINY_BLOCKS)
+    late = [e.block for e in entries if e.block >= blocks]
+    if late:
+        problems.append(f"--prompt-schedule: entries start at block {late} but the video has {blocks} blocks (0..{blocks - 1})")
+    for e in entries:
+        if e.embeddings is not None and (msg := _file_problem(f"--prompt-schedule (block {e.block})", str(e.embeddings))):
+            problems.append(msg)
+    if real and not a.umt5 and any(e.embeddings is None for e in entries):
+        problems.append("--prompt-schedule: entries without an embeddings file need --umt5 (a local umT5 folder) "
+                        "to encode their prompts")
     return problems
 
 
@@ -187,6 +216,19 @@ def _real_models(a: argparse.Namespace, dtype: torch.dtype):
     for line in m.notes:
         print(line)
     return m.drafter, m.target, m.vae, m.scorer
+
+
+def _schedule(a: argparse.Namespace, text_dim: int, real: bool) -> list[tuple[int, PromptConditioning]]:
+    """The prompt schedule: the --prompt-schedule file's entries (each encoded with --umt5, read from its own
+    embeddings file, or given the tiny demo's stand-in embeddings), else the one prompt from block 0."""
+    if not a.prompt_schedule:
+        return [(0, _prompt(a, text_dim, real))]
+    if real:
+        encode = UMT5Encoder(a.umt5, device=a.device) if a.umt5 else None
+    else:
+        encode = lambda text: demo_embeddings(text, text_dim)  # noqa: E731 (the tiny stand-in of umT5)
+    rows = schedule_embeddings(read_schedule(a.prompt_schedule), encode, load=lambda p: load_embeddings(p)[1])
+    return [(block, PromptConditioning.make(text, emb)) for block, text, emb in rows]
 
 
 def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptConditioning:
@@ -253,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.tau is None:
             a.tau = DEFAULT_TAU if real else TINY_DEMO_TAU
         width, height = a.width or size[0], a.height or size[1]
-        prompt = _prompt(a, target.cfg.text_dim, real)
-        spec = GenerationSpec(prompt, width, height, a.blocks or blocks, a.seed)
+        schedule = _schedule(a, target.cfg.text_dim, real)
+        spec = GenerationSpec.from_schedule(schedule, width, height, a.blocks or blocks, a.seed)
+        prompt = spec.prompt
         policy = _policy(a)
         engine = Engine(target, vae, drafter, scorer, _engine_config(a, real))
     except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
