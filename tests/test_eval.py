@@ -310,14 +310,14 @@ def test_fresh_timing_gives_every_config_a_measured_speedup(work, tmp_path, monk
     monkeypatch.setenv("SDVG_EVAL_CODE_VERSION", CODE)
     out = tmp_path / "fresh"
     argv = ["--tiny", "--prompts", str(work["prompts"]), "--limit", "1", "--metrics", "imagereward",
-            "--configs", "target-only", "sdvg:9", "random:0.5", "sdvg:-0.7", "--width", "48", "--height", "32",
-            "--blocks", "6", "--workers", "0", "--out", str(out)]
+            "--configs", "target-only", "sdvg:9", "sdvg:-0.7", "--width", "48", "--height", "32",
+            "--blocks", "4", "--workers", "0", "--out", str(out)]
     assert main(argv + ["--fresh-timing"]) == 0
     rows = read_rows(out / "rows.csv")
     assert rows and all(r["fresh_time"] == "1" for r in rows), [(r["config"], r["fresh_time"]) for r in rows]
     # sdvg:9 rejects every draft: from block 2 on the target reuses what this run computed for the block before
     # (reuse within one execution, part of a fresh run), so the case the issue reported is exercised
-    assert [r[f"b{i}"] for r in rows if r["config"] == "sdvg:9" for i in range(1, 6)] == ["0"] * 5
+    assert [r[f"b{i}"] for r in rows if r["config"] == "sdvg:9" for i in range(1, 4)] == ["0"] * 3
     summ = summarise(rows, metric_columns(list(rows[0])))
     assert all(s.speedup_measured is not None for s in summ)
     md = (out / "summary.md").read_text()
