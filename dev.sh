@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh clone:  ./dev.sh demo [args]  |  ./dev.sh test [pytest args]  |  ./dev.sh bench
+#   |  ./dev.sh gpu-check --out DIR (one GPU, 8 minutes) or --dry-run (any CPU)
 # Creates ./.venv on first use, installs torch only when none is importable, then the pack's requirements
 # plus the test extras.
 #   SDVG_TORCH_INDEX   where torch comes from (only when .venv has no torch yet):
@@ -34,7 +35,8 @@ case "$cmd" in
   test)  exec "$VPY" -m pytest -q "$@" ;;
   demo)  exec "$VPY" -m sdvg_core.demo "$@" ;;
   bench) exec "$VPY" bench/bench_scale.py "$@" ;;  # --size {tiny,mid,full} [--device cuda]; bench_engine.py: CPU table
+  gpu-check) exec "$VPY" bench/gpu_check.py "$@" ;;  # --out DIR [--gpu h200|h100] [--comfyui DIR] | --dry-run
   eval)  exec "$VPY" -m sdvg_eval "$@" ;;
   eval-report) exec "$VPY" -m sdvg_eval.report "$@" ;;
-  *) echo "usage: ./dev.sh {test|demo|bench|eval|eval-report} [args]" >&2; exit 2 ;;
+  *) echo "usage: ./dev.sh {test|demo|bench|gpu-check|eval|eval-report} [args]" >&2; exit 2 ;;
 esac

@@ -1,307 +1,609 @@
-"""Scale benchmark: the real architectures with random weights, 9 blocks, fixed decision patterns, one process.
+"""Scale benchmark: the real architectures with random weights, fixed decision patterns, interleaved rounds.
 
-    ./dev.sh bench --size {tiny,mid,full} [--device cuda] [--json PATH] [--md PATH] [--compile]
+    ./dev.sh bench --size {tiny,mid,full} [--device cuda] [--rounds 3] [--configs all|sdvg,target-only,...]
+                   [--blocks 9] [--recipe krea | --drafter-recipe R --target-recipe R] [--memo-gb G]
+                   [--json PATH] [--md PATH] [--compile]
 
-Sizes (weights are always seeded random init at these shapes, never read from files):
+Sizes (weights are always seeded random init at these shapes, never read from files; bench/scale_models.py):
 - full: Wan 2.1 T2V 1.3B drafter + 14B target, the real Wan 2.1 VAE and real-size ImageReward, 832x480,
   bf16 on CUDA (fp32 on CPU). Needs a GPU with room for both DiTs (14B bf16 = 28.6 GB) plus the KV windows.
-- mid: the real layer widths (1536 / 5120 DiT, the real VAE, ImageReward's widths) with one DiT layer each and
-  two ImageReward layers per tower, at 128x64: the per-layer cost ratio of 14B:1.3B is kept, so the DiT-forward
-  cost ratio is ~7 as at full size; finishes in a few minutes on a 2-core CPU.
-- tiny: the demo's tiny models (CI smoke test, < 60 s); its JSON has the same keys.
+- mid: the real layer widths with one DiT layer each, two ImageReward layers per tower, 128x64: the 14B:1.3B
+  forward cost ratio is kept, but one DiT layer against the real VAE makes decoding most of a block. So its
+  shares of DiT, decode and scoring are far from full size; the output adds the full-size projection (each unit's
+  measured cost scaled by its FLOPs at full size / at this size, FLOPs counted on meta-device models), labelled.
+- tiny: the demo's tiny models (CI smoke test); same JSON keys.
 
-Configurations, interleaved after one warm-up generation: target-only; the reference algorithm (lazy=False) at
-6 of 8 accepted; this engine at the same 6 of 8; all-accept; all-reject. Per configuration: seconds per block and
-per phase (the engine's BlockRecord.seconds, CUDA-synchronised with EngineConfig.sync_timing), peak device memory
-(torch.cuda.max_memory_allocated, reset per configuration), measured speedup over target-only, the counted-work
-prediction (each run's counted forwards, decoded and scored frames x per-unit costs pooled over all runs), and the
-engine overhead (wall time outside the DiT, VAE and scorer calls).
+Configurations (`--configs`, ids): target-only; reference (the reference algorithm, lazy=False, at 6 of 8
+accepted); sdvg (this engine at the same 6 of 8); all-accept; all-reject. After one untimed warm-up generation,
+`--rounds` interleaved rounds run every configuration once each, the order rotated by one per round; min and
+median wall time are reported. On the CPU each run is a forked child of the process that built the models (its
+peak RSS is that run's alone: `ru_maxrss` of the child); on CUDA `torch.cuda.max_memory_allocated` per run and
+per block, beside the resident weights and the memory estimate (sdvg_core/engine/memory.py).
+
+"predicted" is independent of the runs: each round ends with micro-benchmarks of every kind of call the runs made
+(one drafter / target denoising forward, one context forward, one text encode, one decoded latent frame, one
+anchor encode, one scored frame; bench/units.py), and a configuration's prediction is its recorded calls x those
+unit costs. Per block: wall seconds (`per_block_seconds`), the engine's BlockRecord seconds / work / cost, the
+predicted seconds and memory (RSS on the CPU, device peak on CUDA).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
+import pickle
 import platform
+import statistics
 import sys
 import tempfile
 import time
+import traceback
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sdvg_core.demo.tiny import DEMO_PROMPT, random_vae  # noqa: E402
-from sdvg_core.demo.vocab import write_synthetic_vocab  # noqa: E402
-from sdvg_core.engine.engine import Engine, EngineConfig  # noqa: E402
+from scale_models import SCALES, Models, Scale, build_meta, build_models, run_dtypes, weight_bytes  # noqa: E402
+from units import (  # noqa: E402
+    DIT_KINDS, CallClass, CallLog, Geometry, UnitBench, class_flops, price, shares, units_by_block,
+)
+
+from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
+from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
 from sdvg_core.engine.policy import FixedPattern, TargetOnly  # noqa: E402
-from sdvg_core.engine.recipes import recipe_by_name  # noqa: E402
+from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_by_name  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
-from sdvg_core.io.reward_files import count_vocab_lines, random_scorer, read_vocab_bytes  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
-from sdvg_core.models.reward import ImageRewardScorer  # noqa: E402
-from sdvg_core.models.reward_config import EXTRA_SPECIAL_TOKENS, IMAGEREWARD_V1, TINY as TINY_REWARD  # noqa: E402
 from sdvg_core.models.vae import VAE_PRESETS  # noqa: E402
-from sdvg_core.models.wan import CausalWan, build_random, build_random_on  # noqa: E402
-from sdvg_core.models.wan_config import PRESETS, WanDiTConfig  # noqa: E402
 
 BLOCKS = 9  # the paper's 9 blocks
-# The reference's ~73% acceptance over blocks 1..8 as 6 of 8 (block 0 always comes from the target).
+# The reference's ~73% acceptance over blocks 1..8 as 6 of 8 (block 0 always comes from the target); longer runs
+# repeat the 8-block pattern.
 PATTERN_6_OF_8 = (False, True, True, False, True, True, True, False, True)
 PHASES = ("context", "draft", "decode", "score", "target")
 WORK = ("drafter_forwards", "target_forwards", "drafter_context_forwards", "target_context_forwards",
         "vae_decode_frames", "vae_encodes", "scored_frames")
+DEFAULT_ROUNDS = 3  # interleaved rounds: a shared machine's drift hits every configuration alike
+WARMUP_PATTERN = (False, True, False)  # 3 blocks: target, drafter, target (block 2 needs Krea's anchor)
+TREND_FROM_BLOCK = 50  # per-block slope fitted from this block on (issue 15 item 7: blocks 50-300)
+
+
+def pattern(blocks: int, accept: tuple[bool, ...] = PATTERN_6_OF_8) -> tuple[bool, ...]:
+    """Block 0 forced (never accepted), then accept[1:] repeated over blocks 1..blocks-1."""
+    cycle = accept[1:]
+    return (False,) + tuple(cycle[i % len(cycle)] for i in range(blocks - 1))
 
 
 @dataclass(frozen=True)
-class Scale:
-    """One benchmark size: the four model shapes and the frame size."""
+class Config:
+    """One benchmark configuration: a decision pattern and whether the engine is lazy."""
 
-    drafter: WanDiTConfig
-    target: WanDiTConfig
-    vae: str  # VAE preset
-    reward: Any  # ImageRewardConfig (vocab size set from the synthetic vocabulary)
-    width: int
-    height: int
-    exact_init: bool  # True: build_random on the CPU (tiny, bit-stable); False: meta init on the device
+    id: str
+    name: str
+    lazy: bool
+    policy: Callable[[int], Any]  # blocks -> Policy
 
 
-# mid: one layer each keeps the 14B:1.3B per-layer FLOP ratio (~7.2 at these widths, vs 7.4 per forward at full size).
-SCALES: dict[str, Scale] = {
-    "tiny": Scale(PRESETS["tiny-drafter"], PRESETS["tiny-target"], "tiny", TINY_REWARD, 48, 32, True),
-    "mid": Scale(replace(PRESETS["wan2.1-t2v-1.3b"], name="1.3b-widths-1-layer", num_layers=1),
-                 replace(PRESETS["wan2.1-t2v-14b"], name="14b-widths-1-layer", num_layers=1),
-                 "wan2.1-vae", replace(IMAGEREWARD_V1, name="imagereward-widths-2-layers", vision_layers=2,
-                                       text_layers=2), 128, 64, False),
-    "full": Scale(PRESETS["wan2.1-t2v-1.3b"], PRESETS["wan2.1-t2v-14b"], "wan2.1-vae", IMAGEREWARD_V1, 832, 480,
-                  False),
-}
+CONFIGS: dict[str, Config] = {c.id: c for c in (
+    Config("target-only", "target-only", True, lambda n: TargetOnly()),
+    Config("reference", "reference algorithm (lazy=False), 6/8", False, lambda n: FixedPattern(pattern(n))),
+    Config("sdvg", "this engine, 6/8", True, lambda n: FixedPattern(pattern(n))),
+    Config("all-accept", "all-accept", True, lambda n: FixedPattern((False,) + (True,) * (n - 1))),
+    Config("all-reject", "all-reject", True, lambda n: FixedPattern((False,) * n)),
+)}
 
 
-class Stopwatch:
-    """Wraps the model-facing callables; seconds and calls per kind (CUDA-synchronised at both ends)."""
+# ----------------------------------------------------------------------------------------------- memory probes
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-    def __init__(self, sync: bool):
-        self.seconds: dict[str, float] = {}
-        self.calls: dict[str, int] = {}
-        self.sync = sync
 
-    def wrap(self, obj: Any, name: str, kind: str) -> None:
-        fn = getattr(obj, name)
+def rss_bytes() -> int | None:
+    """Resident set size of this process now (Linux /proc), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+    except OSError:
+        return None
 
-        def timed(*a, **k):
-            if self.sync:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                if self.sync:
-                    torch.cuda.synchronize()
-                self.seconds[kind] = self.seconds.get(kind, 0.0) + time.perf_counter() - t0
-                self.calls[kind] = self.calls.get(kind, 0) + 1
 
-        setattr(obj, name, timed)
+def rss_peak_bytes(reset: bool = False) -> int | None:
+    """This process's RSS high-water mark (VmHWM); with reset, start a new one at the current RSS afterwards
+    (Linux clear_refs 5; where that is not allowed the mark keeps the process's whole-life peak)."""
+    try:
+        with open("/proc/self/status") as f:
+            peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
+    except (OSError, StopIteration):
+        return None
+    if reset:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+    return peak
+
+
+# ----------------------------------------------------------------------------------------------- the setup
+@dataclass
+class Setup:
+    """Everything a run needs: models, the generation, the engine settings."""
+
+    size: str
+    scale: Scale
+    device: torch.device
+    models: Models
+    spec: GenerationSpec
+    drafter_recipe: Any
+    target_recipe: Any
+    memo_bytes: int
+    geometry: Geometry
 
     @property
-    def total(self) -> float:
-        return sum(self.seconds.values())
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
 
 
-@dataclass
-class Models:
-    drafter: CausalWan
-    target: CausalWan
-    vae: Any
-    scorer: ImageRewardScorer
+def engine_config(s: Setup, lazy: bool) -> EngineConfig:
+    """The engine settings of a run: each role's recipe, the memo budget, per-phase CUDA sync on CUDA."""
+    return EngineConfig(recipe=s.target_recipe, drafter_recipe=s.drafter_recipe, target_recipe=s.target_recipe,
+                        memo_bytes=s.memo_bytes, lazy=lazy, sync_timing=s.cuda)
 
 
-def build_models(scale: Scale, device: torch.device, dtype: torch.dtype, compile: bool, workdir: Path) -> Models:
-    """Random weights at the real shapes; full-size DiTs are made on the device directly (meta init)."""
-    nets = []
-    for i, cfg in enumerate((scale.drafter, scale.target)):
-        net = build_random(cfg, seed=1 + i).to(device, dtype) if scale.exact_init else \
-            build_random_on(cfg, device, dtype, seed=1 + i)
-        nets.append(CausalWan(net, cfg, dtype=dtype, device=device, key=f"bench-{cfg.name}-{dtype}", compile=compile))
-    vae_dtype = dtype if device.type == "cuda" else torch.float32
-    vae = random_vae(3, scale.vae, dtype=vae_dtype).to(device)
-    vocab = write_synthetic_vocab(workdir / "vocab.txt")
-    reward_cfg = scale.reward.with_vocab(count_vocab_lines(read_vocab_bytes(vocab)) + len(EXTRA_SPECIAL_TOKENS))
-    reward_dtype = torch.float16 if device.type == "cuda" else torch.float32  # the loader's default
-    scorer = random_scorer(reward_cfg, vocab, seed=4, device=device, dtype=reward_dtype)
-    return Models(nets[0], nets[1], vae, scorer)
+def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
+    """One generation on a fresh engine (its own empty memo): every model call and every block recorded."""
+    blocks = blocks or s.spec.num_blocks
+    spec = replace(s.spec, num_blocks=blocks)
+    engine = Engine(s.models.target, s.models.vae, s.models.drafter, s.models.scorer, engine_config(s, cfg.lazy))
+    log = CallLog(s.cuda).attach(s.models)
+    per_block: list[dict] = []
+    marks: list[float] = []
 
+    def on_progress(ev) -> None:
+        if ev.kind != "block":
+            return
+        if s.cuda:
+            torch.cuda.synchronize()
+        marks.append(time.perf_counter())
+        mem = {"rss_bytes": rss_bytes(), "rss_peak_bytes": rss_peak_bytes(reset=True)}
+        if s.cuda:
+            mem.update(device_peak_bytes=torch.cuda.max_memory_allocated(),
+                       device_allocated_bytes=torch.cuda.memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+        per_block.append(mem)
+        log.block = ev.block + 1
 
-def counts(state) -> dict[str, int]:
-    return {k: int(sum(b.work.get(k, 0) for b in state.blocks)) for k in WORK}
-
-
-def run_one(models: Models, spec: GenerationSpec, policy, lazy: bool, device: torch.device) -> dict:
-    """One generation on a fresh engine (its own empty memo), timing every model-facing call."""
-    cuda = device.type == "cuda"
-    engine = Engine(models.target, models.vae, models.drafter, models.scorer,
-                    EngineConfig(lazy=lazy, sync_timing=cuda))
-    sw = Stopwatch(cuda)
-    wrapped = ((models.target, "forward", "target_forward"), (models.target, "encode_text", "text"),
-               (models.drafter, "forward", "drafter_forward"), (models.drafter, "encode_text", "text"),
-               (models.vae, "decode_stream", "decode"), (models.vae, "encode_anchor_frame", "encode"),
-               (models.scorer, "score_frames", "score"))
-    for obj, name, kind in wrapped:
-        sw.wrap(obj, name, kind)
-    if cuda:
+    engine.callbacks = Callbacks(progress=on_progress)
+    rss_start = rss_bytes()
+    rss_peak_bytes(reset=True)
+    device_start = None
+    if s.cuda:
         torch.cuda.synchronize()
+        device_start = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
     try:
         t0 = time.perf_counter()
-        state = engine.generate(spec, policy)
-        if cuda:
+        state = engine.generate(spec, cfg.policy(blocks))
+        if s.cuda:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     finally:
-        for obj, name, _ in wrapped:
-            if name in vars(obj):
-                delattr(obj, name)
-    phases = {p: sum(float(b.seconds.get(p, 0.0)) for b in state.blocks) for p in PHASES}
-    return {"state": state, "wall": wall, "sw": sw, "phases": phases, "counts": counts(state),
-            "peak": torch.cuda.max_memory_allocated() if cuda else None}
+        log.detach()
+    starts = [t0] + marks[:-1]
+    rows = []
+    for b, rec in enumerate(state.blocks):
+        rows.append({"index": b, "decision": rec.decision, "producer": rec.producer, "score": rec.score,
+                     "wall_s": marks[b] - starts[b], "seconds": dict(rec.seconds), "work": dict(rec.work),
+                     "cost": dict(rec.cost), **per_block[b]})
+    counts = {k: int(sum(r["work"].get(k, 0) for r in rows)) for k in WORK}
+    peaks = [r.get("device_peak_bytes") for r in rows]
+    return {"config": cfg.id, "wall": wall, "blocks": rows, "calls": log.calls, "counts": counts,
+            "phases": {p: sum(float(r["seconds"].get(p, 0.0)) for r in rows) for p in PHASES},
+            "model_s": log.seconds(), "rss_start_bytes": rss_start,
+            "rss_peak_bytes": max([r["rss_peak_bytes"] or 0 for r in rows] + [rss_start or 0]) or None,
+            "device_start_bytes": device_start, "device_peak_bytes": max(peaks) if s.cuda and peaks else None}
 
 
-def unit_costs(results: dict[str, dict]) -> dict[str, float]:
-    """Seconds per unit of counted work, pooled over every timed run (forward, decoded frame, scored frame...)."""
-    sec: dict[str, float] = {}
-    for r in results.values():
-        for k, v in r["sw"].seconds.items():
-            sec[k] = sec.get(k, 0.0) + v
-    work = {k: sum(r["counts"][k] for r in results.values()) for k in WORK}
-    texts = sum(r["sw"].calls.get("text", 0) for r in results.values())
-    per = {"drafter_forward": ("drafter_forward", work["drafter_forwards"]),
-           "target_forward": ("target_forward", work["target_forwards"]),
-           "decode_frame": ("decode", work["vae_decode_frames"]), "encode": ("encode", work["vae_encodes"]),
-           "score_frame": ("score", work["scored_frames"]), "text": ("text", texts)}
-    return {name: (sec.get(kind, 0.0) / n if n else 0.0) for name, (kind, n) in per.items()}
+def run_forked(fn: Callable[[], dict]) -> dict:
+    """Run `fn` in a forked child (the models are shared copy-on-write) and return its result plus the child's
+    own peak RSS (`ru_maxrss` from wait4: this run's memory alone, not the parent's history)."""
+    with tempfile.NamedTemporaryFile(prefix="sdvg-bench-", suffix=".pkl", delete=False) as f:
+        out = Path(f.name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: run, write the result, leave without running the parent's exit handlers
+        code = 0
+        try:
+            payload = ("ok", fn())
+        except BaseException:  # noqa: BLE001 (reported by the parent)
+            payload, code = ("error", traceback.format_exc()), 1
+        try:
+            out.write_bytes(pickle.dumps(payload))
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+    _, status, usage = os.wait4(pid, 0)
+    try:
+        kind, value = pickle.loads(out.read_bytes())
+    except (OSError, EOFError, pickle.UnpicklingError) as e:
+        raise RuntimeError(f"benchmark child {pid} died (wait status {status}) without a result") from e
+    finally:
+        out.unlink(missing_ok=True)
+    if kind != "ok":
+        raise RuntimeError(f"benchmark child failed:\n{value}")
+    value["child_maxrss_bytes"] = usage.ru_maxrss * 1024  # Linux reports KiB
+    return value
 
 
-def predicted_seconds(r: dict, unit: dict[str, float]) -> float:
-    """Counted work x unit costs: what the run should take if time were only its counted model work."""
-    c = r["counts"]
-    return (c["drafter_forwards"] * unit["drafter_forward"] + c["target_forwards"] * unit["target_forward"]
-            + c["vae_decode_frames"] * unit["decode_frame"] + c["vae_encodes"] * unit["encode"]
-            + c["scored_frames"] * unit["score_frame"] + r["sw"].calls.get("text", 0) * unit["text"])
+def choose_isolation(requested: str, device: torch.device) -> str:
+    """fork on the CPU when safe (1 thread: a forked child cannot use the parent's OpenMP pool), else in-process."""
+    forkable = device.type == "cpu" and hasattr(os, "fork") and torch.get_num_threads() == 1
+    if requested == "fork" and not forkable:
+        raise SystemExit("--isolation fork needs the CPU device, os.fork and --threads 1 (a forked child hangs "
+                         "in OpenMP when the parent used more threads)")
+    if requested == "auto":
+        return "fork" if forkable else "none"
+    return requested
 
 
+# ----------------------------------------------------------------------------------------------- rounds
+@dataclass
+class Rounds:
+    """The interleaved rounds: runs per configuration, the order of each round, the unit benchmark."""
+
+    runs: dict[str, list[dict]]
+    orders: list[list[str]]
+    units: UnitBench
+    stopped_early: bool
+
+
+def run_rounds(s: Setup, configs: list[Config], rounds: int, isolation: str, unit_reps: int = 1,
+               deadline_s: float = 0.0, log: Callable[[str], None] = print) -> Rounds:
+    """`rounds` rounds over `configs`, the order rotated by one each round; each round ends with `unit_reps`
+    micro-benchmark repeats of every call class seen so far. With `deadline_s`, no round starts that the
+    previous round's duration says would end past it (at least one round always runs)."""
+    t_start = time.perf_counter()
+    runs: dict[str, list[dict]] = {c.id: [] for c in configs}
+    orders: list[list[str]] = []
+    units = UnitBench(s.models, s.geometry, sync=s.cuda)
+    last = 0.0
+    stopped = False
+    for r in range(max(rounds, 1)):
+        if r and deadline_s and time.perf_counter() - t_start + last > deadline_s:
+            stopped = True
+            log(f"  deadline: stopping after {r} round(s)")
+            break
+        t_round = time.perf_counter()
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        orders.append([c.id for c in order])
+        for c in order:
+            res = run_forked(lambda c=c: run_config(s, c)) if isolation == "fork" else run_config(s, c)
+            runs[c.id].append(res)
+            log(f"  round {r + 1} {c.id}: {res['wall']:.2f} s")
+        for res in (rr[-1] for rr in runs.values() if rr):
+            units.add(cls for _, cls, _, _ in res["calls"])
+        units.rep(unit_reps)
+        last = time.perf_counter() - t_round
+    return Rounds(runs, orders, units, stopped)
+
+
+# ----------------------------------------------------------------------------------------------- summary
+def run_units(res: dict) -> Counter:
+    c: Counter = Counter()
+    for _, cls, n, _ in res["calls"]:
+        c[cls] += n
+    return c
+
+
+def trend(ys: list[float], start: int) -> float | None:
+    """Least-squares slope of ys[start:] against the block index (None with fewer than 3 points)."""
+    pts = list(enumerate(ys))[start:]
+    if len(pts) < 3:
+        return None
+    mx = statistics.fmean(x for x, _ in pts)
+    my = statistics.fmean(y for _, y in pts)
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
+
+
+def summarize(s: Setup, configs: list[Config], rr: Rounds) -> tuple[list[dict], dict[CallClass, float]]:
+    """One row per configuration (its fastest run in detail, min and median over rounds)."""
+    costs = rr.units.costs()
+    unit_s = {c: u.min_s for c, u in costs.items()}
+    best = {cid: min(runs, key=lambda r: r["wall"]) for cid, runs in rr.runs.items()}
+    base_id = "target-only" if "target-only" in best else configs[0].id
+    base, base_pred = best[base_id], price(run_units(best[base_id]), unit_s)
+    base_median = statistics.median(r["wall"] for r in rr.runs[base_id])
+    n = s.spec.num_blocks
+    rows = []
+    for c in configs:
+        r = best[c.id]
+        walls = [x["wall"] for x in rr.runs[c.id]]
+        units = run_units(r)
+        pred = price(units, unit_s)
+        by_block = units_by_block(r["calls"], len(r["blocks"]))
+        blocks = [{**b, "predicted_s": price(u, unit_s)} for b, u in zip(r["blocks"], by_block)]
+        per_block_s = [b["wall_s"] for b in blocks]
+        start = min(TREND_FROM_BLOCK, len(blocks) // 6)
+        mem_key = "device_peak_bytes" if s.cuda else "rss_bytes"
+        mem = [b.get(mem_key) for b in blocks]
+        rows.append({
+            "id": c.id, "name": c.name, "lazy": c.lazy, "rounds": len(walls), "wall_s": walls,
+            "wall_s_min": min(walls), "wall_s_median": statistics.median(walls), "s_per_block": min(walls) / n,
+            "phase_s_per_block": {k: v / n for k, v in r["phases"].items()},
+            "model_s": r["model_s"], "overhead_s": r["wall"] - r["model_s"],
+            "overhead_share": (r["wall"] - r["model_s"]) / r["wall"],
+            "speedup_measured": base["wall"] / r["wall"],
+            "speedup_measured_median": base_median / statistics.median(walls),
+            "predicted_s": pred, "speedup_predicted": base_pred / pred if pred else None,
+            "memory": {"rss_start_bytes": r["rss_start_bytes"], "rss_peak_bytes": r["rss_peak_bytes"],
+                       "child_maxrss_bytes": r.get("child_maxrss_bytes"),
+                       "device_start_bytes": r["device_start_bytes"], "device_peak_bytes": r["device_peak_bytes"]},
+            "counts": r["counts"], "calls": {cls.label: k for cls, k in sorted(units.items())},
+            "decisions": [b["decision"] for b in blocks],
+            "per_block_seconds": per_block_s, "per_block": blocks,
+            "trend": {"from_block": start, "s_per_block_slope": trend(per_block_s, start),
+                      "memory_key": mem_key, "memory_first_bytes": mem[start] if mem else None,
+                      "memory_last_bytes": mem[-1] if mem else None},
+        })
+    return rows, unit_s
+
+
+def memory_estimate(s: Setup, weights: dict[str, int]) -> dict:
+    """memory.py's estimate for this spec and the two recipes (one model on the device at a time, as ComfyUI runs
+    them), and the bench's own peak estimate: all four models resident (the bench keeps them loaded), the memo's
+    budget full, what the generation holds through every phase (memory.py `held`) and the largest phase beside
+    its weights. An estimate, not a measurement."""
+    dit_dtype, vae_dtype, _ = run_dtypes(s.device)
+    est = estimate_for_spec(s.spec, [s.drafter_recipe, s.target_recipe], [(s.scale.drafter, dit_dtype),
+                                                                          (s.scale.target, dit_dtype)],
+                            VAE_PRESETS[s.scale.vae], vae_dtype, vae_weight_bytes=weights["vae"])
+    phase = max([d.phase - d.weights for d in est.dits] + [est.vae_total - est.vae_weights])
+    bench_peak = sum(weights.values()) + s.memo_bytes + est.held + phase
+    return {"bench_peak_bytes": bench_peak, "weights_bytes": weights, "memo_bytes": s.memo_bytes,
+            "held_bytes": est.held, "largest_phase_bytes": phase, "one_model_peak_bytes": est.peak,
+            "host_pixels_bytes": est.host_pixels,
+            "per_call": {**{d.name: {"weights": d.weights, "kv": d.kv, "text_kv": d.text_kv,
+                                     "activations": d.activations, "total": d.total, "kv_held": d.kv_held}
+                            for d in est.dits},
+                         "vae decode": {"weights": est.vae_weights, "cache": est.vae_cache,
+                                        "activations": est.vae_activations, "total": est.vae_total}},
+            "describe": est.describe()}
+
+
+def projection(s: Setup, rows: list[dict], runs_units: dict[str, Counter], unit_s: dict[CallClass, float]) -> dict:
+    """Full-size shares and speedups computed from this size's unit costs (a projection, not a measurement).
+
+    FLOPs per call class are counted on meta-device models at this size and at full size (832x480, 30/40 DiT
+    layers). Each class's full-size seconds = its FLOPs at full size x this machine's seconds per FLOP for that
+    kind of work (the DiTs: the role's costliest denoising forward; the VAE decode, encode and scorer: their own).
+    """
+    classes = set().union(*runs_units.values())
+    full = SCALES["full"]
+    here = class_flops(build_meta(s.scale, s.device.type), s.geometry, classes)
+    g_full = replace(s.geometry, width=full.width, height=full.height,
+                     embeddings=demo_embeddings(DEMO_PROMPT, full.target.text_dim))
+    there = class_flops(build_meta(full, s.device.type), g_full, classes)
+
+    def rate(cls: CallClass) -> float:
+        if cls.kind in DIT_KINDS or cls.kind == "text":
+            ref = max((c for c in classes if c.kind == "denoise" and c.role == cls.role), key=lambda c: here[c].flops)
+        elif cls.kind == "decode_first":
+            ref = CallClass("decode") if CallClass("decode") in classes else cls
+        else:
+            ref = cls
+        return unit_s[ref] / here[ref].flops if here[ref].flops else 0.0
+
+    projected = {c: there[c].flops * rate(c) for c in classes}
+    flops_full = {c: there[c].flops for c in classes}
+    base = runs_units.get("target-only")
+    out = {"label": "projection: unit costs measured at this size, scaled by each unit's FLOPs at full size",
+           "flops_per_unit": {c.label: {"here": here[c].flops, "full": there[c].flops} for c in sorted(classes)},
+           "configs": {}}
+    for rid, units in runs_units.items():
+        sec = price(units, projected)
+        out["configs"][rid] = {
+            "projected_full_s_per_block": sec / s.spec.num_blocks,
+            "projected_speedup": price(base, projected) / sec if base else None,
+            "projected_shares": shares(units, projected),
+            "full_size_flop_shares": shares(units, flops_full),
+            "shares_here": shares(units, unit_s)}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- output
 def machine() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), torch {torch.__version__}"
     return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}"
 
 
+def _gib(v) -> str:
+    return "-" if v is None else f"{v / GIB:.2f}"
+
+
 def markdown(rows: list[dict], meta: dict) -> str:
+    cuda = meta["device"].startswith("cuda")
+    peak_head = "device peak GiB" if cuda else "peak RSS GiB"
     lines = [f"SDVG scale benchmark, size `{meta['size']}` ({meta['width']}x{meta['height']}, {meta['blocks']} blocks, "
-             f"{meta['dtype']}) on {meta['machine']}; command: `{meta['command']}`", "",
-             "| configuration | D fw | T fw | s/block | context | draft | decode | score | target | peak GiB | "
-             "speedup measured | predicted (counted work) | engine overhead |", "|" + "---|" * 13]
+             f"{meta['dtype']}, recipes drafter `{meta['recipes']['drafter']}` / target `{meta['recipes']['target']}`)"
+             f" on {meta['machine']}; {meta['rounds_run']} interleaved round(s), isolation `{meta['isolation']}`; "
+             f"command: `{meta['command']}`", "",
+             f"| configuration | D fw | T fw | s/block min | s/block median | context | draft | decode | score | target | "
+             f"{peak_head} | resident GiB | estimate GiB | speedup min | speedup median | predicted (unit costs) | "
+             f"engine overhead |", "|" + "---|" * 17]
+    resident = meta["resident_bytes"]
+    est = meta["memory_estimate"]["bench_peak_bytes"]
     for r in rows:
         p = r["phase_s_per_block"]
-        peak = "-" if r["peak_mem_bytes"] is None else f"{r['peak_mem_bytes'] / GIB:.2f}"
-        lines.append(f"| {r['name']} | {r['counts']['drafter_forwards']} | {r['counts']['target_forwards']} | "
-                     f"{r['s_per_block']:.3f} | " + " | ".join(f"{p[k]:.3f}" for k in PHASES) +
-                     f" | {peak} | {r['speedup_measured']:.2f}x | {r['speedup_predicted']:.2f}x | "
-                     f"{r['overhead_s']:.3f} s ({r['overhead_share']:.1%}) |")
+        m = r["memory"]
+        peak = m["device_peak_bytes"] if cuda else (m["child_maxrss_bytes"] or m["rss_peak_bytes"])
+        start = m["device_start_bytes"] if cuda else m["rss_start_bytes"]
+        pred = "-" if r["speedup_predicted"] is None else f"{r['speedup_predicted']:.2f}x"
+        lines.append(
+            f"| {r['name']} | {r['counts']['drafter_forwards']} | {r['counts']['target_forwards']} | "
+            f"{r['s_per_block']:.3f} | {r['wall_s_median'] / meta['blocks']:.3f} | "
+            + " | ".join(f"{p[k]:.3f}" for k in PHASES)
+            + f" | {_gib(peak)} | {_gib(resident if cuda else start)} | {_gib(est)} | {r['speedup_measured']:.2f}x | "
+            f"{r['speedup_measured_median']:.2f}x | {pred} | {r['overhead_s']:.3f} s ({r['overhead_share']:.1%}) |")
+    lines += ["", "Unit costs (micro-benchmarks apart from the runs, min / median ms per unit; DiT calls are named "
+              "role, kind, query frames + cached frames; the JSON adds the cached lengths interpolated between these):",
+              "", "| call | min ms | median ms | samples |", "|---|---|---|---|"]
+    for label, u in meta["unit_s"].items():
+        if not u["interpolated"]:
+            lines.append(f"| {label} | {u['min_s'] * 1e3:.2f} | {u['median_s'] * 1e3:.2f} | {u['n']} |")
+    proj = meta.get("projection")
+    if proj:
+        lines += ["", f"**Projection, not a measurement** ({proj['label']}):", "",
+                  "| configuration | shares here (dit / dit context / decode / encode / score) | full-size FLOP shares "
+                  "| projected full-size time shares | projected full-size speedup |", "|---|---|---|---|---|"]
+        for r in rows:
+            pc = proj["configs"][r["id"]]
+            sp = "-" if pc["projected_speedup"] is None else f"{pc['projected_speedup']:.2f}x"
+            lines.append(f"| {r['name']} | {_shares(pc['shares_here'])} | {_shares(pc['full_size_flop_shares'])} | "
+                         f"{_shares(pc['projected_shares'])} | {sp} |")
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _shares(d: dict[str, float]) -> str:
+    order = ("dit", "dit context", "decode", "encode", "score")
+    return " / ".join(f"{d.get(k, 0.0):.0%}" for k in order)
+
+
+# ----------------------------------------------------------------------------------------------- main
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=tuple(SCALES), default="tiny")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (cuda: bf16; cpu: fp32)")
     ap.add_argument("--json", default=None, help="where to write the JSON (default out/bench/scale-<size>.json)")
     ap.add_argument("--md", default=None, help="where to write the markdown table (default next to the JSON)")
-    ap.add_argument("--repeats", type=int, default=1, help="interleaved rounds over the configurations")
+    ap.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                    help=f"interleaved rounds over the configurations (default {DEFAULT_ROUNDS})")
+    ap.add_argument("--unit-reps", type=int, default=1, help="micro-benchmark repeats per class per round")
+    ap.add_argument("--configs", default="all",
+                    help=f"comma-separated configurations to run: {', '.join(CONFIGS)} (default all)")
+    ap.add_argument("--blocks", type=int, default=BLOCKS, help=f"blocks per video (default {BLOCKS})")
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU threads (0: torch's default; 1 by default: steadier on a shared CPU)")
     ap.add_argument("--compile", action="store_true", help="regional torch.compile of the DiT blocks")
-    ap.add_argument("--recipe", default="krea", help="krea or self_forcing")
-    a = ap.parse_args(argv)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    ap.add_argument("--recipe", default="krea",
+                    help=f"both roles' context recipe: {', '.join(RECIPE_NAMES)} (default krea)")
+    ap.add_argument("--drafter-recipe", default=None, help="the drafter's recipe (default --recipe)")
+    ap.add_argument("--target-recipe", default=None, help="the target's recipe (default --recipe)")
+    ap.add_argument("--memo-gb", type=float, default=DEFAULT_MEMO_BYTES / GIB,
+                    help=f"memo budget in GiB, reuse across runs only (default the engine's "
+                         f"{DEFAULT_MEMO_BYTES / GIB:g}; each run here starts with an empty memo)")
+    ap.add_argument("--isolation", choices=("auto", "fork", "none"), default="auto",
+                    help="auto: each CPU run in a forked child (its own peak RSS), in-process on CUDA")
+    ap.add_argument("--project", choices=("auto", "yes", "no"), default="auto",
+                    help="full-size projection from unit costs and FLOPs (auto: for --size mid)")
+    ap.add_argument("--deadline-s", type=float, default=0.0, help="start no round expected to end after this")
+    return ap.parse_args(argv)
+
+
+def make_setup(a: argparse.Namespace, workdir: Path) -> tuple[Setup, float]:
+    """Build the models and the generation for the arguments; returns (setup, build seconds)."""
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda but torch sees no CUDA device")
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        raise SystemExit("--device cuda but torch sees no CUDA device")
+    if a.blocks < 1:
+        raise SystemExit("--blocks must be >= 1")
     scale = SCALES[a.size]
+    t0 = time.perf_counter()
+    models = build_models(scale, device, a.compile, workdir)
+    build_s = time.perf_counter() - t0
+    emb = demo_embeddings(DEMO_PROMPT, scale.target.text_dim)
+    spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, emb), scale.width, scale.height, a.blocks, 42)
+    geometry = Geometry(scale.width, scale.height, spec.frames_per_block, emb, DEMO_PROMPT)
+    setup = Setup(a.size, scale, device, models, spec, recipe_by_name(a.drafter_recipe or a.recipe),
+                  recipe_by_name(a.target_recipe or a.recipe), int(a.memo_gb * GIB), geometry)
+    for r in (setup.drafter_recipe, setup.target_recipe):
+        r.validate(spec)
+    return setup, build_s
+
+
+def select_configs(spec: str) -> list[Config]:
+    if spec == "all":
+        return list(CONFIGS.values())
+    ids = [x.strip() for x in spec.split(",") if x.strip()]
+    bad = [x for x in ids if x not in CONFIGS]
+    if bad or not ids:
+        raise SystemExit(f"--configs: unknown {bad or spec!r}; choose from {', '.join(CONFIGS)} or all")
+    return [CONFIGS[x] for x in ids]
+
+
+def bench(a: argparse.Namespace, setup: Setup, build_s: float, command: str) -> dict:
+    """Warm-up, interleaved rounds, summary (+ projection): the JSON document."""
+    configs = select_configs(a.configs)
+    isolation = choose_isolation(a.isolation, setup.device)
+    weights = weight_bytes(setup.models)
+    resident = torch.cuda.memory_allocated() if setup.cuda else rss_bytes()
+    t_warm = time.perf_counter()
+    warm = Config("warm-up", "warm-up", True, lambda n: FixedPattern(WARMUP_PATTERN[:n]))
+    run_config(setup, warm, blocks=min(len(WARMUP_PATTERN), a.blocks))  # every model and kernel shape, untimed
+    warm_s = time.perf_counter() - t_warm
+    print(f"size {a.size}: built in {build_s:.1f} s, warm-up {warm_s:.1f} s; isolation {isolation}", flush=True)
+    rr = run_rounds(setup, configs, a.rounds, isolation, a.unit_reps, a.deadline_s)
+    rows, unit_s = summarize(setup, configs, rr)
+    costs = rr.units.costs()
+    dit_dtype = run_dtypes(setup.device)[0]
+    meta = {
+        "size": a.size, "device": str(setup.device), "dtype": str(dit_dtype).replace("torch.", ""),
+        "machine": machine(), "command": command, "blocks": setup.spec.num_blocks, "width": setup.scale.width,
+        "height": setup.scale.height,
+        "recipes": {"drafter": setup.drafter_recipe.name, "target": setup.target_recipe.name},
+        "compile": a.compile, "rounds": a.rounds, "rounds_run": len(rr.orders), "stopped_early": rr.stopped_early,
+        "orders": rr.orders, "isolation": isolation, "threads": torch.get_num_threads(),
+        "memo_bytes": setup.memo_bytes,
+        "models": {"drafter": dataclasses.asdict(setup.scale.drafter), "target": dataclasses.asdict(setup.scale.target),
+                   "vae": setup.scale.vae, "reward": setup.scale.reward.name},
+        "params": {"drafter": setup.scale.drafter.num_params(), "target": setup.scale.target.num_params()},
+        "build_s": build_s, "warmup_s": warm_s, "weights_bytes": weights, "resident_bytes": resident,
+        "resident_kind": "torch.cuda.memory_allocated after the build" if setup.cuda else "process RSS after the build",
+        "unit_s": {c.label: {"min_s": u.min_s, "median_s": u.median_s, "n": u.n,
+                             "interpolated": u.measured_at.prefix < 0} for c, u in sorted(costs.items())},
+        "forward_ratio": _forward_ratio(unit_s),
+        "memory_estimate": memory_estimate(setup, weights),
+    }
+    if a.project == "yes" or (a.project == "auto" and a.size == "mid"):
+        best = {r["id"]: Counter({c: n for c, n in run_units(min(rr.runs[r["id"]], key=lambda x: x["wall"])).items()})
+                for r in rows}
+        meta["projection"] = projection(setup, rows, best, unit_s)
+    return {**meta, "rows": rows}
+
+
+def _forward_ratio(unit_s: dict[CallClass, float]) -> float | None:
+    """Target : drafter cost of the costliest denoising forward each."""
+    def top(role):
+        xs = [v for c, v in unit_s.items() if c.kind == "denoise" and c.role == role]
+        return max(xs) if xs else None
+    d, t = top("drafter"), top("target")
+    return t / d if d and t else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     out_json = Path(a.json or f"out/bench/scale-{a.size}.json")
     out_md = Path(a.md) if a.md else out_json.with_suffix(".md")
     out_json.parent.mkdir(parents=True, exist_ok=True)
-
-    t_build = time.perf_counter()
+    command = "./dev.sh bench " + " ".join(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="sdvg-bench-") as tmp:
-        models = build_models(scale, device, dtype, a.compile, Path(tmp))
-    build_s = time.perf_counter() - t_build
-    weights_bytes = torch.cuda.memory_allocated() if device.type == "cuda" else None
-    emb = demo_embeddings(DEMO_PROMPT, scale.target.text_dim)
-    spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, emb), scale.width, scale.height, BLOCKS, 42)
-    recipe = recipe_by_name(a.recipe)
-    if a.recipe != "krea":
-        raise SystemExit("only --recipe krea is wired to the engine config here")
-
-    # warm-up: a short generation touching every model and kernel shape, untimed
-    t_warm = time.perf_counter()
-    run_one(models, replace(spec, num_blocks=3, seed=7), FixedPattern((False, True, False)), True, device)
-    warm_s = time.perf_counter() - t_warm
-    print(f"size {a.size}: built in {build_s:.1f} s, warm-up {warm_s:.1f} s", flush=True)
-
-    jobs = {"target-only": (TargetOnly(), True),
-            "reference algorithm (lazy=False), 6/8": (FixedPattern(PATTERN_6_OF_8), False),
-            "this engine, 6/8": (FixedPattern(PATTERN_6_OF_8), True),
-            "all-accept": (FixedPattern((False,) + (True,) * (BLOCKS - 1)), True),
-            "all-reject": (FixedPattern((False,) * BLOCKS), True)}
-    results: dict[str, dict] = {}
-    for _ in range(max(a.repeats, 1)):  # interleaved rounds: slow drifts of a shared machine hit all alike
-        for name, (policy, lazy) in jobs.items():
-            r = run_one(models, spec, policy, lazy, device)
-            print(f"  {name}: {r['wall']:.1f} s", flush=True)
-            if name not in results or r["wall"] < results[name]["wall"]:
-                results[name] = r
-
-    unit = unit_costs(results)
-    base = results["target-only"]
-    base_pred = predicted_seconds(base, unit)
-    rows = []
-    for name, r in results.items():
-        model_s = r["sw"].total
-        rows.append({
-            "name": name, "lazy": jobs[name][1], "wall_s": r["wall"], "s_per_block": r["wall"] / BLOCKS,
-            "phase_s_per_block": {k: v / BLOCKS for k, v in r["phases"].items()},
-            "model_s": model_s, "overhead_s": r["wall"] - model_s, "overhead_share": (r["wall"] - model_s) / r["wall"],
-            "peak_mem_bytes": r["peak"], "speedup_measured": base["wall"] / r["wall"],
-            "speedup_predicted": base_pred / predicted_seconds(r, unit), "predicted_s": predicted_seconds(r, unit),
-            "counts": r["counts"],
-            "decisions": [b.decision for b in r["state"].blocks],
-        })
-    est = estimate_for_spec(spec, recipe, [(scale.target, dtype), (scale.drafter, dtype)],
-                            VAE_PRESETS[scale.vae], dtype if device.type == "cuda" else torch.float32)
-    meta = {"size": a.size, "device": str(device), "dtype": str(dtype).replace("torch.", ""), "machine": machine(),
-            "command": "./dev.sh bench " + " ".join(sys.argv[1:] if argv is None else argv),
-            "blocks": BLOCKS, "width": scale.width, "height": scale.height, "recipe": a.recipe, "compile": a.compile,
-            "models": {"drafter": dataclasses.asdict(scale.drafter), "target": dataclasses.asdict(scale.target),
-                       "vae": scale.vae, "reward": scale.reward.name},
-            "params": {"drafter": scale.drafter.num_params(), "target": scale.target.num_params()},
-            "build_s": build_s, "warmup_s": warm_s, "weights_resident_bytes": weights_bytes,
-            "unit_s": unit, "forward_ratio": (unit["target_forward"] / unit["drafter_forward"]
-                                              if unit["drafter_forward"] else None),
-            "memory_estimate": {"peak_bytes": est.peak, "describe": est.describe(),
-                                "dits": [dataclasses.asdict(d) for d in est.dits],
-                                "vae_cache_bytes": est.vae_cache, "vae_activation_bytes": est.vae_activations}}
-    table = markdown(rows, meta)
-    out_json.write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str))
+        setup, build_s = make_setup(a, Path(tmp))
+    doc = bench(a, setup, build_s, command)
+    table = markdown(doc["rows"], doc)
+    out_json.write_text(json.dumps(doc, indent=1, default=str))
     out_md.write_text(table)
     print(table)
-    print(f"unit costs: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in unit.items()))
-    print(f"build {build_s:.1f} s, warm-up {warm_s:.1f} s; wrote {out_json} and {out_md}")
+    print(f"build {build_s:.1f} s, warm-up {doc['warmup_s']:.1f} s; wrote {out_json} and {out_md}")
     return 0
 
 

@@ -1,0 +1,116 @@
+"""`./dev.sh gpu-check`: the dry run proves the GPU plan on a CPU (meta models at full size, shapes, FLOPs, the
+memory and time estimates for an H200 and an H100), refuses what does not fit, and the real run's code writes its
+files (run here at the tiny size on the CPU)."""
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+gc_ = importlib.import_module("gpu_check")
+bs = importlib.import_module("bench_scale")
+units = importlib.import_module("units")
+
+
+def _plan(gpu="h100", **kw):
+    base = dict(gpu=gc_.GPUS[gpu], rounds=3, configs=bs.select_configs("all"), blocks=bs.BLOCKS,
+                drafter_recipe="krea", target_recipe="krea", memo_bytes=bs.DEFAULT_MEMO_BYTES, peer=True)
+    base.update(kw)
+    return gc_.Plan(**base)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    """The CPU part of the dry run at full size, once for every test here (GPU-independent)."""
+    return gc_.measure_plan(_plan(), log=lambda *_: None)
+
+
+def test_dry_run_checks_every_call_at_full_size(measured):
+    m = measured
+    # the real architectures were built (on meta): 1.3B and 14B parameters
+    assert 1.3e9 < m.params["drafter"] < 1.5e9 and 14.0e9 < m.params["target"] < 14.5e9
+    labels = {c["call"] for c in m.checks}
+    for want in ("target denoise 3f+3", "drafter denoise 3f+3", "target context 3f+0", "drafter context 3f+0",
+                 "target text", "decode_first", "decode", "encode", "score_frame",
+                 "target denoise 3f+24"):  # the Self-Forcing row of the memory table: its whole-video window
+        assert want in labels
+    assert all(c["ok"] for c in m.checks), [c for c in m.checks if not c["ok"]]
+    flops = {c.label: v.flops for c, v in m.flops.items()}
+    # the 14B : 1.3B forward ratio at 832x480 is the design's 1:7.4; a context forward skips the last layer's work
+    assert flops["target denoise 3f+3"] / flops["drafter denoise 3f+3"] == pytest.approx(7.4, abs=0.05)
+    assert flops["target context 3f+0"] < flops["target denoise 3f+0"]
+    # full depth and the 1-/2-layer extrapolation agree where both ran
+    assert any(c["note"] == "full depth" for c in m.checks)
+
+
+@pytest.mark.parametrize("gpu", ["h200", "h100"])
+def test_dry_run_plan_fits_gpu_and_budget(measured, gpu):
+    e = gc_.price_plan(_plan(gpu), measured)
+    assert e["shapes_ok"] and e["fits_memory"] and e["fits_budget"] and e["ok"]
+    assert e["estimated_total_s"] <= gc_.BUDGET_S
+    assert e["memory"]["estimated_peak_bytes"] <= e["memory"]["limit_bytes"]
+    assert set(e["estimated_phase_s"]) == {"build", "warm-up", "benchmark rounds", "memory table", "peer probe"}
+    assert e["plan"]["width"] == 832 and e["plan"]["height"] == 480 and e["plan"]["rounds"] == 3
+    # the configurations' estimated times are ordered as their work is
+    t = e["estimated_config_s"]
+    assert t["all-accept"] < t["sdvg"] < t["reference"] < t["target-only"] < t["all-reject"]
+    md = gc_.dry_run_markdown(e)
+    assert "estimates, not measurements" in md and "fits" in md
+
+
+def test_dry_run_refuses_a_peak_over_the_gpu_and_a_time_over_the_budget(measured, monkeypatch, tmp_path, capsys):
+    big_memo = _plan("h100", memo_bytes=50 * 2**30)  # weights ~30 GiB + a 50 GiB memo > 76 GiB usable
+    assert not gc_.price_plan(big_memo, measured)["fits_memory"]
+    assert gc_.price_plan(_plan("h200", memo_bytes=50 * 2**30), measured)["fits_memory"]
+    assert not gc_.price_plan(_plan("h200", rounds=12), measured)["fits_budget"]
+    # the command's exit status (measure_plan reused: the plan's counts do not depend on the memo)
+    monkeypatch.setattr(gc_, "measure_plan", lambda plan, log=print: measured)
+    assert gc_.main(["--dry-run", "--gpu", "h100", "--memo-gb", "50", "--out", str(tmp_path)]) == 1
+    assert "does not fit" in capsys.readouterr().out
+    assert gc_.main(["--dry-run", "--gpu", "h100", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "dry-run.json").read_text())
+    assert data["ok"] and (tmp_path / "dry-run.md").exists()
+
+
+def test_stubbed_counts_equal_real_counts():
+    """The dry run counts calls with the VAE and scorer replaced by stand-ins: the counts are those of a real run."""
+    configs = [bs.CONFIGS["sdvg"], bs.CONFIGS["reference"]]
+    stubbed, _ = gc_.count_calls(configs, 4, "krea", "krea", bs.DEFAULT_MEMO_BYTES)
+    a = bs.parse_args(["--size", "tiny", "--blocks", "4"])
+    with tempfile.TemporaryDirectory() as tmp:
+        setup, _ = bs.make_setup(a, Path(tmp))
+    real = {c.id: bs.run_units(bs.run_config(setup, c)) for c in configs}
+    assert real == stubbed
+    assert sum(n for c, n in stubbed["sdvg"].items() if c.kind == "decode_first") == 1
+
+
+def test_real_run_writes_its_files_on_a_cpu(tmp_path):
+    """The real run's code end to end (tiny models on the CPU: benchmark, memory table, summary)."""
+    out = tmp_path / "check"
+    assert gc_.main(["--size", "tiny", "--device", "cpu", "--rounds", "1", "--blocks", "3", "--out", str(out)]) == 0
+    for name in ("bench.json", "bench.md", "memory.json", "memory.md", "gpu-check.json", "gpu-check.md"):
+        assert (out / name).exists(), name
+    doc = json.loads((out / "gpu-check.json").read_text())
+    assert [r["id"] for r in doc["bench"]["rows"]] == list(bs.CONFIGS)
+    rows = {r["row"]: r for r in doc["memory_table"]}
+    assert set(rows) == {"target krea", "drafter krea", "target self_forcing", "drafter self_forcing",
+                         "vae decode", "imagereward"}
+    assert all(r["measured_total_bytes"] >= r["weights_bytes"] for r in rows.values())
+    assert set(doc["phase_s"]) >= {"build", "benchmark", "memory table"}
+    assert "Peer ratio: not run" in (out / "gpu-check.md").read_text()
+
+
+def test_gpu_model_is_roofline():
+    cls = units.CallClass("denoise", "target", 3, 3)
+    h100, h200 = gc_.GPUS["h100"], gc_.GPUS["h200"]
+    compute_bound = gc_.call_seconds(cls, 1.5e14, 3e10, h100)
+    assert compute_bound == pytest.approx(1.5e14 / (h100.bf16_flops * 0.40) + 0.02)
+    memory_bound = gc_.call_seconds(cls, 1e9, 3e10, h100)
+    assert memory_bound > gc_.call_seconds(cls, 1e9, 3e10, h200)  # more bandwidth, same FLOP/s
