@@ -77,10 +77,10 @@ class RecordingWan(CausalWan):
                 ks, vs, ids = plan.snapshot()
             n, f = len(ids), x.shape[1]
             slot = plan.rope == "slot"
+            query = tuple(range(n - f, n)) if slot else tuple(range(frame_offset, frame_offset + f))
             self.log.append(Call(f, float(t[0, 0]), frame_offset, commit, x.detach().clone(),
                                  out.flow if want_output else probe, [k.clone() for k in ks], [v.clone() for v in vs],
-                                 tuple(ids), tuple(range(n - f, n)) if slot else tuple(range(frame_offset, frame_offset + f)),
-                                 tuple(range(n)) if slot else tuple(ids), plan.base.window_frames))
+                                 tuple(ids), query, tuple(range(n)) if slot else tuple(ids), plan.base.window_frames))
         return out
 
 
@@ -136,8 +136,8 @@ def _fixture_recipe(ll: LongLiveFixture, run: str) -> LongLiveRecipe:
     mk = config["model_kwargs"]
     recache = [c for c in ll.meta["calls"][run] if c["kind"] == "recache"]
     global_sink = not recache[0]["sink_recache_after_switch"] if recache else config["global_sink"]
-    return LongLiveRecipe(window=mk["local_attn_size"], sink=mk["sink_size"],
-                          variant="infinity" if mk.get("use_infinite_attention") else "default", global_sink=global_sink)
+    variant = "infinity" if mk.get("use_infinite_attention") else "default"
+    return LongLiveRecipe(window=mk["local_attn_size"], sink=mk["sink_size"], variant=variant, global_sink=global_sink)
 
 
 def _fixture_engine(ll: LongLiveFixture, recipe, tracer=None) -> Engine:
@@ -160,7 +160,8 @@ def _fixture_spec(ll: LongLiveFixture, run: str) -> GenerationSpec:
     a = PromptConditioning.make("prompt A", ll.inputs["text_A"])
     switches = ()
     if run.startswith("switch"):
-        switches = ((-(-ll.meta["geometry"]["switch_frame"] // F), PromptConditioning.make("prompt B", ll.inputs["text_B"])),)
+        first = -(-ll.meta["geometry"]["switch_frame"] // F)
+        switches = ((first, PromptConditioning.make("prompt B", ll.inputs["text_B"])),)
     return GenerationSpec(a, w * scale, h * scale, frames // F, seed=0, frames_per_block=F, switches=switches)
 
 
@@ -358,7 +359,8 @@ def test_append_cache_recipes_match_slow_reference(case):
     spec = GenerationSpec(prompts[0], w * 8, h * 8, blocks, seed=5, frames_per_block=F,
                           switches=tuple(zip(switch_at, prompts[1:])))
     shape = (1, F, cfg.in_dim, h, w)
-    noises = [BlockNoise(torch.randn(shape, generator=gen), torch.randn((3, *shape), generator=gen)) for _ in range(blocks)]
+    noises = [BlockNoise(torch.randn(shape, generator=gen), torch.randn((3, *shape), generator=gen))
+              for _ in range(blocks)]
     traced: dict[str, torch.Tensor] = {}
     runner = CausalWan(net, cfg, key=f"dit-{cfg_name}")
     engine = Engine(runner, random_vae(0), config=EngineConfig(recipe=recipe), noise_fn=lambda spec, b: noises[b],
@@ -371,8 +373,9 @@ def test_append_cache_recipes_match_slow_reference(case):
     window, sink, rope = recipe.cache_layout(spec)
     prompt_of = [spec.segment_of(b) for b in range(blocks)]
     texts = [runner.encode_text(p.embeddings) for p in prompts]
-    ref_x0, ref_video, ref_sink, ref_win, ref_kv = slow_reference(CausalWan(net, cfg), texts, noises, F, cfg.tokens_per_frame(h, w),
-                                                       window, sink, rope, recipe.keep_sink_on_recache(), prompt_of)
+    ref_x0, ref_video, ref_sink, ref_win, ref_kv = slow_reference(
+        CausalWan(net, cfg), texts, noises, F, cfg.tokens_per_frame(h, w), window, sink, rope,
+        recipe.keep_sink_on_recache(), prompt_of)
     worst = {"x0": 0.0, "kv": 0.0}
     for b in range(blocks):
         for s in range(len(ref_x0[b])):
@@ -418,7 +421,7 @@ def _tiny_engine(recipe, blocks: int, seed: int = 0):
 
 
 def _record_writes(monkeypatch) -> list[tuple[int, int, int, int]]:
-    """Per KV write the forward opens: (id of the buffer, attended tokens, written tokens, key tokens' first position)."""
+    """Per KV write the forward opens: (id of the buffer, attended tokens, written tokens, frames in the call)."""
     from sdvg_core.models import kv_cache
 
     log: list[tuple[int, int, int, int]] = []
@@ -450,7 +453,8 @@ def test_400_blocks_flat_cost_and_rope_past_the_table(monkeypatch):
     assert len({buf for buf, *_ in writes}) == 1  # one buffer for the whole video
     # calls: block 0 makes `steps`; later blocks a commit of the previous block + `steps`
     assert len(writes) == steps + (blocks - 1) * (steps + 1)
-    per_block = [writes[0:steps]] + [writes[steps + (b - 1) * (steps + 1):steps + b * (steps + 1)] for b in range(1, blocks)]
+    per_block = [writes[0:steps]] + [writes[steps + (b - 1) * (steps + 1):steps + b * (steps + 1)]
+                                     for b in range(1, blocks)]
     bytes_per_token = 2 * engine.target.cfg.num_layers * engine.target.cfg.dim * 4  # k and v, every layer, fp32
     moved = [sum(w for _, _, w, _ in calls) * bytes_per_token for calls in per_block]
     attended = [tuple(k for _, k, _, _ in calls) for calls in per_block]
@@ -482,3 +486,85 @@ def test_infinity_variant_positions_stay_in_the_window():
         else:
             assert last.query_positions[0] == (blocks - 1) * spec.frames_per_block
     assert _maxdiff(outs["infinity"], outs["default"]) > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SDVG with windowed recipes: re-queues never read a stale cache; Self-Forcing's window copies nothing
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from sdvg_core.demo.tiny import tiny_models
+
+    return tiny_models(seed=0, workdir=tmp_path_factory.mktemp("vocab"))
+
+
+PAIRS = {  # name: (drafter recipe, target recipe, first block of a second prompt or None)
+    "longlive_both": (LongLiveRecipe(window=6, sink=3), LongLiveRecipe(window=6, sink=3), None),
+    "longlive_infinity_krea_switch": (LongLiveRecipe(window=9, sink=3, variant="infinity"), recipe_by_name("krea"), 4),
+    "sf_window_sf_switch": (SelfForcingRecipe(window=6), SelfForcingRecipe(), 3),
+}
+
+
+@pytest.mark.parametrize("pair", list(PAIRS), ids=list(PAIRS))
+def test_requeue_with_windowed_caches_equals_a_fresh_run(models, pair):
+    """Run with every draft accepted, re-queue with a middle block rejected (as moving tau does): the result is
+    bit-identical to a fresh run of the second decisions (the first run's ring caches were overwritten in place: their
+    stale views are memo misses, never read), and the blocks before the flip are reused."""
+    from sdvg_core.engine.policy import FixedPattern
+    from sdvg_core.io.text import demo_embeddings
+
+    drafter_recipe, target_recipe, switch = PAIRS[pair]
+    prompts = [PromptConditioning.make(p, demo_embeddings(p, 32)) for p in ("a red fox", "a snowy owl")]
+    blocks, k = 8, 5
+    spec = GenerationSpec(prompts[0], 48, 32, blocks, seed=3, switches=((switch, prompts[1]),) if switch else ())
+    accept_all = FixedPattern((False,) + (True,) * (blocks - 1))
+    flip = FixedPattern(tuple(accept_all.decisions[:k]) + (False,) + (True,) * (blocks - k - 1))
+
+    def engine():
+        return Engine(models.target, models.vae, models.drafter, models.scorer,
+                      EngineConfig(drafter_recipe=drafter_recipe, target_recipe=target_recipe))
+
+    e = engine()
+    KV_COPIES.reset()
+    first = e.generate(spec, accept_all)
+    second = e.generate(spec, flip)
+    fresh = engine().generate(spec, flip)
+    assert torch.equal(second.committed_latents(), fresh.committed_latents())
+    assert [r.decision for r in second.blocks] == [r.decision for r in fresh.blocks]
+    assert second.blocks[k].decision == "rejected" and first.blocks[k].decision == "accepted"
+    for r in second.blocks[:k]:
+        assert r.work["drafter_forwards"] == 0 and r.work["target_forwards"] == 0
+    # what the video costs is a fresh run's, whatever a lost cache made this run recompute
+    assert [r.cost for r in second.blocks] == [r.cost for r in fresh.blocks]
+    print(f"\n[requeue {pair}] drafter context forwards at block k+1: "
+          f"{second.blocks[k + 1].work['drafter_context_forwards']} (fresh run: "
+          f"{fresh.blocks[k + 1].work['drafter_context_forwards']}), forks {KV_COPIES.forks}")
+
+
+def test_self_forcing_window_copies_nothing():
+    """SelfForcingRecipe(window=6) over 8 blocks: the old cache forked (copied the whole buffer) on 29 of 39 calls;
+    the ring writes in place."""
+    engine, spec = _tiny_engine(SelfForcingRecipe(window=6), 8)
+    KV_COPIES.reset()
+    state = engine.generate(spec, TargetOnly())
+    assert KV_COPIES.forks == 0 and engine.target.calls == 8 * 4 + 7
+
+
+@pytest.mark.parametrize("recipe, match", [
+    (LongLiveRecipe(window=2), "smaller than a block"),
+    (LongLiveRecipe(window=12, sink=13), "between 0 and the window"),
+    (LongLiveRecipe(window=5, sink=3), "cannot hold its sink"),
+    (LongLiveRecipe(variant="relative"), "variant"),
+])
+def test_bad_longlive_settings_are_refused_before_any_work(recipe, match):
+    engine, spec = _tiny_engine(recipe, 4)
+    with pytest.raises(ValueError, match=match):
+        engine.start(spec)
+    assert engine.target.calls == 0
+
+
+def test_recipe_names():
+    assert recipe_by_name("longlive") == LongLiveRecipe()
+    assert recipe_by_name("longlive_infinity") == LongLiveRecipe(variant="infinity")
+    assert (LongLiveRecipe().window, LongLiveRecipe().sink, LongLiveRecipe().global_sink) == (12, 3, True)

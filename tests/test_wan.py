@@ -238,3 +238,36 @@ def test_real_presets_have_published_sizes(name):
     assert cfg.head_dim == 128 and cfg.rope_pairs == (22, 21, 21)
     sd = {k: torch.empty(v.shape, device="meta") for k, v in net.state_dict().items()}
     assert detect_preset(sd).name == name
+
+
+@pytest.mark.parametrize("exact", [False, True], ids=["fp32", "complex128"])
+def test_rope_positions_past_the_1024_table_are_computed(exact):
+    """RoPE has no length limit: positions past Wan's 1024-row table are position x frequency in float64 like the
+    table's own rows (same bits at positions the table has), on both paths; a forward at any offset runs and only
+    position differences matter (a shifted full-sequence forward gives the same output)."""
+    from sdvg_core.models.wan_numerics import rope_angles
+
+    cfg, run, ctx, lat = _random_setup(seed=9)
+    run.exact_rope = exact
+    ref = rope_angles(cfg, rows=6000)[0]  # float64 time angles [positions, pairs]
+    assert torch.equal(ref[:cfg.rope_max_positions], rope_angles(cfg)[0])
+    for offset in (1020, 1500, 5000):
+        positions = torch.arange(offset, offset + 3, dtype=torch.float64)
+        pairs = cfg.rope_pairs[0]
+        inv = 1.0 / torch.pow(cfg.rope_theta, torch.arange(pairs, dtype=torch.float64) * 2 / (2 * pairs))
+        direct = torch.outer(positions, inv)  # what Wan's rope_params computes for any row
+        assert torch.equal(ref[offset:offset + 3], direct)
+        if exact:
+            got = torch.angle(run._rope_freqs(3, 1, 1, frame_offset=offset)[:, :cfg.rope_pairs[0]])
+            want = torch.angle(torch.polar(torch.ones_like(direct), direct))
+        else:
+            got = run._rope_cos_sin(3, 1, 1, frame_offset=offset).cos[:, :cfg.rope_pairs[0]]
+            want = direct.cos().float()
+        assert torch.allclose(got, want, atol=1e-12 if exact else 0), offset
+    text = run.encode_text(ctx)
+    t = timestep_tensor(600.0, 1, 6)
+    near = run.forward(lat[:, :6], t, text, frame_offset=0, block_mask_frames=3).flow
+    far = run.forward(lat[:, :6], t, text, frame_offset=4000, block_mask_frames=3).flow
+    assert _maxdiff(near, far) <= 1e-4
+    with pytest.raises(ValueError, match="negative"):
+        run.forward(lat[:, :3], timestep_tensor(0.0, 1, 3), text, frame_offset=-1)

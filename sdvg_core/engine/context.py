@@ -72,8 +72,9 @@ class ContextServices:
         recache's `rewrite`: that write) and returning the committed view, under block `text_block`'s prompt
         (default: the block being generated, as Krea's rebuild does; a commit of block k passes k)."""
         self._interrupt()
-        out = runner.forward(latents.to(runner.device), t, self.text(runner, state, text_block), frame_offset=frame_offset,
-                             kv=kv, commit=True, want_output=False, interrupt=self.callbacks.interrupt)
+        text = self.text(runner, state, text_block)
+        out = runner.forward(latents.to(runner.device), t, text, frame_offset=frame_offset, kv=kv, commit=True,
+                             want_output=False, interrupt=self.callbacks.interrupt)
         tally.add(f"{role}_forwards", 1)
         tally.add(f"{role}_context_forwards", 1)
         return out.kv

@@ -10,7 +10,8 @@ from .krea import KreaRecipe
 from .longlive import LongLiveRecipe
 from .self_forcing import SelfForcingRecipe
 
-__all__ = ["ContextHost", "Recipe", "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "RECIPE_NAMES", "recipe_by_name"]
+__all__ = ["ContextHost", "Recipe", "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "RECIPE_NAMES",
+           "recipe_by_name"]
 
 RECIPE_NAMES = ("krea", "self_forcing", "longlive", "longlive_infinity")
 

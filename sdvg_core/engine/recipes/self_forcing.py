@@ -42,11 +42,13 @@ def append_cache_context(recipe, host: ContextHost, role: str, runner: CausalWan
     """
     spec = state.spec
     F = spec.frames_per_block
-    j, cached = b, None  # cached: (the view for block j, the cost of making it)
+    j, cached, lost = b, None, None  # cached: (the view for block j, the cost of making it); lost: the newest stale one
     while j >= 0:
         cached = host.memo.get(host.kv_key(runner, recipe, state, j))
         if cached is not None and cached[0].valid_for(F):
             break
+        if cached is not None and lost is None:
+            lost = (j, cached[1])
         cached, j = None, j - 1
     if cached is not None:
         kv = cached[0]
@@ -54,21 +56,31 @@ def append_cache_context(recipe, host: ContextHost, role: str, runner: CausalWan
         window, sink, rope = recipe.cache_layout(spec)
         j, kv = 0, host.empty_kv(runner, spec, window, sink=sink, rope=rope)
         host.hold(role, "kv", host.kv_key(runner, recipe, state, 0), (kv, {}))
+    key = host.kv_key(runner, recipe, state, b)
     if j == b and b > 0:
-        key = host.kv_key(runner, recipe, state, b)
         tally.reuse(f"{role}_kv", host.memo.origin(key))
         tally.credit_entry(key, cached[1])  # a fresh run commits b-1 (and recaches) for block b
+    # A fresh run would have started from the lost view (held then): the commits before it only rebuild what a later
+    # block of another branch overwrote in place, so they count as work, not as the block's fresh-run cost.
+    fresh_from = j if lost is None else lost[0]
+    if lost is not None and lost[0] == b and b > 0:
+        tally.credit_entry(key, lost[1])
     for k in range(j, b):
-        before = dict(tally.cost)
+        sub = Tally()
         kv = host.context_forward(role, runner, state.latent_frames(k * F, (k + 1) * F), timestep_tensor(0.0, 1, F),
-                                  state, k * F, kv, tally, text_block=k)
+                                  state, k * F, kv, sub, text_block=k)
         if host.tracing:
             host.trace_kv(f"{role}/block{k}/commit/kv", kv, slot_frame=True)
         if prompt_switches_at(spec, k + 1):
-            kv = recache(recipe, host, role, runner, state, k + 1, kv, tally)
+            kv = recache(recipe, host, role, runner, state, k + 1, kv, sub)
+        for name, n in sub.work.items():
+            if k >= fresh_from:
+                tally.add(name, n)
+            else:
+                tally.work[name] += n  # rebuild: computed now, not part of what the video costs
         # the newest view is held for the generation so a sequential run never rebuilds from the start
         key = host.kv_key(runner, recipe, state, k + 1)
-        host.hold(role, "kv", key, (kv, tally.cost_since(before)))
+        host.hold(role, "kv", key, (kv, {name: n for name, n in sub.cost.items() if n}))
         tally.computed(key)
     return kv
 
