@@ -18,6 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+import workflow_tools  # noqa: E402  (tests/workflow_tools.py: conversion, validation, the saved view)
 
 PROMPT = ("A corgi puppy runs through a sunny meadow full of yellow flowers, its ears flapping, the camera tracking it "
           "at ground level, shallow depth of field, warm late-afternoon light, cinematic.")
@@ -43,6 +44,9 @@ FILES_NOTE = """**Files** (nothing is downloaded at run time):
 
 Low VRAM: load the 14B with **Load Diffusion Model** (weight_dtype fp8_e4m3fn) and connect its MODEL to the target loader's `model` input.
 Skip the 11 GB text encoder on later runs: **SDVG Save Prompt Embeddings** once, then **SDVG Load Prompt Embeddings**."""
+
+
+NOTE_POS, NOTE_SIZE = (380, 390), (360, 690)  # the notes sit under the prompt, in the second column
 
 
 def specs() -> dict:
@@ -98,7 +102,7 @@ class Graph:
         self.nodes.append(node)
         return node
 
-    def note(self, pos: tuple[int, int], text: str, size: tuple[int, int] = (420, 300)) -> dict:
+    def note(self, text: str, pos: tuple[int, int] = NOTE_POS, size: tuple[int, int] = NOTE_SIZE) -> dict:
         node = {"id": len(self.nodes) + 1, "type": "MarkdownNote", "pos": list(pos), "size": list(size), "flags": {},
                 "order": len(self.nodes), "mode": 0, "inputs": [], "outputs": [], "properties": {},
                 "widgets_values": [text], "color": "#432", "bgcolor": "#653"}
@@ -123,23 +127,27 @@ class Graph:
             for o in n["outputs"]:
                 if not o["links"]:
                     o["links"] = None
-        return {"id": self.wid, "revision": 0, "last_node_id": len(self.nodes), "last_link_id": len(self.links),
-                "nodes": self.nodes, "links": self.links, "groups": self.groups, "config": {},
-                "extra": {"ds": {"scale": 0.75, "offset": [40, 40]}}, "version": 0.4}
+        wf = {"id": self.wid, "revision": 0, "last_node_id": len(self.nodes), "last_link_id": len(self.links),
+              "nodes": self.nodes, "links": self.links, "groups": self.groups, "config": {}, "extra": {}, "version": 0.4}
+        wf["extra"]["ds"] = workflow_tools.saved_view(wf)
+        return wf
 
 
-def loaders(g: Graph, x: int = 0, y: int = 0) -> dict:
-    """The shared left column: target, drafter, ImageReward, VAE, text encoder and the prompt."""
+def loaders(g: Graph, start_below: bool = False) -> dict:
+    """The shared left columns: target, drafter and ImageReward loaders in the first; the prompt, its encoding and
+    the VAE and text-encoder loaders in the second (`start_below`: room for SDVG Start under the first column),
+    or the VAE and text-encoder loaders in the first (the note then has the second column's lower part)."""
     # properties.models lets the frontend offer the download of a missing file; it only downloads .safetensors,
     # so the two .pt files are listed in the note instead (and in the nodes' error messages)
-    target = g.node("SDVGLoadTarget", (x, y), {"model_name": MODELS["target"]["name"]}, models=["target"])
-    drafter = g.node("SDVGLoadDrafter", (x, y + 200), {"model_name": MODELS["drafter"]["name"]})
-    reward = g.node("SDVGLoadImageReward", (x, y + 400), {"reward_name": MODELS["reward"]["name"]})
-    vae = g.node("VAELoader", (x, y + 560), {"vae_name": MODELS["vae"]["name"]}, models=["vae"], size=(340, 60))
-    clip = g.node("CLIPLoader", (x, y + 660), {"clip_name": MODELS["umt5"]["name"], "type": "wan", "device": "default"},
+    target = g.node("SDVGLoadTarget", (0, 0), {"model_name": MODELS["target"]["name"]}, models=["target"])
+    drafter = g.node("SDVGLoadDrafter", (0, 200), {"model_name": MODELS["drafter"]["name"]})
+    reward = g.node("SDVGLoadImageReward", (0, 400), {"reward_name": MODELS["reward"]["name"]})
+    vae_pos, clip_pos = ((380, 400), (380, 500)) if start_below else ((0, 560), (0, 660))
+    vae = g.node("VAELoader", vae_pos, {"vae_name": MODELS["vae"]["name"]}, models=["vae"], size=(340, 60))
+    clip = g.node("CLIPLoader", clip_pos, {"clip_name": MODELS["umt5"]["name"], "type": "wan", "device": "default"},
                   models=["umt5"], size=(340, 110))
-    text = g.node("PrimitiveStringMultiline", (x + 380, y + 560), {"value": PROMPT}, title="Prompt", size=(360, 150))
-    enc = g.node("CLIPTextEncode", (x + 380, y + 750), {"text": PROMPT}, size=(360, 100))
+    text = g.node("PrimitiveStringMultiline", (380, 0), {"value": PROMPT}, title="Prompt", size=(360, 190))
+    enc = g.node("CLIPTextEncode", (380, 250), {"text": PROMPT}, size=(360, 100))
     g.link(clip, "CLIP", enc, "clip")
     g.link(text, "STRING", enc, "text")
     return {"target": target, "drafter": drafter, "reward": reward, "vae": vae, "text": text, "enc": enc}
@@ -154,24 +162,25 @@ def wire_run(g: Graph, m: dict, node: dict) -> None:
     g.link(m["text"], "STRING", node, "prompt")
 
 
-def save_video(g: Graph, frames_src: dict, pos: tuple[int, int], prefix: str) -> None:
+def save_video(g: Graph, frames_src: dict, pos: tuple[int, int], prefix: str,
+               size: tuple[int, int] = (420, 440)) -> None:
     cv = g.node("CreateVideo", pos, {"fps": 16.0}, size=(270, 80))
-    sv = g.node("SaveVideo", (pos[0], pos[1] + 120), {"filename_prefix": prefix}, size=(420, 480))
+    sv = g.node("SaveVideo", (pos[0], pos[1] + 120), {"filename_prefix": prefix}, size=size)
     g.link(frames_src, "frames", cv, "images")
     g.link(cv, "VIDEO", sv, "video")
 
 
 def loop_workflow(sp: dict) -> dict:
     g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000001")
-    m = loaders(g)
-    start = g.node("SDVGStart", (800, 0), {"num_blocks": 9})
+    m = loaders(g, start_below=True)
+    start = g.node("SDVGStart", (0, 600), {"num_blocks": 9}, size=(340, 400))
     wire_run(g, m, start)
-    ls = g.node("SDVGLoopStart", (800, 560), size=(240, 70))
-    draft = g.node("SDVGDraftBlock", (1080, 560), size=(240, 50))
-    dec = g.node("SDVGDecodeBlock", (1360, 560), size=(260, 260))
-    score = g.node("SDVGScoreBlock", (1660, 560), size=(280, 120))
-    route = g.node("SDVGRoute", (1360, 860), {"tau": -0.7, "force_reject_first": True}, size=(340, 150))
-    le = g.node("SDVGLoopEnd", (1760, 860), size=(240, 70))
+    ls = g.node("SDVGLoopStart", (800, 80), size=(240, 70))
+    draft = g.node("SDVGDraftBlock", (1080, 80), size=(240, 50))
+    dec = g.node("SDVGDecodeBlock", (1360, 80), size=(260, 260))
+    score = g.node("SDVGScoreBlock", (1660, 80), size=(280, 120))
+    route = g.node("SDVGRoute", (1360, 380), {"tau": -0.7, "force_reject_first": True}, size=(340, 150))
+    le = g.node("SDVGLoopEnd", (1760, 380), size=(240, 70))
     fin = g.node("SDVGFinish", (2060, 0), size=(300, 120))
     g.link(start, "state", ls, "state")
     g.link(ls, "state", draft, "state")
@@ -182,62 +191,60 @@ def loop_workflow(sp: dict) -> dict:
     g.link(ls, "loop", le, "loop")
     g.link(route, "state", le, "state")
     g.link(le, "state", fin, "state")
-    save_video(g, fin, (2400, 0), "video/SDVG")
-    plot = g.node("PreviewImage", (2860, 0), title="Scores vs tau", size=(660, 420))
-    g.link(fin, "plot", plot, "images")
-    rep = g.node("PreviewAny", (2060, 680), title="Report (which blocks were reused, what was recomputed)",
-                 size=(1460, 360))
+    rep = g.node("PreviewAny", (780, 640), title="Report (which blocks were reused, what was recomputed)",
+                 size=(1240, 440))
     g.link(fin, "report", rep, "source")
-    g.group("One block (repeated by SDVG Loop End until every block is committed)", (780, 480, 1240, 560))
-    g.note((0, 900), "## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE "
+    plot = g.node("PreviewImage", (2060, 180), title="Scores vs tau", size=(480, 330))
+    g.link(fin, "plot", plot, "images")
+    save_video(g, fin, (2060, 560), "video/SDVG", size=(480, 400))
+    g.group("One block (repeated by SDVG Loop End until every block is committed)", (780, 0, 1240, 560))
+    g.note("## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE "
                      "decodes it, **ImageReward** scores every frame and **SDVG Route** keeps the draft when the "
                      "lowest frame score is >= **tau**; otherwise the 14B **target** redoes the block from the "
                      "same noise. Block 0 always comes from the target (its draft is never computed: the route's "
                      "`scored` input is lazy).\n\nMove **tau** and queue again: only the blocks from the first "
                      "changed decision are recomputed; the **Report** says per block whether this run computed it "
-                     "and how many forwards it recomputed.\n\n" + FILES_NOTE, size=(740, 520))
+                     "and how many forwards it recomputed.\n\n" + FILES_NOTE, pos=(380, 670), size=(360, 410))
     return g.to_json()
 
 
 def generate_workflow(sp: dict) -> dict:
     g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000002")
     m = loaders(g)
-    gen = g.node("SDVGGenerate", (800, 0), {"num_blocks": 9, "policy": "sdvg", "tau": -0.7})
+    gen = g.node("SDVGGenerate", (780, 0), {"num_blocks": 9, "policy": "sdvg", "tau": -0.7}, size=(340, 560))
     wire_run(g, m, gen)
-    save_video(g, gen, (1180, 0), "video/SDVG")
-    plot = g.node("PreviewImage", (1640, 0), title="Scores vs tau", size=(660, 420))
-    g.link(gen, "plot", plot, "images")
-    rep = g.node("PreviewAny", (1640, 460), title="Report", size=(660, 300))
+    rep = g.node("PreviewAny", (1160, 0), title="Report", size=(700, 340))
     g.link(gen, "report", rep, "source")
-    g.note((800, 760), "## SDVG Generate (all in one)\n\nThe drafter proposes each block, ImageReward scores its frames "
-                       "(min over frames) and the target redoes the block when the score < **tau** (block 0 always "
-                       "from the target). Higher tau: closer to the 14B, slower. Paper: tau -0.7 gives 1.59x at ~98% "
-                       "of the target's quality.\n\n" + FILES_NOTE, size=(600, 360))
+    plot = g.node("PreviewImage", (1160, 390), title="Scores vs tau", size=(700, 420))
+    g.link(gen, "plot", plot, "images")
+    save_video(g, gen, (1900, 0), "video/SDVG")
+    g.note("## SDVG Generate (all in one)\n\nThe drafter proposes each block, ImageReward scores its "
+                     "frames (min over frames) and the target redoes the block when the score < **tau** (block 0 "
+                     "always from the target). Higher tau: closer to the 14B, slower. Paper: tau -0.7 gives 1.59x "
+                     "at ~98% of the target's quality.\n\n" + FILES_NOTE)
     return g.to_json()
 
 
 def baseline_workflow(sp: dict) -> dict:
     g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000003")
     m = loaders(g)
-    runs = []
-    for i, (policy, title, prefix) in enumerate((("target_only", "Target only (14B every block)", "video/target_only"),
-                                                 ("sdvg", "SDVG (tau -0.7)", "video/SDVG"))):
-        y = i * 900
-        gen = g.node("SDVGGenerate", (800, y), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},
-                     title=title)
+    for i, (policy, title, prefix, color) in enumerate((
+            ("target_only", "Target only (14B every block)", "video/target_only", "#8A8"),
+            ("sdvg", "SDVG (tau -0.7)", "video/SDVG", "#88A"))):
+        x = 800 + i * 400
+        gen = g.node("SDVGGenerate", (x, 0), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},
+                     title=title, size=(340, 560))
         wire_run(g, m, gen)
-        save_video(g, gen, (1180, y), prefix)
-        rep = g.node("PreviewAny", (1640, y), title=f"Report: {policy}", size=(620, 300))
+        save_video(g, gen, (x, 610), prefix, size=(340, 300))
+        g.group(title, (x - 20, -70, 380, 1120), color)
+        rep = g.node("PreviewAny", (1620, i * 370), title=f"Report: {policy}", size=(640, 320))
         g.link(gen, "report", rep, "source")
-        plot = g.node("PreviewImage", (1640, y + 340), title=f"Scores: {policy}", size=(620, 400))
+        plot = g.node("PreviewImage", (1620 + i * 330, 760), title=f"Scores: {policy}", size=(310, 250))
         g.link(gen, "plot", plot, "images")
-        runs.append(gen)
-    g.group("Baseline: the 14B target makes every block", (780, -80, 1540, 860), "#8A8")
-    g.group("SDVG: drafter + ImageReward + target on rejected blocks", (780, 820, 1540, 860), "#88A")
-    g.note((0, 920), "## Target-only vs SDVG\n\nSame prompt, seed and noise. Both nodes have **fresh_run** on: "
+    g.note("## Target-only vs SDVG\n\nSame prompt, seed and noise. Both nodes have **fresh_run** on: "
                      "neither takes blocks from the other's run (block 0 is the same target block in both), so each "
-                     "report's wall time is a fresh run's. Compare the two videos and the reports: wall time, counted "
-                     "forwards, acceptance, counted speedup.\n\n" + FILES_NOTE, size=(740, 520))
+                     "report's wall time is a fresh run's. Compare the two videos and the reports: wall time, "
+                     "counted forwards, acceptance, counted speedup.\n\n" + FILES_NOTE)
     return g.to_json()
 
 

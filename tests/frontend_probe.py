@@ -7,9 +7,11 @@ Needs only aiohttp (a ComfyUI dependency), so run it with ComfyUI's python. For 
 context (the frontend restores the last workflow from local storage): load it with `app.loadGraphData`, list the
 node types the frontend could not create (missing nodes) and the dialogs shown, and return the API prompt the
 Queue button would send (`app.graphToPrompt()`). Prints one JSON object {path: {...}}; exit status 1 when a
-workflow has missing nodes. With --shots DIR it also saves what a person sees: DIR/<name>.png (the whole workflow,
-the view fitted to it) and DIR/<name>.jpg (a small card image, the size of the template browser's thumbnails);
-the frontend's version is reported as "frontend".
+workflow has missing nodes. Each workflow's entry also says the view it opened at ("view": scale, offset, page and
+canvas size) and where each report viewer (PreviewAny) lies on the page ("reports": title, [left, top, right,
+bottom] px, title bar included). With --shots DIR it also saves what a person sees: DIR/<name>.view.png (the
+workflow at the view it opened at), DIR/<name>.png (the whole workflow, the view fitted to it) and DIR/<name>.jpg
+(a small card image, the size of the template browser's thumbnails); the frontend's version is "frontend".
 """
 from __future__ import annotations
 
@@ -39,7 +41,16 @@ PROBE = r"""
   const dialogs = [...document.querySelectorAll('.p-dialog, [role=dialog]')].map(e => e.innerText);
   const api = (await app.graphToPrompt()).output;
   const frontend = window.__COMFYUI_FRONTEND_VERSION__ || (window.comfyAPI && window.comfyAPI.app && '') || '';
-  return JSON.stringify({nodes, dialogs, api, frontend});
+  // the view the workflow opened at and where each report viewer is on the page (title bar included)
+  const ds = app.canvas.ds, r = app.canvas.canvas.getBoundingClientRect();
+  const page = (x, y) => [r.left + (x + ds.offset[0]) * ds.scale, r.top + (y + ds.offset[1]) * ds.scale];
+  const reports = (app.graph._nodes || app.graph.nodes || []).filter(n => n.type === 'PreviewAny').map(n => {
+      const [x0, y0] = page(n.pos[0], n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT);
+      const [x1, y1] = page(n.pos[0] + n.size[0], n.pos[1] + n.size[1]);
+      return {title: n.title, rect: [x0, y0, x1, y1]}; });
+  const view = {scale: ds.scale, offset: [ds.offset[0], ds.offset[1]], page: [window.innerWidth, window.innerHeight],
+                canvas: [r.left, r.top, r.width, r.height]};
+  return JSON.stringify({nodes, dialogs, api, frontend, view, reports});
 })()
 """
 
@@ -117,26 +128,45 @@ FIT = r"""
 """
 
 
+CLOSE = r"""
+(() => {  // close dialogs and toasts only: a workflow tab's close button would close the workflow itself (1.5x)
+  document.querySelectorAll('.p-dialog-close-button, .p-toast-close-button').forEach(b => b.click());
+  return true;
+})()
+"""
+
+
+def _save_png(out: Path, stem: str, data: str) -> None:
+    """A 256-colour PNG: the UI has few colours, the file a third of the size."""
+    import base64
+
+    (out / f"{stem}.png").write_bytes(base64.b64decode(data))
+    try:
+        from PIL import Image
+
+        Image.open(out / f"{stem}.png").convert("RGB").quantize(256).save(out / f"{stem}.png", optimize=True)
+    except ImportError:
+        pass
+
+
 async def screenshot(p: "Page", stem: str, out: Path, expect_types: list[str]) -> None:
+    """<stem>.view.png: the workflow at the view it opened at (its saved view, the frontend's own settings);
+    <stem>.png: the whole workflow fitted to the canvas (text drawn at any zoom); <stem>.jpg: the card."""
     import base64
 
     for _ in range(2):  # a first start opens the template browser (1.5x): Escape closes dialogs
         await p.call("Input.dispatchKeyEvent", type="keyDown", key="Escape", code="Escape", windowsVirtualKeyCode=27)
         await p.call("Input.dispatchKeyEvent", type="keyUp", key="Escape", code="Escape", windowsVirtualKeyCode=27)
         await asyncio.sleep(0.3)
+    await p.eval(CLOSE)
+    await asyncio.sleep(1.0)
+    _save_png(out, f"{stem}.view", (await p.call("Page.captureScreenshot", format="png"))["result"]["data"])
     box = json.loads(await p.eval(FIT))
     await asyncio.sleep(1.0)
     shown = json.loads(await p.eval(f"JSON.stringify(({APP}.graph._nodes || {APP}.graph.nodes).map(n => n.type).sort())"))
     if shown != sorted(expect_types):
         raise RuntimeError(f"{stem}: the canvas shows another workflow ({shown[:6]}...) than the one loaded")
-    png = (await p.call("Page.captureScreenshot", format="png"))["result"]["data"]
-    (out / f"{stem}.png").write_bytes(base64.b64decode(png))
-    try:  # a 256-colour PNG: the UI has few colours, the file a third of the size
-        from PIL import Image
-
-        Image.open(out / f"{stem}.png").convert("RGB").quantize(256).save(out / f"{stem}.png", optimize=True)
-    except ImportError:
-        pass
+    _save_png(out, stem, (await p.call("Page.captureScreenshot", format="png"))["result"]["data"])
     clip = {"x": box["left"], "y": box["top"], "width": box["width"], "height": box["height"],
             "scale": 512 / box["width"]}
     jpg = (await p.call("Page.captureScreenshot", format="jpeg", quality=80, clip=clip))["result"]["data"]
@@ -217,7 +247,8 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                         out[path] = {"missing": sorted({n["type"] for n in res["nodes"] if n["missing"]}),
                                      "missing_dialog": [d for d in res["dialogs"] if "Missing" in d and "Node" in d],
                                      "node_count": len(res["nodes"]), "api": res["api"],
-                                     "frontend": res.get("frontend", ""), "page_errors": p.errors[:20]}
+                                     "frontend": res.get("frontend", ""), "page_errors": p.errors[:20],
+                                     "view": res.get("view"), "reports": res.get("reports", [])}
                         if shots is not None:
                             await screenshot(p, Path(path).stem, shots, [n["type"] for n in res["nodes"]])
                         if templates is not None and path == paths[-1]:

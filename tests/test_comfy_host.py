@@ -346,6 +346,10 @@ def test_object_info_lists_every_node(server):
     ours = [k for k, v in templates.items() if set(v) & {p.stem for p in WORKFLOWS}]
     assert ours == [PACK_DIR_NAME], templates  # listed once, by this copy
     assert sorted(templates[PACK_DIR_NAME]) == sorted(p.stem for p in WORKFLOWS)
+    server.log.flush()
+    startup = [ln for ln in Path(server.log.name).read_text().splitlines() if PACK_DIR_NAME in ln]
+    # no error line about the pack at start-up (the pip build used to log "... lack of NODE_CLASS_MAPPINGS")
+    assert not [ln for ln in startup if "NODE_CLASS_MAPPINGS" in ln or "Cannot import" in ln], startup
     installed = [d.name for d in (Path(COMFYUI_DIR) / "custom_nodes").glob("*") if (d / "sdvg_core").is_dir()]
     print(f"\n/object_info: {len(info)} nodes, {len(SDVG_NODES)} SDVG from {next(iter(modules))} = {REPO} "
           f"({'pip build ' if PIP_BUILD else ''}{COMFYUI_DIR}); copies installed in its custom_nodes, not loaded: "
@@ -511,8 +515,17 @@ def test_frontend_loads_every_workflow(server):
             known = set(spec.get("required", {})) | set(spec.get("optional", {}))
             got = {k: v for k, v in theirs[nid]["inputs"].items() if k in known}  # e.g. PreviewAny's display widget
             assert got == ours[nid]["inputs"], (path.name, nid, got, ours[nid]["inputs"])
+        # it opened at its saved view, where every report viewer lies inside the visible canvas area (reference
+        # window: tests/workflow_tools.py VIEW_PAGE; the probe's headless page is that window)
+        ds, view = wt.load(path)["extra"]["ds"], r["view"]
+        assert abs(view["scale"] - ds["scale"]) < 1e-6 and view["page"] == list(wt.VIEW_PAGE), (path.name, view, ds)
+        left, top, w, h = wt.visible_area()
+        for rep in r["reports"]:
+            x0, y0, x1, y1 = rep["rect"]
+            assert left <= x0 and x1 <= left + w and top <= y0 and y1 <= top + h, (path.name, rep)
         print(f"\nfrontend {r['frontend'] or '?'}: {path.name}: {r['node_count']} nodes, "
-              f"{'missing ' + str(r['missing']) if r['missing'] else 'no missing node types'}, graphToPrompt == our conversion")
+              f"{'missing ' + str(r['missing']) if r['missing'] else 'no missing node types'}, graphToPrompt == our "
+              f"conversion; opened at scale {view['scale']:.3f} with {len(r['reports'])} report(s) on screen")
     if excused:
         pytest.xfail(f"host bug: nodes {host_broken} have python_module null, the frontend stops registering its own "
                      f"nodes ({'; '.join(excused)})")

@@ -601,3 +601,19 @@ def test_a_corrupt_checkpoint_message_reads_as_sentences(env, tmp_path):
         bad.unlink()
     msg = str(e.value)
     assert "Download it again" in msg and ".." not in msg and "Expected a Wan 2.1" in msg, msg
+
+
+def test_every_report_is_readable_at_the_saved_view():
+    """A workflow opens at its saved view (extra.ds): there, in the reference window (1920x1080, frontend 1.5x's bars
+    over the canvas' edges), every report viewer and every SDVG node lies inside the visible canvas area, at a zoom
+    where the frontend draws text (tests/frontend_probe.py checks the same in the real frontend)."""
+    left, top, w, h = wt.visible_area()
+    for path in WORKFLOWS:
+        wf = wt.load(path)
+        assert wf["extra"]["ds"]["scale"] >= wt.MIN_READABLE_SCALE, (path.name, wf["extra"]["ds"])
+        shown = [n for n in wf["nodes"] if n["type"] == "PreviewAny" or n["type"].startswith("SDVG")]
+        assert any(n["type"] == "PreviewAny" for n in shown), path.name
+        for n in shown:
+            x0, y0, x1, y1 = wt.screen_rect(wf, n)
+            assert left <= x0 and x1 <= left + w and top <= y0 and y1 <= top + h, (path.name, n["type"], n.get("title"),
+                                                                                  (x0, y0, x1, y1))

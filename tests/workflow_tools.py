@@ -197,3 +197,52 @@ def set_inputs(api: dict, class_type: str, **values: Any) -> dict:
         if node["class_type"] == class_type:
             node["inputs"].update(values)
     return out
+
+
+# ------------------------------------------------------------------------------------------------ saved view
+# The view a workflow opens at (its extra.ds) is fitted to the whole workflow in a reference browser window, so every
+# node, the report above all, is on screen and readable when it is opened. Reference: the page of a 1920x1080
+# window (1920x993 CSS px in headless Chromium, what tests/frontend_probe.py shoots), minus what frontend 1.5x
+# draws over the canvas' edges (side bar 72 px, tabs and menu 104 px, right 24 px, graph toolbar 56 px).
+VIEW_PAGE = (1920, 993)
+VIEW_MARGINS = {"left": 72, "top": 104, "right": 24, "bottom": 56}
+TITLE_HEIGHT = 40  # a node's title bar sits above its pos (LiteGraph's NODE_TITLE_HEIGHT 30, plus its outline)
+VIEW_PAD = 20  # canvas units around the fitted content
+# Below this zoom the node text is under ~10 px (14 px fonts); frontend 1.5x stops drawing text below 8 px
+# (its default minimum font size for detailed rendering), so the saved view must stay above it.
+MIN_READABLE_SCALE = 0.7
+
+
+def visible_area() -> tuple[float, float, float, float]:
+    """(left, top, width, height) of the canvas area a person sees in the reference window, in page pixels."""
+    m = VIEW_MARGINS
+    return m["left"], m["top"], VIEW_PAGE[0] - m["left"] - m["right"], VIEW_PAGE[1] - m["top"] - m["bottom"]
+
+
+def content_box(wf: dict) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1) of every node (title bar included) and group, in canvas units."""
+    boxes = [(n["pos"][0], n["pos"][1] - TITLE_HEIGHT, n["pos"][0] + n["size"][0], n["pos"][1] + n["size"][1])
+             for n in wf["nodes"]]
+    boxes += [(g["bounding"][0], g["bounding"][1], g["bounding"][0] + g["bounding"][2], g["bounding"][1] + g["bounding"][3])
+              for g in wf["groups"]]
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
+
+
+def saved_view(wf: dict) -> dict:
+    """extra.ds: the scale and offset that fit the whole workflow into the reference window's visible canvas area
+    (page = (canvas + offset) * scale), centred horizontally, at most 1:1."""
+    left, top, w, h = visible_area()
+    x0, y0, x1, y1 = content_box(wf)
+    scale = min(1.0, w / (x1 - x0 + 2 * VIEW_PAD), h / (y1 - y0 + 2 * VIEW_PAD))
+    return {"scale": round(scale, 4),
+            "offset": [round(-x0 + (left + (w - scale * (x1 - x0)) / 2) / scale, 1),
+                       round(-y0 + (top + VIEW_PAD * scale) / scale, 1)]}
+
+
+def screen_rect(wf: dict, node: dict) -> tuple[float, float, float, float]:
+    """(left, top, right, bottom) page pixels of a node (title bar included) at the workflow's saved view."""
+    ds = wf["extra"]["ds"]
+    s, (ox, oy) = ds["scale"], ds["offset"]
+    x, y = node["pos"]
+    w, hh = node["size"]
+    return ((x + ox) * s, (y - TITLE_HEIGHT + oy) * s, (x + w + ox) * s, (y + hh + oy) * s)
