@@ -32,3 +32,11 @@ def test_pin_resize_and_moving_between_tiers():
     assert m.get("y") is None and m.large.max_bytes == 10
     m.clear()
     assert len(m) == 0 and m.bytes == 0 and m.pinned_bytes == 0
+
+
+def test_entries_without_tensors_are_bounded_by_count():
+    """Scores weigh 0 tensor bytes: a long video's or a sweep's would grow without end; the entry count bounds them."""
+    m = Memo(0, max_entries=100)
+    for i in range(1000):
+        m.put(("score", i), ((0.5,) * 12, {"scored_frames": 12}))
+    assert len(m) == 100 and m.get(("score", 999)) is not None and m.get(("score", 0)) is None

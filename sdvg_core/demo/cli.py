@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ..engine.engine import Engine, EngineConfig, ProgressEvent
+from ..engine.memo import TieredMemo
 from ..io.checkpoint import CheckpointError
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND, drafter_problems
 from ..io.model_files import DTYPES, load_model_files
@@ -102,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--umt5", help="local umT5 folder (Hugging Face layout) to encode --prompt")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="DiT dtype (default bf16 on GPU, fp32 on CPU)")
+    p.add_argument("--memo-gb", type=float, default=0.0,
+                   help="GiB of derived data kept for re-runs in this process (default 0: one run reuses nothing "
+                        "across runs; what the run itself needs is held apart from this budget)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -138,6 +142,8 @@ def preflight(a: argparse.Namespace, real: bool) -> list[str]:
                             f"try {near}")
     if a.tau is not None and math.isnan(a.tau):
         problems.append("--tau nan is not a number; give e.g. -0.7 (inf and -inf are allowed)")
+    if not a.memo_gb >= 0:
+        problems.append(f"--memo-gb {a.memo_gb} must be >= 0")
     if not 0.0 <= a.accept_rate <= 1.0:
         problems.append(f"--accept-rate {a.accept_rate} must be between 0 and 1")
     out = Path(a.out)
@@ -299,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = GenerationSpec.from_schedule(schedule, width, height, a.blocks or blocks, a.seed)
         prompt = spec.prompt
         policy = _policy(a)
-        engine = Engine(target, vae, drafter, scorer, _engine_config(a, real))
+        memo_bytes = int(a.memo_gb * 2**30)
+        engine = Engine(target, vae, drafter, scorer, _engine_config(a, real),
+                        memo=TieredMemo(memo_bytes, small_bytes=memo_bytes))
     except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR

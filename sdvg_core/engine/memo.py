@@ -37,6 +37,9 @@ def nbytes_of(value: Any, _seen: set[int] | None = None) -> int:
     return 0
 
 
+MAX_ENTRIES = 1 << 16  # entries a memo keeps at most, whatever their bytes (scores of ~30k blocks of a tau sweep)
+
+
 @dataclass
 class MemoStats:
     hits: int = 0
@@ -58,8 +61,9 @@ class Memo:
     within one execution (part of a fresh run) from reuse of an earlier execution's result (`origin`).
     """
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int, max_entries: int = MAX_ENTRIES):
         self.max_bytes = max_bytes
+        self.max_entries = max_entries  # tensor-free entries (scores) weigh 0 bytes: the count bounds them
         self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._pinned: dict[str, list[tuple[Hashable, Any]]] = {}  # slot -> [(key, value)], newest last
         self._origin: dict[Hashable, str] = {}  # key -> run id that stored it (entries alive in data or pins)
@@ -158,7 +162,7 @@ class Memo:
         return value
 
     def _evict_to(self, max_bytes: int) -> None:
-        while self.bytes > max_bytes and self._data:
+        while (self.bytes > max_bytes or len(self._data) > self.max_entries) and self._data:
             key, (_, old) = self._data.popitem(last=False)
             self.bytes -= old
             self.stats.evictions += 1
