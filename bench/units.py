@@ -56,14 +56,18 @@ class CallClass:
 _MISSING = object()
 
 
-def _kv_frames(kv) -> int:
-    """Cached frames a DiT call attends to besides its own (a cache view, or a write plan on one)."""
+def _kv_frames(kv, frames: int) -> int:
+    """Cached frames a DiT call of `frames` frames attends to besides its own: what the resulting view holds that
+    the call did not write (a view is appended to, the oldest window frames evicted when full; a write plan such
+    as a recache's rewrite says itself)."""
     if kv is None:
         return 0
+    if not hasattr(kv, "plan") and hasattr(kv, "append"):
+        kv = kv.append(frames)  # the plan the forward makes of a view (pure: nothing is written)
     plan = getattr(kv, "plan", None)
-    if plan is not None:  # a write plan: the frames of the resulting view that the call did not write
+    if plan is not None:
         return len(plan.frame_ids) - plan.frames
-    return int(getattr(kv, "frames", 0))
+    return int(getattr(kv, "frames", 0))  # an older cache view: the call attends to all of it
 
 
 def prefix_view(kv, frames: int):
@@ -95,16 +99,15 @@ class CallLog:
             if self.sync:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                if self.sync:
-                    torch.cuda.synchronize()
-                dt = time.perf_counter() - t0
-                classes = classify(*a, **k)
-                total = sum(n for _, n in classes)
-                for cls, n in classes:  # a call of several classes (a first chunk) splits its time by units
-                    self.calls.append((self.block, cls, n, dt * n / total if total else dt))
+            out = fn(*a, **k)  # a call that raises (Cancel) is not recorded
+            if self.sync:
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            classes = classify(*a, **k)
+            total = sum(n for _, n in classes)
+            for cls, n in classes:  # a call of several classes (a first chunk) splits its time by units
+                self.calls.append((self.block, cls, n, dt * n / total if total else dt))
+            return out
 
         setattr(obj, name, timed)
 
@@ -114,7 +117,7 @@ class CallLog:
 
             def dit(x, t, text, *, kv=None, want_output=True, _role=role, **_):
                 return [(CallClass("denoise" if want_output else "context", _role, int(x.shape[1]),
-                                   _kv_frames(kv)), 1)]
+                                   _kv_frames(kv, int(x.shape[1]))), 1)]
 
             self._wrap(runner, "forward", dit)
             self._wrap(runner, "encode_text", lambda *a, _role=role, **k: [(CallClass("text", _role), 1)])
