@@ -220,3 +220,15 @@ def test_fork_isolation_reports_the_childs_own_peak():
     assert bs.rss_bytes() < before + 32 * 2**20  # the parent did not hold it
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         bs.run_forked(lambda: 1 / 0)
+
+
+def test_deadline_stops_starting_rounds():
+    """No round starts that the previous round's length says would end past the deadline (one always runs)."""
+    a = bs.parse_args(["--size", "tiny", "--blocks", "1"])
+    with tempfile.TemporaryDirectory() as tmp:
+        setup, _ = bs.make_setup(a, Path(tmp))
+    configs = [bs.CONFIGS["target-only"]]
+    rr = bs.run_rounds(setup, configs, rounds=3, isolation="none", deadline_s=1e-3, log=lambda *_: None)
+    assert len(rr.orders) == 1 and rr.stopped_early
+    rr = bs.run_rounds(setup, configs, rounds=2, isolation="none", deadline_s=3600, log=lambda *_: None)
+    assert len(rr.orders) == 2 and not rr.stopped_early
