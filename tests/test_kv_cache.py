@@ -118,6 +118,9 @@ def test_evict_is_logical_and_never_touches_the_sink():
     assert kv.valid and _logical(kv) == [0, 1, 2, 3, 4, 5]  # nothing moved
     with pytest.raises(ValueError, match="evict"):
         kv.evict(5)
+    # appending fewer frames than were evicted leaves a partial window: the call still attends exactly to it
+    grown, seen, w = _call(shorter, [6])
+    assert grown.frame_ids == (0, 1, 4, 5, 6) and sorted(seen) == [0, 1, 4, 5, 6] and _logical(grown) == [0, 1, 4, 5, 6]
 
 
 def test_a_view_whose_slots_were_overwritten_is_stale_and_never_read():

@@ -403,7 +403,7 @@ class KVWrite:
 
 class OpenKVWrite:
     """A call in progress: `write` a layer's new keys/values, then `keys`/`values` are what the layer attends to
-    (the occupied slots in physical order: a prefix of the buffer, no copy); `commit` returns the view that
+    (the occupied slots in physical order: a prefix of the buffer, read in place); `commit` returns the view that
     includes the written frames."""
 
     def __init__(self, base: KVCache, plan: _Plan):
@@ -413,21 +413,20 @@ class OpenKVWrite:
         result = KVCache(buf, plan.sink_len, plan.ring_start, plan.ring_len, plan.frame_ids)
         phys = [result.physical(i) for i in range(len(plan.frame_ids))]
         n = len(phys)
-        if sorted(phys) != list(range(n)):  # invariant: the occupied slots are a prefix (or all) of the buffer
-            raise RuntimeError(f"KV layout invariant broken: occupied slots {phys} are not a prefix of the buffer")
+        key_slots = sorted(phys)  # attended in physical order
+        # the occupied slots are a prefix of the buffer (or all of it) whenever views only grow by append / rewrite:
+        # attention reads them in place; after an explicit `evict`, a partial window is gathered (a copy)
+        self._gather = None if key_slots == list(range(n)) else result._token_index(tuple(key_slots))
         self.key_tokens = n * tpf
         written = plan.written
         self.skip = plan.frames - len(written)  # leading frames of the call that only query (a kept sink)
         clock = buf.stamp(tuple(phys[i] for i in written))
         self._stamps = tuple(clock if src is None else base.stamps[src] for src in plan.source)
         # physical token runs written: (start, end, offset of their first token among the written ones)
-        runs = [(p * tpf, (p + n) * tpf, j * tpf) for p, j, n in _runs([(phys[i], j) for j, i in enumerate(written)])]
-        self.runs = runs
-        # logical slot index of every occupied physical slot (slot RoPE), and the call's query frames' slots
-        logical_of = [0] * n
-        for i, p in enumerate(phys):
-            logical_of[p] = i
-        self.key_positions = tuple(logical_of)
+        self.runs = [(p * tpf, (p + c) * tpf, j * tpf) for p, j, c in _runs([(phys[i], j) for j, i in enumerate(written)])]
+        # logical slot index of every attended key slot (slot RoPE), and the call's query frames' slots
+        logical_of = {p: i for i, p in enumerate(phys)}
+        self.key_positions = tuple(logical_of[p] for p in key_slots)
         self.query_positions = tuple(range(n - plan.frames, n))
         self._result = result
 
@@ -443,10 +442,12 @@ class OpenKVWrite:
             self.buffer.v[layer][:, :, a:b] = v[:, :, off + c:off + c + (b - a)]
 
     def keys(self, layer: int) -> torch.Tensor:
-        return self.buffer.k[layer][:, :, :self.key_tokens]
+        t = self.buffer.k[layer]
+        return t[:, :, :self.key_tokens] if self._gather is None else t.index_select(2, self._gather)
 
     def values(self, layer: int) -> torch.Tensor:
-        return self.buffer.v[layer][:, :, :self.key_tokens]
+        t = self.buffer.v[layer]
+        return t[:, :, :self.key_tokens] if self._gather is None else t.index_select(2, self._gather)
 
     def commit(self) -> KVCache:
         """The view that includes the frames just written (made only when the whole call finished)."""
