@@ -74,6 +74,9 @@ def test_per_block_seconds_work_and_memory(tiny_doc):
         assert len(blocks) == len(r["per_block_seconds"]) == 4
         assert all(set(b) >= BLOCK_KEYS for b in blocks)
         assert r["per_block_seconds"] == [b["wall_s"] for b in blocks] and all(s > 0 for s in r["per_block_seconds"])
+        # wall time between committed blocks (engine work included), adding up to the run's wall time
+        assert abs(sum(r["per_block_seconds"]) - r["wall_s_min"]) < 5e-3
+        assert all(b["wall_s"] > sum(b["seconds"].values()) for b in blocks)
         # the per-block work adds up to the run's counts; block 0 is the target's
         for k in bs.WORK:
             assert sum(b["work"].get(k, 0) for b in blocks) == r["counts"][k]
