@@ -275,11 +275,11 @@ def price_plan(plan: Plan, m: Measured) -> dict:
     unit_s = {c: call_seconds(c, m.flops[c].flops, _bytes_moved(c, m.meta, g), plan.gpu) for c in classes}
     cfg_s = {cid: price(u, unit_s) + plan.blocks * ENGINE_S_PER_BLOCK for cid, u in m.per_config.items()}
     micro_s = sum(unit_s[c] * _units_per_call(c, spec) for c in m.micro)
-    round_s = sum(cfg_s.values()) + micro_s
+    round_s = sum(cfg_s.values()) + 2 * micro_s  # each round's micro-benchmarks: a warm call, then the timed one
     cpu_params = sum(p.numel() for p in m.meta.vae.parameters()) + sum(p.numel() for p in m.meta.scorer.parameters())
     build_s = STARTUP_S + cpu_params / CPU_INIT_PARAMS_PER_S + (weights["drafter"] + weights["target"]) / (
         plan.gpu.hbm_bytes_per_s * MEMORY_EFFICIENCY)
-    warm_s = price(m.warm, unit_s) + FIRST_CALL_S + micro_s  # the warm-up run, then every micro-benchmark shape once
+    warm_s = price(m.warm, unit_s) + FIRST_CALL_S  # the untimed warm-up generation and first-call costs
     mem_s = sum(unit_s[c] * _units_per_call(c, spec) for cs in m.mem_rows.values() for c in cs)
     phases = {"build": build_s, "warm-up": warm_s, "benchmark rounds": plan.rounds * round_s,
               "memory table": mem_s, "peer probe": PEER_S if plan.peer else 0.0}

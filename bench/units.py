@@ -287,13 +287,13 @@ def _dit_plan(classes: Iterable[CallClass]) -> set[CallClass]:
 
 class UnitBench:
     """Micro-benchmarks of call classes, repeated over rounds: `add` the classes a run made, `rep` times each once
-    (order rotated per repeat), `costs` gives min / median seconds per unit for every class added."""
+    (order rotated per repeat), `costs` gives min / median seconds per unit for every class added. Inputs (text K/V,
+    caches) are made per `rep` and dropped after it, so nothing stays allocated while the runs are measured."""
 
     def __init__(self, models, geometry: Geometry, sync: bool = False):
-        self.setup = _Setup(models, geometry)
+        self.models, self.geometry = models, geometry
         self.sync = sync
         self.wanted: set[CallClass] = set()
-        self.calls: dict[CallClass, tuple[Callable[[], Any], int]] = {}
         self.samples: dict[CallClass, list[float]] = {}
         self._reps = 0
 
@@ -305,22 +305,21 @@ class UnitBench:
 
     def rep(self, reps: int = 1) -> None:
         timed = self._timed()
-        for c in timed:
-            if c not in self.calls:
-                self.calls[c] = unit_call(self.setup, c)
-                self.calls[c][0]()  # warm the shape once (allocator, kernels), untimed
-                self.samples[c] = []
+        setup = _Setup(self.models, self.geometry)
+        calls = {c: unit_call(setup, c) for c in timed}
+        for fn, _ in calls.values():  # warm every shape once (allocator, kernels), untimed
+            fn()
         for _ in range(reps):
             k = self._reps % len(timed) if timed else 0
             for c in timed[k:] + timed[:k]:
-                fn, n = self.calls[c]
+                fn, n = calls[c]
                 if self.sync:
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 fn()
                 if self.sync:
                     torch.cuda.synchronize()
-                self.samples[c].append((time.perf_counter() - t0) / n)
+                self.samples.setdefault(c, []).append((time.perf_counter() - t0) / n)
             self._reps += 1
 
     def costs(self) -> dict[CallClass, UnitCost]:
