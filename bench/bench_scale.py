@@ -516,6 +516,12 @@ def make_setup(a: argparse.Namespace, workdir: Path) -> tuple[Setup, float]:
     if a.blocks < 1:
         raise SystemExit("--blocks must be >= 1")
     scale = SCALES[a.size]
+    if device.type == "cpu" and hasattr(os, "sysconf"):  # refuse what cannot be built in RAM (full size in fp32)
+        need = 4 * (scale.drafter.num_params() + scale.target.num_params())
+        ram = os.sysconf("SC_PHYS_PAGES") * PAGE
+        if need > ram:
+            raise SystemExit(f"--size {a.size} on the CPU needs {need / GIB:.0f} GiB for the DiT weights in fp32, "
+                             f"more than this machine's {ram / GIB:.0f} GiB: use --device cuda or a smaller size")
     t0 = time.perf_counter()
     models = build_models(scale, device, a.compile, workdir)
     build_s = time.perf_counter() - t0
