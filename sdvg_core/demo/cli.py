@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         policy = _policy(a)
         memo_bytes = int(a.memo_gb * 2**30)
         engine = Engine(target, vae, drafter, scorer, _engine_config(a, real),
-                        memo=TieredMemo(memo_bytes, small_bytes=memo_bytes))
+                        memo=TieredMemo.split(memo_bytes))
     except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR

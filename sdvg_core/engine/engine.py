@@ -34,8 +34,8 @@ from .tally import PHASES, WORK_KEYS, Tally
 __all__ = ["Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DecodeEntry", "to_image",
            "PHASES", "WORK_KEYS", "DEFAULT_MEMO_BYTES"]
 
-# Derived data kept for re-runs (the large tier: KV and decoder caches, decoded pixels; decisions' inputs have their
-# own small tier). What a generation needs is held outside it, so any size is correct; a bigger one reuses more.
+# Derived data kept for re-runs, both tiers together (TieredMemo.split: a quarter for decisions' inputs, the rest for
+# caches and pixels). What a generation needs is held outside it, so any size is correct; a bigger one reuses more.
 DEFAULT_MEMO_BYTES = 2 << 30
 DECODE_RULES = ("standard", "krea")
 
@@ -121,7 +121,7 @@ class Engine:
         if z_dim != target.cfg.in_dim:
             raise ValueError(f"VAE latent channels {z_dim} != DiT input channels {target.cfg.in_dim}")
         # a host may share one memo between engines built per call (keys hold every model's identity)
-        self.memo = memo if memo is not None else TieredMemo(config.memo_bytes)
+        self.memo = memo if memo is not None else TieredMemo.split(config.memo_bytes)
         self.noise_fn = noise_fn
         self.noise_key = self._noise_key(noise_fn, shared_memo=memo is not None)
         self.tracer = tracer

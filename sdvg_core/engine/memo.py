@@ -208,6 +208,7 @@ class Memo:
 # block in bf16) and KV / decoder caches (GBs) go to the large tier.
 SMALL_TIER_BYTES = 1 << 30
 SMALL_ENTRY_MAX = 8 << 20
+SMALL_TIER_SHARE = 4  # TieredMemo.split: the small tier's share of one budget is 1/4
 
 
 class TieredMemo:
@@ -224,6 +225,12 @@ class TieredMemo:
         self.small = memo(small_bytes)
         self.large = memo(large_bytes)
         self.small_entry_max = small_entry_max
+
+    @staticmethod
+    def split(total_bytes: int, memo: type[Memo] = Memo) -> "TieredMemo":
+        """One budget shared out: a quarter (at most SMALL_TIER_BYTES) for the small tier, the rest for caches."""
+        small = min(total_bytes // SMALL_TIER_SHARE, SMALL_TIER_BYTES)
+        return TieredMemo(total_bytes - small, small_bytes=small, memo=memo)
 
     @property
     def max_bytes(self) -> int:
