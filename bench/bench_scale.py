@@ -422,7 +422,8 @@ def projection(s: Setup, rows: list[dict], runs_units: dict[str, Counter], unit_
 def machine() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), torch {torch.__version__}"
-    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    return f"{cpu} CPU, {torch.get_num_threads()} thread(s), torch {torch.__version__}"
 
 
 def _gib(v) -> str:
@@ -436,9 +437,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
              f"{meta['dtype']}, recipes drafter `{meta['recipes']['drafter']}` / target `{meta['recipes']['target']}`)"
              f" on {meta['machine']}; {meta['rounds_run']} interleaved round(s), isolation `{meta['isolation']}`; "
              f"command: `{meta['command']}`", "",
-             f"| configuration | D fw | T fw | s/block min | s/block median | context | draft | decode | score | target | "
-             f"{peak_head} | resident GiB | estimate GiB | speedup min | speedup median | predicted (unit costs) | "
-             f"engine overhead |", "|" + "---|" * 17]
+             "| configuration | D fw | T fw | s/block min | s/block median | context | draft | decode | score | "
+             f"target | {peak_head} | resident GiB | estimate GiB | speedup min | speedup median | "
+             "predicted (unit costs) | engine overhead |", "|" + "---|" * 17]
     resident = meta["resident_bytes"]
     est = meta["memory_estimate"]["bench_peak_bytes"]
     for r in rows:

@@ -341,7 +341,8 @@ def dry_run_markdown(e: dict) -> str:
     gpu = e["gpu"]
     m = e["memory"]
     lines = [f"# GPU check dry run for {gpu['name']} (estimates, not measurements)", "",
-             f"Plan: {e['plan']['size']} size {e['plan']['width']}x{e['plan']['height']}, {e['plan']['blocks']} blocks, "
+             f"Plan: {e['plan']['size']} size {e['plan']['width']}x{e['plan']['height']}, "
+             f"{e['plan']['blocks']} blocks, "
              f"configurations {', '.join(e['plan']['configs'])}, {e['plan']['rounds']} interleaved rounds, recipes "
              f"drafter `{e['plan']['recipes']['drafter']}` / target `{e['plan']['recipes']['target']}`, memo "
              f"{e['plan']['memo_bytes'] / GIB:.1f} GiB; memory table rows {', '.join(e['plan']['memory_rows'])}; "
@@ -354,11 +355,13 @@ def dry_run_markdown(e: dict) -> str:
               f"Estimated peak {m['estimated_peak_bytes'] / GIB:.1f} GiB (benchmark "
               f"{m['bench']['bench_peak_bytes'] / GIB:.1f} GiB: weights "
               f"{sum(m['bench']['weights_bytes'].values()) / GIB:.1f} + memo {m['bench']['memo_bytes'] / GIB:.1f} + "
-              f"held {m['bench']['held_bytes'] / GIB:.1f} + largest phase {m['bench']['largest_phase_bytes'] / GIB:.1f}; "
+              f"held {m['bench']['held_bytes'] / GIB:.1f} + largest phase "
+              f"{m['bench']['largest_phase_bytes'] / GIB:.1f}; "
               f"memory table {m['memory_table_peak_bytes'] / GIB:.1f} GiB) against {m['limit_bytes'] / GIB:.1f} GiB "
               f"usable ({gpu['memory_bytes'] / 1e9:.0f} GB x {e['usable_memory_fraction']}): "
               f"{'fits' if e['fits_memory'] else 'DOES NOT FIT'}.", "",
-              "| configuration | estimated s per video | full-size FLOP shares (dit / dit context / decode / encode / score) |",
+              "| configuration | estimated s per video | full-size FLOP shares "
+              "(dit / dit context / decode / encode / score) |",
               "|---|---|---|"]
     for cid, s in e["estimated_config_s"].items():
         sh = e["full_size_flop_shares"][cid]
@@ -437,8 +440,9 @@ def memory_markdown(rows: list[dict], where: str, size: str = "832x480") -> str:
     for r in rows:
         comp, meas = r.get("computed_total_bytes"), r.get("measured_total_bytes")
         ratio = f"{meas / comp:.2f}" if comp and meas else "-"
-        lines.append(f"| {r['row']} | {r['weights_bytes'] / GIB:.2f} | {'-' if comp is None else f'{comp / GIB:.2f}'} | "
-                     f"{'-' if meas is None else f'{meas / GIB:.2f}'} | {ratio} |")
+        comp_s = "-" if comp is None else f"{comp / GIB:.2f}"
+        meas_s = "-" if meas is None else f"{meas / GIB:.2f}"
+        lines.append(f"| {r['row']} | {r['weights_bytes'] / GIB:.2f} | {comp_s} | {meas_s} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -470,7 +474,8 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
         raise SystemExit("gpu-check needs a CUDA device (use --dry-run on a CPU)")
     t_start = time.perf_counter()
     if cuda:
-        where = {"gpu": torch.cuda.get_device_name(), "device_memory_bytes": torch.cuda.get_device_properties(0).total_memory}
+        where = {"gpu": torch.cuda.get_device_name(),
+                 "device_memory_bytes": torch.cuda.get_device_properties(0).total_memory}
     else:  # the real run's code on the CPU (tests): one thread (forked runs), the machine's RAM is the limit
         torch.set_num_threads(1)
         where = {"gpu": bs.machine(), "device_memory_bytes": os.sysconf("SC_PHYS_PAGES") * bs.PAGE}
