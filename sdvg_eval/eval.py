@@ -6,6 +6,9 @@
         --umt5 umt5-xxl/ --metrics visionreward:VisionReward-Video/ imagereward \
         --vr-checklist VisionReward/ --ray-address auto --out out/eval
 
+A prompt schedule instead of a prompt file (the prompt changes between blocks; one schedule for the sweep):
+    python -m sdvg_eval --tiny --prompt-schedule story.txt --seeds 1 2 3 --blocks 12 --workers 0
+
 Rows are appended to OUT/rows.csv as each finishes; re-running the same command skips finished rows. A
 (prompt, seed) unit runs all its configs on one worker over one shared memo, so a tau sweep computes the
 common prefix once (OUT/summary.md reports forwards computed vs a naive sweep). `--workers 0` runs in this
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import math
 import os
 import sys
 import time
@@ -27,12 +31,17 @@ import torch
 
 from sdvg_core.demo.cli import REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
+from sdvg_core.engine.recipes import RECIPE_NAMES
 from sdvg_core.engine.state import SIZE_MULTIPLE
+from sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND, drafter_problems
+from sdvg_core.io.prompt_schedule import ScheduleError, read_schedule
+from sdvg_core.io.text import load_embeddings
+from sdvg_core.models.state_dict import CheckpointError
 from sdvg_core.models.wan_config import PRESETS
 
 from .config import DEFAULT_SEEDS, PAPER_CONFIGS, parse_configs
 from .metrics import IMAGEREWARD_NOTE, MetricOptions, metric_identity, metric_name, metric_spec_problem
-from .prompts import Encoder, cached_embeddings, demo_encoder, read_prompts, umt5_encoder
+from .prompts import Encoder, Prompt, cached_embeddings, demo_encoder, read_prompts, umt5_encoder
 from .visionreward import MODES as VR_MODES, VIDEO_SOURCES as VR_VIDEO
 from .records import Appender, RunMismatch, code_version, columns, open_results, read_rows, results_paths
 from .sweep import RunnerArgs, plan, run_local, run_ray
@@ -47,7 +56,11 @@ RAY_AUTH_HELP = ("a cluster with token authentication (Ray's default since 2.59 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m sdvg_eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prompts", required=True, help="one prompt per line (prompt id k = line k+1)")
+    p.add_argument("--prompts", help="one prompt per line (prompt id k = line k+1)")
+    p.add_argument("--prompt-schedule", metavar="FILE",
+                   help="instead of --prompts: one prompt schedule run as the sweep's only prompt (id 0), the "
+                        "demo's file: `block: prompt` lines or a JSON list of {\"block\": n, \"prompt\": ..., "
+                        "\"embeddings\": optional file}; each block is generated and routed under its own prompt")
     p.add_argument("--limit", type=int, default=None, help="first N prompts only")
     p.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     p.add_argument("--configs", nargs="+", default=list(PAPER_CONFIGS),
@@ -69,12 +82,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  ("reward", "ImageReward.pt"), ("vocab", "bert-base-uncased vocab.txt (default: next to --reward)"),
                  ("umt5", "local umT5 folder: prompts are encoded once and cached")):
         p.add_argument(f"--{f}", help=h)
-    p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default="generator_ema")
+    p.add_argument("--drafter-kind", choices=[*DRAFTER_KINDS, FRAMEWISE_KIND], default=None,
+                   help="which drafter --drafter is: its .pt entry, LoRA and default recipe (default "
+                        f"{DEFAULT_DRAFTER_KIND}; " + "; ".join(f"{k.name}: {k.title}" for k in DRAFTER_KINDS.values())
+                        + f"). {FRAMEWISE_KIND} is refused: 1-frame blocks")
+    p.add_argument("--drafter-lora", help="peft LoRA merged into the drafter at load (LongLive: lora.pt)")
+    p.add_argument("--drafter-lora-alpha", type=float, default=None,
+                   help="the LoRA's alpha (scale alpha/rank; default: the kind's, 256 for LongLive, else the rank)")
+    p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default=None,
+                   help="entry of a .pt drafter (default: the kind's: self_forcing generator_ema, causal_forcing and "
+                        "longlive generator)")
     p.add_argument("--device", default=None, help="default: cuda when this machine has one or --gpus-per-worker > 0, "
                                                    "else cpu")
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="DiT dtype (default bf16 on GPU, fp32 on CPU)")
     p.add_argument("--width", type=int), p.add_argument("--height", type=int), p.add_argument("--blocks", type=int)
-    p.add_argument("--recipe", choices=["krea", "self_forcing"], default="krea")
+    p.add_argument("--recipe", choices=list(RECIPE_NAMES), default="krea",
+                   help="context recipe of both models (krea: the published SDVG pairing)")
+    p.add_argument("--drafter-recipe", choices=list(RECIPE_NAMES), default=None,
+                   help="the drafter's own recipe (default: --recipe; a LongLive drafter file: longlive)")
+    p.add_argument("--target-recipe", choices=list(RECIPE_NAMES), default=None,
+                   help="the target's own recipe (default: --recipe)")
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard")
     p.add_argument("--memo-gb", type=float, default=DEFAULT_MEMO_BYTES / GIB, help="per-worker memo for big caches")
     p.add_argument("--out", default="out/eval", help="results folder (rows.csv, run.json, summary.md, pareto.png)")
@@ -108,11 +135,7 @@ def ray_address(a: argparse.Namespace) -> str | None:
 
 def preflight(a: argparse.Namespace) -> list[str]:
     """Every problem with flags and files, found before anything loads."""
-    problems = []
-    if not Path(a.prompts).is_file():
-        problems.append(f"--prompts {a.prompts}: file not found")
-    elif not read_prompts(a.prompts):
-        problems.append(f"--prompts {a.prompts}: no prompts in it (empty, or blank lines only; one prompt per line)")
+    problems = _prompt_problems(a)
     try:
         cfgs = parse_configs(a.configs)
     except ValueError as e:
@@ -140,23 +163,139 @@ def preflight(a: argparse.Namespace) -> list[str]:
     if not a.tiny:
         needs_d = any(c.needs_drafter for c in cfgs)
         needs_r = any(c.needs_scorer for c in cfgs) or "imagereward" in a.metrics
-        for flag, need in (("target", True), ("vae", True), ("drafter", needs_d), ("reward", needs_r)):
+        for flag, need in (("target", True), ("vae", True), ("drafter", needs_d), ("reward", needs_r),
+                           ("drafter_lora", False)):
             v = getattr(a, flag)
             if need and not v:
                 problems.append(f"--{flag} is missing (or give --tiny for the embedded tiny models)")
             elif v and not Path(v).is_file():
-                problems.append(f"--{flag} {v}: file not found")
-        if not a.umt5:
+                problems.append(f"--{flag.replace('_', '-')} {v}: file not found")
+        if a.drafter:
+            problems += [f"--drafter: {m}" for m in drafter_problems(a.drafter, a.drafter_kind, a.drafter_lora)]
+        if not a.umt5 and not _all_entries_have_embeddings(a):
             problems.append("--umt5 is missing (a local umT5 folder: each prompt is encoded once and cached)")
+    problems += _drafter_flag_problems(a)
     if a.workers != 0 and importlib.util.find_spec("ray") is None:
         problems.append("Ray is not installed: pip install -r requirements-eval.txt, or run with --workers 0")
     return problems
 
 
+def _prompt_problems(a: argparse.Namespace) -> list[str]:
+    """The prompt source: a prompt file, or one prompt schedule for the whole sweep (never both)."""
+    if a.prompts and a.prompt_schedule:
+        return ["--prompts with --prompt-schedule: give one; a schedule sweep runs the schedule file as its only "
+                "prompt (a schedule per prompt line is not supported)"]
+    if not a.prompts and not a.prompt_schedule:
+        return ["--prompts FILE (one prompt per line) or --prompt-schedule FILE is missing"]
+    if a.prompts:
+        if not Path(a.prompts).is_file():
+            return [f"--prompts {a.prompts}: file not found"]
+        if not read_prompts(a.prompts):
+            return [f"--prompts {a.prompts}: no prompts in it (empty, or blank lines only; one prompt per line)"]
+        return []
+    problems = ["--limit applies to --prompts (a prompt schedule is one prompt)"] if a.limit is not None else []
+    try:
+        entries = read_schedule(a.prompt_schedule)
+    except ScheduleError as e:
+        return problems + [f"--prompt-schedule: {e}"]
+    blocks = a.blocks or (TINY_BLOCKS if a.tiny else REAL_BLOCKS)
+    late = [e.block for e in entries if e.block >= blocks]
+    if late:
+        problems.append(f"--prompt-schedule: entries start at block {late} but the videos have {blocks} blocks "
+                        f"(0..{blocks - 1}; --blocks sets it)")
+    widths = {}
+    for e in entries:
+        if e.embeddings is None:
+            continue
+        try:
+            widths[e.block] = load_embeddings(e.embeddings)[1].shape[-1]  # a few MB: known before the models load
+        except (CheckpointError, OSError) as err:
+            problems.append(f"--prompt-schedule (block {e.block}): {err}")
+    text_dim = PRESETS["tiny-target"].text_dim if a.tiny else None  # real: the loaded target's, checked by the engine
+    if text_dim is not None and any(w != text_dim for w in widths.values()):
+        problems.append(f"--prompt-schedule: embeddings of width {sorted(set(widths.values()))} but the tiny models "
+                        f"take {text_dim}")
+    elif len(set(widths.values())) > 1:
+        problems.append(f"--prompt-schedule: entries' embeddings differ in width ({widths}, by first block)")
+    return problems
+
+
+def _all_entries_have_embeddings(a: argparse.Namespace) -> bool:
+    """A schedule whose every entry names its embeddings file needs no umT5."""
+    if not a.prompt_schedule:
+        return False
+    try:
+        return all(e.embeddings is not None for e in read_schedule(a.prompt_schedule))
+    except ScheduleError:
+        return True  # reported by _prompt_problems
+
+
+def _drafter_flag_problems(a: argparse.Namespace) -> list[str]:
+    """Flags that describe a drafter file, given where no drafter file is read; a LoRA alpha that is no scale."""
+    given = [f for f, v in (("--drafter-kind", a.drafter_kind), ("--drafter-lora", a.drafter_lora),
+                            ("--drafter-lora-alpha", a.drafter_lora_alpha), ("--pt-entry", a.pt_entry))
+             if v is not None]
+    problems = []
+    if given and (a.tiny or not a.drafter):
+        where = "with --tiny (its drafter is built in, not read from a file)" if a.tiny else "without --drafter"
+        problems.append(f"{', '.join(given)} given {where}: they describe the drafter file")
+    if a.drafter_lora_alpha is not None and not (math.isfinite(a.drafter_lora_alpha) and a.drafter_lora_alpha > 0):
+        problems.append(f"--drafter-lora-alpha {a.drafter_lora_alpha} must be a positive number")
+    return problems
+
+
+def role_recipes(a: argparse.Namespace) -> tuple[str, str]:
+    """(drafter recipe, target recipe): --drafter-recipe / --target-recipe, else --recipe; a drafter file whose kind
+    has its own long-video recipe (LongLive) runs it unless --drafter-recipe says otherwise, as in the demo CLI
+    (Self-Forcing-family drafters run --recipe, the published pairing)."""
+    drafter = a.drafter_recipe
+    if drafter is None and not a.tiny and a.drafter:
+        own = DRAFTER_KINDS[a.drafter_kind or DEFAULT_DRAFTER_KIND].default_recipe
+        if own != "self_forcing" and own in RECIPE_NAMES:
+            drafter = own
+    return drafter or a.recipe, a.target_recipe or a.recipe
+
+
+def sweep_units(a: argparse.Namespace, encoder: Encoder, cache_dir: Path) -> tuple[list[Unit], int]:
+    """The sweep's (prompt, seed) units and how many prompts were encoded now. A prompt file gives one unit per
+    (line, seed); a schedule one unit per seed, prompt id 0, each entry encoded once (or read from its own file)."""
+    if not a.prompt_schedule:
+        prompts = read_prompts(a.prompts, a.limit)
+        files, encoded = cached_embeddings(cache_dir, encoder, prompts)
+        return [Unit(p.id, p.text, s, str(files[p.id])) for p in prompts for s in a.seeds], encoded
+    entries = read_schedule(a.prompt_schedule)
+    to_encode = [Prompt(i, e.prompt) for i, e in enumerate(entries) if e.embeddings is None]
+    files, encoded = cached_embeddings(cache_dir, encoder, to_encode)
+    rows = [(e.block, e.prompt, str(e.embeddings if e.embeddings is not None else files[i]))
+            for i, e in enumerate(entries)]
+    return [Unit(0, rows[0][1], s, rows[0][2], tuple(rows[1:])) for s in a.seeds], encoded
+
+
+def schedule_identity(path: str) -> dict:
+    """What makes rows of a schedule sweep comparable: every entry's first block and text (as the rows'
+    prompt_text shows them) and the identity of the embeddings files entries name."""
+    from sdvg_core.io.checkpoint import file_identity
+
+    entries = read_schedule(path)
+    ident: dict = {"schedule": " | ".join(f"{e.block}: {e.prompt}" for e in entries)}
+    if any(e.embeddings is not None for e in entries):
+        ident["schedule_embeddings"] = [f"{e.block}: {file_identity(e.embeddings)}" for e in entries
+                                        if e.embeddings is not None]
+    return ident
+
+
 def make_encoder(a: argparse.Namespace) -> Encoder:
     """The prompt encoder: the tiny models' stand-in, or umT5 from a local folder (loaded only if a prompt is
     not in the embedding cache yet)."""
-    return demo_encoder(PRESETS["tiny-target"].text_dim) if a.tiny else umt5_encoder(a.umt5, a.device)
+    if a.tiny:
+        return demo_encoder(PRESETS["tiny-target"].text_dim)
+    if not a.umt5:  # preflight allows this only for a schedule whose every entry names its embeddings file
+        return Encoder("none: every prompt-schedule entry names its embeddings file", _no_encoder)
+    return umt5_encoder(a.umt5, a.device)
+
+
+def _no_encoder(text: str) -> torch.Tensor:
+    raise RuntimeError(f"no umT5 folder was given to encode {text!r}")
 
 
 def release_memory(device: str) -> None:
@@ -178,15 +317,18 @@ def main(argv: list[str] | None = None) -> int:
     configs = parse_configs(a.configs)
     size, blocks = (TINY_SIZE, TINY_BLOCKS) if a.tiny else (REAL_SIZE, REAL_BLOCKS)
     gpu = a.device != "cpu"
+    drafter_recipe, target_recipe = role_recipes(a)
     setup = ModelSetup(tiny=a.tiny, drafter=a.drafter, target=a.target, vae=a.vae, reward=a.reward, vocab=a.vocab,
-                       pt_entry=a.pt_entry, device=a.device, dtype=a.dtype or ("bf16" if gpu else "fp32"),
+                       pt_entry=a.pt_entry, drafter_kind=a.drafter_kind, drafter_lora=a.drafter_lora,
+                       drafter_lora_alpha=a.drafter_lora_alpha, device=a.device,
+                       dtype=a.dtype or ("bf16" if gpu else "fp32"),
                        width=a.width or size[0], height=a.height or size[1], blocks=a.blocks or blocks,
-                       recipe=a.recipe, decode_rule=a.decode_rule, memo_bytes=int(a.memo_gb * GIB),
+                       recipe=a.recipe, drafter_recipe=drafter_recipe, target_recipe=target_recipe,
+                       decode_rule=a.decode_rule, memo_bytes=int(a.memo_gb * GIB),
                        threads=max(1, int(a.cpus_per_worker)),
                        needs_drafter=any(c.needs_drafter for c in configs),
                        needs_scorer=any(c.needs_scorer for c in configs) or "imagereward" in a.metrics)
     out = Path(a.out)
-    prompts = read_prompts(a.prompts, a.limit)
     encoder = make_encoder(a)
     metric_cols = [metric_name(s) for s in a.metrics]
     header = columns(metric_cols, block_columns(setup.blocks))
@@ -195,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     timing = "fresh: own memo per config, warmed-up worker" if a.fresh_timing else "shared memo per (prompt, seed)"
     ident = {**setup.identity(), **code_version(), "encoder": encoder.key,
              "metrics": [metric_identity(s, opts) for s in a.metrics], "timing": timing}
+    if a.prompt_schedule:  # rows of another schedule (texts, first blocks, embeddings files) are refused
+        ident.update(schedule_identity(a.prompt_schedule))
     try:
         run_fp = open_results(out, ident, header)
     except RunMismatch as e:
@@ -203,10 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     rows_path, _ = results_paths(out)
     done = {(r["config"], int(r["prompt"]), int(r["seed"])) for r in read_rows(rows_path)}
     t0 = time.perf_counter()
-    files, encoded = cached_embeddings(a.embed_cache or out / "embeddings", encoder, prompts)
+    units, encoded = sweep_units(a, encoder, a.embed_cache or out / "embeddings")
     encoder = None  # umT5 is not needed again: free it before the models of the sweep load
     release_memory(a.device)
-    units = [Unit(p.id, p.text, s, str(files[p.id])) for p in prompts for s in a.seeds]
     jobs = plan(units, configs, done)
     todo = sum(len(j.configs) for j in jobs)
     print(f"{len(units)} unit(s) x {len(configs)} config(s): {len(units) * len(configs) - todo} row(s) already in "

@@ -16,7 +16,9 @@ from .config import RESULTS_FILE, RUN_FILE, UNITS_FILE
 HEAD = ["config", "prompt", "seed"]
 TAIL = ["time_s", "fresh_time", "counted_cost", "target_only_cost", "counted_speedup", "drafter_forwards",
         "target_forwards", "computed_drafter_forwards", "computed_target_forwards", "computed_cost", "acceptance"]
-END = ["frames_digest", "video", "worker", "run", "prompt_text"]
+# recipe: the context recipes that ran (`krea`, or `drafter longlive / target krea`); prompt_text: the prompt, or a
+# prompt schedule as `0: text | 12: text`
+END = ["frames_digest", "video", "worker", "run", "recipe", "prompt_text"]
 UNIT_COLUMNS = ["prompt", "seed", "configs", "computed_forwards", "naive_forwards", "computed_cost", "naive_cost",
                 "saving"]
 CODE_PACKAGES = ("sdvg_core", "sdvg_eval")  # their sources define what a row means

@@ -16,7 +16,7 @@ import torch
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine, EngineConfig
 from sdvg_core.engine.memo import TieredMemo
 from sdvg_core.engine.recipes import recipe_by_name
-from sdvg_core.engine.report import build_report
+from sdvg_core.engine.report import build_report, recipe_label
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning
 from sdvg_core.io.model_files import DTYPES  # also the --dtype choices of eval.py
 
@@ -35,39 +35,76 @@ class ModelSetup:
     vae: str | None = None
     reward: str | None = None
     vocab: str | None = None
-    pt_entry: str = "generator_ema"
+    pt_entry: str | None = None  # .pt entry of the drafter; None: its kind's (io/drafters.py)
+    drafter_kind: str | None = None  # io/drafters.py kind of the drafter file (None: self_forcing)
+    drafter_lora: str | None = None  # peft LoRA merged into the drafter at load (LongLive: lora.pt)
+    drafter_lora_alpha: float | None = None  # None: the kind's alpha (LongLive 256), else the LoRA's rank
     device: str = "cpu"
     dtype: str = "fp32"
     width: int = 96
     height: int = 64
     blocks: int = 6
-    recipe: str = "krea"
+    recipe: str = "krea"  # both roles' context recipe unless a role has its own below
+    drafter_recipe: str | None = None  # resolved by the driver (eval.py: --drafter-recipe, a LongLive drafter's own)
+    target_recipe: str | None = None
     decode_rule: str = "standard"
     memo_bytes: int = DEFAULT_MEMO_BYTES
     threads: int = 1  # torch intra-op threads per worker on CPU (tiny models gain nothing from more)
     needs_drafter: bool = True
     needs_scorer: bool = True
 
+    def role_recipes(self) -> dict[str, str]:
+        """Each role's context recipe name: its own when set, else `recipe` (EngineConfig's rule)."""
+        return {"drafter": self.drafter_recipe or self.recipe, "target": self.target_recipe or self.recipe}
+
+    def engine_config(self) -> EngineConfig:
+        """The workers' EngineConfig: the target's recipe as both roles' default, the drafter's when it differs
+        (the published pairing, Krea for both, stays the one-recipe config it always was)."""
+        r = self.role_recipes()
+        return EngineConfig(recipe=recipe_by_name(r["target"]), decode_rule=self.decode_rule,
+                            memo_bytes=self.memo_bytes,
+                            drafter_recipe=recipe_by_name(r["drafter"]) if r["drafter"] != r["target"] else None)
+
     def identity(self) -> dict[str, str]:
-        """What makes two runs' rows comparable: model files (path, size, mtime) or tiny seeds, the geometry, and
-        the kind of device (CPU and GPU kernels give other numbers)."""
+        """What makes two runs' rows comparable: model files (path, size, mtime) or tiny seeds, how the drafter
+        file is read (kind, entry, LoRA file and alpha), each role's recipe, the geometry, and the kind of device
+        (CPU and GPU kernels give other numbers)."""
         from sdvg_core.io.checkpoint import file_identity
+        from sdvg_core.io.drafters import drafter_kind
 
         models = {"models": "tiny random (sdvg_core.demo.tiny, seed 0)"} if self.tiny else {
             k: file_identity(v) for k in ("drafter", "target", "vae", "reward") if (v := getattr(self, k))}
-        return {**models, "pt_entry": self.pt_entry, "dtype": self.dtype, "size": f"{self.width}x{self.height}",
-                "blocks": str(self.blocks), "recipe": self.recipe, "decode_rule": self.decode_rule,
-                "device": self.device.split(":")[0]}
+        if not self.tiny and self.drafter:
+            kind = drafter_kind(self.drafter_kind)
+            models.update(drafter_kind=kind.name, pt_entry=self.pt_entry or kind.default_entry,
+                          drafter_lora=file_identity(self.drafter_lora) if self.drafter_lora else "none",
+                          drafter_lora_alpha="kind default" if self.drafter_lora_alpha is None
+                          else repr(float(self.drafter_lora_alpha)))
+        r = self.role_recipes()
+        return {**models, "dtype": self.dtype, "size": f"{self.width}x{self.height}",
+                "blocks": str(self.blocks), "drafter_recipe": r["drafter"], "target_recipe": r["target"],
+                "decode_rule": self.decode_rule, "device": self.device.split(":")[0]}
 
 
 @dataclass(frozen=True)
 class Unit:
-    """A (prompt, seed) task: every config of the sweep runs on it over one shared memo."""
+    """A (prompt, seed) task: every config of the sweep runs on it over one shared memo.
+
+    `text` / `embeddings_file` are block 0's prompt; `switches` the later entries of a prompt schedule, each
+    (first block, text, embeddings file) (empty: one prompt for the whole video)."""
 
     prompt_id: int
     text: str
     seed: int
     embeddings_file: str
+    switches: tuple[tuple[int, str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The prompt as rows show it: its text, or a schedule in its file's `block: prompt` form, ' | ' between."""
+        if not self.switches:
+            return self.text
+        return " | ".join(f"{b}: {t}" for b, t in ((0, self.text), *((b, t) for b, t, _ in self.switches)))
 
 
 def load_models(s: ModelSetup):
@@ -79,9 +116,11 @@ def load_models(s: ModelSetup):
         return m.drafter, m.target, m.vae, m.scorer
     from sdvg_core.io.model_files import load_model_files
 
-    m = load_model_files(target=s.target, vae=s.vae, drafter=s.drafter if s.needs_drafter else None,
+    draft = s.needs_drafter and bool(s.drafter)
+    m = load_model_files(target=s.target, vae=s.vae, drafter=s.drafter if draft else None,
                          reward=s.reward or None, vocab=s.vocab, dtype=DTYPES[s.dtype], device=s.device,
-                         pt_entry=s.pt_entry)
+                         pt_entry=s.pt_entry, drafter_kind=s.drafter_kind,
+                         drafter_lora=s.drafter_lora if draft else None, drafter_lora_alpha=s.drafter_lora_alpha)
     return m.drafter, m.target, m.vae, m.scorer
 
 
@@ -89,6 +128,29 @@ def frames_digest(frames: torch.Tensor) -> str:
     """Content hash of the output frames (float32 bytes): equal digests = bit-identical videos."""
     c = frames.detach().to("cpu", torch.float32).contiguous()
     return hashlib.blake2b(c.numpy().tobytes(), digest_size=16).hexdigest()
+
+
+def prompt_segments(spec: GenerationSpec, block_lengths: list[int]) -> list[tuple[int, int, str]]:
+    """(first frame, end frame, prompt text) of each prompt-schedule segment, from each block's frame count."""
+    out: list[list] = []
+    start = 0
+    for b, n in enumerate(block_lengths):
+        if out and spec.segment_of(b) == spec.segment_of(b - 1):
+            out[-1][1] = start + n
+        else:
+            out.append([start, start + n, spec.prompt_at(b).text])
+        start += n
+    return [tuple(x) for x in out]
+
+
+def score_segments(metric, frames: torch.Tensor, segments: list[tuple[int, int, str]]) -> float:
+    """A metric over a video whose prompt changes: each segment's frames scored against its own prompt, the
+    scores averaged weighted by frames (for per-frame means, ImageReward and CLIP, this is the mean over all
+    frames of each frame's score against its own prompt). One segment: the metric itself, unchanged."""
+    if len(segments) == 1:
+        return metric.score(frames, segments[0][2])
+    total = sum(b - a for a, b, _ in segments)
+    return sum(metric.score(frames[a:b], text) * (b - a) for a, b, text in segments) / total
 
 
 def block_columns(num_blocks: int) -> list[str]:
@@ -114,8 +176,7 @@ class UnitRunner:
         self.drafter, self.target, self.vae, self.scorer = load_models(setup)
         self.metrics = [(spec, build_metric(spec, self.scorer, setup.device, metric_options))
                         for spec in metric_specs]
-        self.engine_config = EngineConfig(recipe=recipe_by_name(setup.recipe), decode_rule=setup.decode_rule,
-                                          memo_bytes=setup.memo_bytes)
+        self.engine_config = setup.engine_config()
         self._unit: Unit | None = None
         self._memo: TieredMemo | None = None
         self.warmed_up = False
@@ -168,7 +229,11 @@ class UnitRunner:
         cfg = parse_config(config_name)
         s = self.setup
         prompt = PromptConditioning.make(unit.text, load_cached(unit.embeddings_file))
-        spec = GenerationSpec(prompt, s.width, s.height, s.blocks, unit.seed)
+        if unit.switches:
+            schedule = [(0, prompt)] + [(b, PromptConditioning.make(t, load_cached(f))) for b, t, f in unit.switches]
+            spec = GenerationSpec.from_schedule(schedule, s.width, s.height, s.blocks, unit.seed)
+        else:
+            spec = GenerationSpec(prompt, s.width, s.height, s.blocks, unit.seed)
         policy = cfg.policy(unit.prompt_id, unit.seed)
         engine = Engine(self.target, self.vae, self.drafter if cfg.needs_drafter else None,
                         self.scorer if cfg.needs_scorer else None, self.engine_config, memo=self._memo_for(unit))
@@ -177,14 +242,20 @@ class UnitRunner:
         run_id = engine.callbacks.run_id = f"{self.worker_name}:{cfg.name}:{unit.prompt_id}:{unit.seed}:{uuid.uuid4().hex}"
         t0 = time.perf_counter()
         state = engine.generate(spec, policy)
-        frames = engine.frames(state)
+        if unit.switches:  # engine.frames, keeping where each block's frames start (segments are scored apart)
+            parts = [engine.block_frames(state, b) for b in range(len(state.blocks))]
+            frames = torch.cat(parts)
+        else:
+            frames = engine.frames(state)
         wall = time.perf_counter() - t0
         rep = build_report(state, policy.describe(), engine.recipe, engine.plan.num_steps, wall_seconds=wall,
-                           run_id=run_id)
+                           run_id=run_id, drafter_recipe=engine.recipes["drafter"])
         # the paper's record: config, prompt (the prompt's index in the prompt file), vr, time_s, s1..s8, b1..b8
         row: dict = {"config": cfg.name, "prompt": unit.prompt_id, "seed": unit.seed}
+        segments = (prompt_segments(spec, [f.shape[0] for f in parts]) if unit.switches
+                    else [(0, frames.shape[0], unit.text)])
         for spec_str, metric in self.metrics:
-            row[metric_name(spec_str)] = metric.score(frames, unit.text)
+            row[metric_name(spec_str)] = score_segments(metric, frames, segments)
         computed_cost = rep.recomputed_drafter_forwards + rep.cost_ratio * rep.recomputed_target_forwards
         row.update(time_s=wall, fresh_time=int(rep.fresh_run), counted_cost=rep.counted_cost,
                    target_only_cost=rep.target_only_cost, counted_speedup=rep.counted_speedup,
@@ -202,6 +273,7 @@ class UnitRunner:
 
             safe = cfg.name.replace(":", "_")
             row["video"] = str(write_video(frames, self.out_dir / "videos" / f"{safe}_p{unit.prompt_id}_s{unit.seed}.mp4"))
-        row.update(worker=self.worker_name, run=self.run_fp, prompt_text=unit.text)
+        row.update(worker=self.worker_name, run=self.run_fp,
+                   recipe=recipe_label(engine.recipes["target"], engine.recipes["drafter"]), prompt_text=unit.label)
         return row
 
