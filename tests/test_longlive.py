@@ -1,5 +1,5 @@
 """LongLive recipe (frame sink + sliding window, its infinity variant, prompt-switch recache) and Self-Forcing's
-window and recache: parity with LongLive v1.0's own inference (../shared/fixtures/longlive_tiny, LONGLIVE.md),
+window and recache: parity with LongLive v1.0's own inference (the longlive_tiny golden tensors, docs/design.md §2.3),
 other sizes / windows / sinks / block counts against a slow reference written here, a 400-block run, flat cost.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sdvg_core.models.vae import WanVAE, WanVAEConfig
 from sdvg_core.models.wan import CausalWan, KVCache, WanDiT, build_random
 from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
 
-TOL = 1e-4  # LONGLIVE.md §4: the harness itself differs from the shared fixture by 1.3e-6; real bugs are >= 1e-2
+TOL = 1e-4  # the fixture's own harness differs from causal_wan_tiny by 1.3e-6; real bugs are >= 1e-2
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def ll() -> LongLiveFixture:
 
 def _fixture_recipe(ll: LongLiveFixture, run: str) -> LongLiveRecipe:
     """The recipe of a run as the reference ran it: window, sink and variant from its config, global_sink from its
-    recache call (LONGLIVE.md §3: switch_localsink is the interactive config with global_sink false)."""
+    recache call (switch_localsink is the interactive config with global_sink false)."""
     config = ll.meta["configs"]["interactive" if run.startswith("switch") else run]
     mk = config["model_kwargs"]
     recache = [c for c in ll.meta["calls"][run] if c["kind"] == "recache"]
@@ -268,7 +268,7 @@ def _compact_view(cfg: WanDiTConfig, frames: list[int], kv: dict, extra: int, tp
 
 def slow_reference(run: CausalWan, texts: list, noises: list[BlockNoise], F: int, tpf: int, window: int, sink: int,
                    rope: str, global_sink: bool, prompt_of: list[int]):
-    """LongLive's rule spelled out (LONGLIVE.md §3; LONG_VIDEO.md): every call is a full-attention forward over
+    """LongLive's rule spelled out (docs/design.md §2.3): every call is a full-attention forward over
     exactly the frames the rule says it sees, in logical order, with their RoPE positions (baked: each key at its own
     frame index, queries at theirs; slot: position = index in the attended list).
     - the sink is the first `sink` frames ever committed; the window the newest committed frames such that sink +
