@@ -281,7 +281,11 @@ def test_schedule_prompts_encoded_once_and_encoder_released(inputs, tmp_path, mo
 
 def test_schedule_entry_embeddings_files_are_used(tmp_path, monkeypatch):
     """An entry naming its embeddings file is read from it (not encoded); the file is part of the identity."""
-    seen = _standin_sweep(monkeypatch)
+    from sdvg_eval.prompts import Encoder
+
+    seen, calls = _standin_sweep(monkeypatch), []
+    monkeypatch.setattr(ev, "make_encoder", lambda a: Encoder(
+        "counting", lambda text: calls.append(text) or demo_embeddings(text, TEXT_DIM)))
     emb = tmp_path / "night.safetensors"
     save_embeddings(emb, "night", torch.randn(1, 4, TEXT_DIM))
     story = tmp_path / "s.json"
@@ -290,7 +294,7 @@ def test_schedule_entry_embeddings_files_are_used(tmp_path, monkeypatch):
     assert ev.main(["--tiny", "--prompt-schedule", str(story), "--blocks", "3", "--workers", "0", "--no-report",
                     "--out", str(tmp_path / "o")]) == 0
     (job,) = seen["jobs"]
-    assert job.unit.switches == ((2, "night", str(emb)),)
+    assert job.unit.switches == ((2, "night", str(emb)),) and calls == ["day"]
     ident = json.loads((tmp_path / "o" / "run.json").read_text())["identity"]
     assert ident["schedule_embeddings"] == [f"2: {emb.resolve()}:{emb.stat().st_mtime_ns}:{emb.stat().st_size}"]
 
