@@ -174,6 +174,18 @@ def test_another_recipe_sharing_the_memo(models, first, second):
     _same_as_fresh(e, _engine(m.target, m.vae, m.drafter, m.scorer, recipe=second), _spec(), SDVG)
 
 
+def test_roles_with_different_anchor_frames_in_one_engine(models):
+    """Drafter and target under Krea recipes with 3 and 2 context frames re-encode different pixel frames as their
+    anchor for the same history: the target must not take the drafter's (drafted first, then rejected)."""
+    m = models
+    mixed = _engine(m.target, m.vae, m.drafter, m.scorer, drafter_recipe=KreaRecipe(context_frames=3),
+                    target_recipe=KreaRecipe(context_frames=2))
+    got = mixed.generate(_spec(), FixedPattern((False,) * BLOCKS))  # every block drafted, then the target's
+    assert all(r.work["drafter_forwards"] > 0 for r in got.blocks[1:])
+    want = _engine(m.target, m.vae, m.drafter, m.scorer, recipe=KreaRecipe(context_frames=2)).generate(_spec(), TargetOnly())
+    assert torch.equal(got.committed_latents(), want.committed_latents())
+
+
 def test_another_vae_sharing_the_memo(models, others):
     """The VAE decodes the committed pixels and (Krea, block >= 2) the anchor the context is built from."""
     m, o = models, others
