@@ -163,11 +163,17 @@ def wire_run(g: Graph, m: dict, node: dict) -> None:
 
 
 def save_video(g: Graph, frames_src: dict, pos: tuple[int, int], prefix: str,
-               size: tuple[int, int] = (420, 440)) -> None:
+               size: tuple[int, int] = (420, 440), save_pos: tuple[int, int] | None = None) -> None:
+    """Create Video (at `pos`) -> Save Video (below it, or at `save_pos`)."""
     cv = g.node("CreateVideo", pos, {"fps": 16.0}, size=(270, 80))
-    sv = g.node("SaveVideo", (pos[0], pos[1] + 120), {"filename_prefix": prefix}, size=size)
+    sv = g.node("SaveVideo", save_pos or (pos[0], pos[1] + 120), {"filename_prefix": prefix}, size=size)
     g.link(frames_src, "frames", cv, "images")
     g.link(cv, "VIDEO", sv, "video")
+
+
+# SDVG Generate with room for what a run adds below its widgets (the newest block's preview, about 200 px at
+# 832x480, and the report's first lines), so it grows over no other node
+GENERATE_SIZE = (340, 740)
 
 
 def loop_workflow(sp: dict) -> dict:
@@ -175,12 +181,14 @@ def loop_workflow(sp: dict) -> dict:
     m = loaders(g, start_below=True)
     start = g.node("SDVGStart", (0, 600), {"num_blocks": 9}, size=(340, 400))
     wire_run(g, m, start)
+    # the body's nodes keep room for what a run adds: Decode Draft its frames, Score its text, Route its text and the
+    # newest block's preview (about 200 px at 832x480), so nothing grows over the report below the group
     ls = g.node("SDVGLoopStart", (800, 80), size=(240, 70))
     draft = g.node("SDVGDraftBlock", (1080, 80), size=(240, 50))
     dec = g.node("SDVGDecodeBlock", (1360, 80), size=(260, 260))
-    score = g.node("SDVGScoreBlock", (1660, 80), size=(280, 120))
-    route = g.node("SDVGRoute", (1360, 380), {"tau": -0.7, "force_reject_first": True}, size=(340, 150))
-    le = g.node("SDVGLoopEnd", (1760, 380), size=(240, 70))
+    score = g.node("SDVGScoreBlock", (1660, 80), size=(300, 170))
+    route = g.node("SDVGRoute", (800, 210), {"tau": -0.7, "force_reject_first": True}, size=(400, 380))
+    le = g.node("SDVGLoopEnd", (1660, 320), size=(240, 70))
     fin = g.node("SDVGFinish", (2060, 0), size=(300, 120))
     g.link(start, "state", ls, "state")
     g.link(ls, "state", draft, "state")
@@ -191,13 +199,13 @@ def loop_workflow(sp: dict) -> dict:
     g.link(ls, "loop", le, "loop")
     g.link(route, "state", le, "state")
     g.link(le, "state", fin, "state")
-    rep = g.node("PreviewAny", (780, 640), title="Report (which blocks were reused, what was recomputed)",
-                 size=(1240, 440))
+    rep = g.node("PreviewAny", (780, 690), title="Report (which blocks were reused, what was recomputed)",
+                 size=(1240, 390))
     g.link(fin, "report", rep, "source")
     plot = g.node("PreviewImage", (2060, 180), title="Scores vs tau", size=(480, 330))
     g.link(fin, "plot", plot, "images")
     save_video(g, fin, (2060, 560), "video/SDVG", size=(480, 400))
-    g.group("One block (repeated by SDVG Loop End until every block is committed)", (780, 0, 1240, 560))
+    g.group("One block (repeated by SDVG Loop End until every block is committed)", (780, 0, 1240, 620))
     g.note("## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE "
                      "decodes it, **ImageReward** scores every frame and **SDVG Route** keeps the draft when the "
                      "lowest frame score is >= **tau**; otherwise the 14B **target** redoes the block from the "
@@ -211,7 +219,7 @@ def loop_workflow(sp: dict) -> dict:
 def generate_workflow(sp: dict) -> dict:
     g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000002")
     m = loaders(g)
-    gen = g.node("SDVGGenerate", (780, 0), {"num_blocks": 9, "policy": "sdvg", "tau": -0.7}, size=(340, 560))
+    gen = g.node("SDVGGenerate", (780, 0), {"num_blocks": 9, "policy": "sdvg", "tau": -0.7}, size=GENERATE_SIZE)
     wire_run(g, m, gen)
     rep = g.node("PreviewAny", (1160, 0), title="Report", size=(700, 340))
     g.link(gen, "report", rep, "source")
@@ -233,13 +241,13 @@ def baseline_workflow(sp: dict) -> dict:
             ("sdvg", "SDVG (tau -0.7)", "video/SDVG", "#88A"))):
         x = 800 + i * 400
         gen = g.node("SDVGGenerate", (x, 0), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},
-                     title=title, size=(340, 560))
+                     title=title, size=GENERATE_SIZE)
         wire_run(g, m, gen)
-        save_video(g, gen, (x, 610), prefix, size=(340, 300))
-        g.group(title, (x - 20, -70, 380, 1120), color)
-        rep = g.node("PreviewAny", (1620, i * 370), title=f"Report: {policy}", size=(640, 320))
+        save_video(g, gen, (x, 800), prefix, size=(480, 380), save_pos=(1580 + i * 500, 700))
+        g.group(title, (x - 20, -70, 380, 990), color)
+        rep = g.node("PreviewAny", (1580, i * 340), title=f"Report: {policy}", size=(620, 300))
         g.link(gen, "report", rep, "source")
-        plot = g.node("PreviewImage", (1620 + i * 330, 760), title=f"Scores: {policy}", size=(310, 250))
+        plot = g.node("PreviewImage", (2220, i * 340), title=f"Scores: {policy}", size=(340, 300))
         g.link(gen, "plot", plot, "images")
     g.note("## Target-only vs SDVG\n\nSame prompt, seed and noise. Both nodes have **fresh_run** on: "
                      "neither takes blocks from the other's run (block 0 is the same target block in both), so each "

@@ -149,7 +149,7 @@ def _save_png(out: Path, stem: str, data: str) -> None:
         pass
 
 
-async def screenshot(p: "Page", stem: str, out: Path, expect_types: list[str]) -> None:
+async def screenshot(p: "Page", stem: str, out: Path, expect_types: list[str], fit: bool = True) -> None:
     """<stem>.view.png: the workflow at the view it opened at (its saved view, the frontend's own settings);
     <stem>.png: the whole workflow fitted to the canvas (text drawn at any zoom); <stem>.jpg: the card."""
     import base64
@@ -161,6 +161,8 @@ async def screenshot(p: "Page", stem: str, out: Path, expect_types: list[str]) -
     await p.eval(CLOSE)
     await asyncio.sleep(1.0)
     _save_png(out, f"{stem}.view", (await p.call("Page.captureScreenshot", format="png"))["result"]["data"])
+    if not fit:
+        return
     box = json.loads(await p.eval(FIT))
     await asyncio.sleep(1.0)
     shown = json.loads(await p.eval(f"JSON.stringify(({APP}.graph._nodes || {APP}.graph.nodes).map(n => n.type).sort())"))
@@ -171,6 +173,43 @@ async def screenshot(p: "Page", stem: str, out: Path, expect_types: list[str]) -
             "scale": 512 / box["width"]}
     jpg = (await p.call("Page.captureScreenshot", format="jpeg", quality=80, clip=clip))["result"]["data"]
     (out / f"{stem}.jpg").write_bytes(base64.b64decode(jpg))
+
+
+QUEUE = r"""
+(async () => {  // queue an API prompt from this page (its client id: the frontend shows the outputs on the nodes)
+  const app = """ + APP + r""";
+  const api = app.api || (window.comfyAPI && window.comfyAPI.api && window.comfyAPI.api.api);
+  const workflow = (await app.graphToPrompt()).workflow;
+  return JSON.stringify(await api.queuePrompt(0, {output: %s, workflow}));
+})()
+"""
+# --run-small: the size the run uses instead of the workflow's (tiny test models, a CPU); the text encoder is swapped
+# for SDVG Load Prompt Embeddings as in the tests (ComfyUI's umT5-XXL cannot be loaded there)
+SMALL_RUN = {"width": 64, "height": 48, "num_blocks": 3}
+
+
+async def run_small(p: "Page", http, url: str, api: dict, embeddings: str, stem: str, out: Path) -> dict:
+    """Queue the loaded workflow at SMALL_RUN from the page, wait for it, screenshot <stem>.run.png at the view it
+    opened at (the report viewers then show the run's report, drawn by the frontend itself)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import workflow_tools as wt
+
+    api = wt.set_inputs(wt.swap_text_encoder(api, embeddings), "SDVGStart", **SMALL_RUN)
+    api = wt.set_inputs(api, "SDVGGenerate", **SMALL_RUN)
+    queued = json.loads(await p.eval(QUEUE % json.dumps(api)))
+    pid = queued["prompt_id"]
+    for _ in range(1200):
+        async with http.get(f"{url}/history/{pid}") as r:
+            h = await r.json()
+        if pid in h and (h[pid]["status"].get("completed") or h[pid]["status"].get("status_str") == "error"):
+            break
+        await asyncio.sleep(1.0)
+    else:
+        raise RuntimeError(f"{stem}: the run did not finish")
+    await asyncio.sleep(2.0)
+    _save_png(out, f"{stem}.run", (await p.call("Page.captureScreenshot", format="png"))["result"]["data"])
+    texts = [o["text"][0] for o in h[pid]["outputs"].values() if o.get("text")]
+    return {"status": h[pid]["status"].get("status_str"), "texts": texts}
 
 
 TEMPLATES = r"""
@@ -199,7 +238,7 @@ async def templates_shot(p: "Page", name: str, png: Path) -> dict:
 
 
 async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = None,
-                templates: tuple[str, Path] | None = None) -> dict:
+                templates: tuple[str, Path] | None = None, run_embeddings: str | None = None) -> dict:
     port, profile = free_port(), tempfile.mkdtemp(prefix="sdvg-fe-")
     browser = subprocess.Popen([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                 "--disable-background-networking", "--disable-dev-shm-usage", "--window-size=1920,1080",
@@ -249,7 +288,11 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                                      "node_count": len(res["nodes"]), "api": res["api"],
                                      "frontend": res.get("frontend", ""), "page_errors": p.errors[:20],
                                      "view": res.get("view"), "reports": res.get("reports", [])}
-                        if shots is not None:
+                        if shots is not None and run_embeddings:
+                            await screenshot(p, Path(path).stem, shots, [n["type"] for n in res["nodes"]], fit=False)
+                            out[path]["run"] = await run_small(p, http, url, res["api"], run_embeddings,
+                                                               Path(path).stem, shots)
+                        elif shots is not None:
                             await screenshot(p, Path(path).stem, shots, [n["type"] for n in res["nodes"]])
                         if templates is not None and path == paths[-1]:
                             out["templates"] = await templates_shot(p, *templates)
@@ -273,13 +316,17 @@ def main() -> int:
     ap.add_argument("--url", default="http://127.0.0.1:8188")
     ap.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
     ap.add_argument("--shots", type=Path, help="save <name>.png (whole workflow) and <name>.jpg (card) here")
+    ap.add_argument("--run-small", metavar="EMBEDDINGS",
+                    help="with --shots: queue each workflow from the page at a small size (text encoder swapped for "
+                         "SDVG Load Prompt Embeddings reading this file of models/sdvg_prompts) and save "
+                         "<name>.run.png at its saved view once it ran (instead of the fitted picture and card)")
     ap.add_argument("--templates", nargs=2, metavar=("LABEL", "PNG"),
                     help="also open the template browser, pick the category named LABEL, save a screenshot to PNG")
     a = ap.parse_args()
     if a.shots:
         a.shots.mkdir(parents=True, exist_ok=True)
     res = asyncio.run(probe(a.url.rstrip("/"), a.chromium, a.workflows, a.shots,
-                            (a.templates[0], Path(a.templates[1])) if a.templates else None))
+                            (a.templates[0], Path(a.templates[1])) if a.templates else None, a.run_small))
     print(json.dumps(res))
     return 1 if any(r["missing"] or r["missing_dialog"] for k, r in res.items() if k != "templates") else 0
 
