@@ -226,3 +226,25 @@ def test_four_hundred_blocks_end_to_end(models):
     assert all(len(v) == 1 for v in work.values()), work
     assert max(held[10:]) == max(held[10:20]), "held memory grew with the video's length"
     assert torch.isfinite(state.blocks[-1].latents).all()
+
+
+def test_requeue_with_a_windowed_drafter_restarts_from_the_flip_not_block_zero(models):
+    """A LongLive drafter's ring is overwritten in place as the video goes on; the memo keeps a snapshot of each
+    block's view when its budget can, so a re-queue at another tau commits only from the flipped block (not the
+    whole chain from block 0) and still equals a fresh run."""
+    from sdvg_core.engine.recipes import LongLiveRecipe
+
+    blocks, flip = 24, 16
+    spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 16, 16, blocks, 9)
+    cfg = EngineConfig(recipe=KreaRecipe(), drafter_recipe=LongLiveRecipe())
+    first_pattern = (False,) + (True,) * (blocks - 1)
+    second_pattern = first_pattern[:flip] + (False,) + first_pattern[flip + 1:]
+    e = Engine(models.target, models.vae, models.drafter, None, cfg)
+    e.generate(spec, FixedPattern(first_pattern, score_drafts=False))
+    again = e.generate(spec, FixedPattern(second_pattern, score_drafts=False))
+    ctx = [r.work["drafter_context_forwards"] for r in again.blocks]
+    assert sum(ctx[:flip + 1]) == 0 and ctx[flip + 1] == 1, ctx  # block flip+1 commits the target's block once
+    fresh = Engine(models.target, models.vae, models.drafter, None, cfg).generate(
+        spec, FixedPattern(second_pattern, score_drafts=False))
+    assert torch.equal(again.committed_latents(), fresh.committed_latents())
+    assert [dict(r.cost) for r in again.blocks] == [dict(r.cost) for r in fresh.blocks]

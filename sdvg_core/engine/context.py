@@ -42,9 +42,11 @@ class ContextServices:
         self.memo.pin(f"text:{runner.key}", key, text, keep=len(state.spec.schedule))
         return text
 
-    def hold(self, role: str, what: str, key, value, keep: int = 1):
-        """Keep `value` for the rest of the generation, outside the memo's budget (the newest `keep` per slot)."""
-        return self.memo.pin(f"{what}:{role}", key, value, keep)
+    def hold(self, role: str, what: str, key, value, keep: int = 1, reuse: bool = True):
+        """Keep `value` for the rest of the generation, outside the memo's budget (the newest `keep` per slot); with
+        `reuse` also in the LRU for later runs (not for a live view a run overwrites in place: keep a snapshot)."""
+        slot = f"{what}:{role}"
+        return self.memo.pin(slot, key, value, keep) if reuse else self.memo.hold(slot, key, value, keep)
 
     @property
     def temporal_compression(self) -> int:

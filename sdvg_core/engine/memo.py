@@ -89,17 +89,23 @@ class Memo:
         return key in self._data or self._held(key)[0]
 
     def get(self, key: Hashable) -> Any | None:
+        """The running generation's held entry for `key`, else the LRU's (a held entry is the live one: e.g. a KV
+        view the run extends in place, where the LRU may keep a snapshot of it for later runs)."""
+        found, v = self._held(key)
+        if found:
+            self.stats.hits += 1
+            return v
         item = self._data.get(key)
         if item is None:
-            found, v = self._held(key)
-            if found:
-                self.stats.hits += 1
-                return v
             self.stats.misses += 1
             return None
         self._data.move_to_end(key)
         self.stats.hits += 1
         return item[0]
+
+    def keeps(self, nbytes: int) -> bool:
+        """Whether an entry of `nbytes` would be stored (not larger than the whole budget)."""
+        return nbytes <= self.max_bytes
 
     def origin(self, key: Hashable) -> str:
         """The run id that stored `key` ("" when unknown or not stored)."""
@@ -252,9 +258,19 @@ class TieredMemo:
         return key in self.small or key in self.large
 
     def get(self, key: Hashable) -> Any | None:
+        found, v = self.large._held(key)  # held entries (all in the large tier's slots) first, as Memo.get
+        if found:
+            self.large.stats.hits += 1
+            return v
         if key in self.small:
             return self.small.get(key)
         return self.large.get(key)
+
+    def keeps(self, nbytes: int) -> bool:
+        return nbytes <= (self.small.max_bytes if nbytes <= self.small_entry_max else self.large.max_bytes)
+
+    def hold(self, slot: str, key: Hashable, value: Any, keep: int = 1) -> Any:
+        return self.large.hold(slot, key, value, keep)
 
     def _tiers(self, key: Hashable, value: Any) -> tuple[Memo, Memo]:
         """(the tier this value belongs to, the other one)."""

@@ -311,7 +311,8 @@ class KVCache:
         return self._gather(self.buffer.v[layer], self.physical_slots())
 
     def clone(self) -> "KVCache":
-        """A deep copy on a private buffer (same physical layout): for tests that must not disturb the original."""
+        """A deep copy on a private buffer (same physical layout): the memo's snapshot of a view for later runs (the
+        live view's slots are overwritten as its ring wraps), and for tests that must not disturb the original."""
         src = self.buffer
         buf = _KVBuffer([t.clone() for t in src.k], [t.clone() for t in src.v], src.tokens_per_frame,
                         src.sink_frames, src.rope)

@@ -44,9 +44,10 @@ class ContextHost(Protocol):
     def text(self, runner: CausalWan, state: GenerationState, b: int | None = None) -> TextKV:
         """Cross-attention K/V of block b's prompt (default: the block being generated), held for the run."""
 
-    def hold(self, role: str, what: str, key: Hashable, value: object, keep: int = 1) -> object:
+    def hold(self, role: str, what: str, key: Hashable, value: object, keep: int = 1, reuse: bool = True) -> object:
         """Keep `value` for the rest of the generation (outside the memo's byte budget): the newest `keep`
-        entries of kind `what` for this role. For derived data the running generation will read again."""
+        entries of kind `what` for this role. For derived data the running generation will read again. With
+        `reuse`, also in the memo's LRU for later runs (False for live views a run overwrites in place)."""
 
     def pixels_before(self, b: int, spec: GenerationSpec) -> int: ...
 

@@ -55,7 +55,7 @@ def append_cache_context(recipe, host: ContextHost, role: str, runner: CausalWan
     else:  # block 0's empty cache is held too: block 1 commits block 0 into the buffer block 0 drafted in
         window, sink, rope = recipe.cache_layout(spec)
         j, kv = 0, host.empty_kv(runner, spec, window, sink=sink, rope=rope)
-        host.hold(role, "kv", host.kv_key(runner, recipe, state, 0), (kv, {}))
+        host.hold(role, "kv", host.kv_key(runner, recipe, state, 0), (kv, {}), reuse=False)
     key = host.kv_key(runner, recipe, state, b)
     if j == b and b > 0:
         tally.reuse(f"{role}_kv", host.memo.origin(key))
@@ -78,9 +78,14 @@ def append_cache_context(recipe, host: ContextHost, role: str, runner: CausalWan
                 tally.add(name, n)
             else:
                 tally.work[name] += n  # rebuild: computed now, not part of what the video costs
-        # the newest view is held for the generation so a sequential run never rebuilds from the start
+        # the newest view is held for the generation so a sequential run never rebuilds from the start; the LRU gets a
+        # snapshot (the live view's slots are overwritten as the ring wraps) when the budget can keep one, so a
+        # re-queue (another tau) restarts from the block it changed instead of rebuilding the chain from block 0
         key = host.kv_key(runner, recipe, state, k + 1)
-        host.hold(role, "kv", key, (kv, {name: n for name, n in sub.cost.items() if n}))
+        entry_cost = {name: n for name, n in sub.cost.items() if n}
+        host.hold(role, "kv", key, (kv, entry_cost), reuse=False)
+        if host.memo.keeps(kv.nbytes):
+            host.memo.put(key, (kv.clone(), entry_cost))
         tally.computed(key)
     return kv
 
