@@ -482,7 +482,7 @@ def test_a_new_recipe_is_one_class(models):
         def validate(self, spec):
             pass
 
-        def context_forwards(self, num_blocks):
+        def context_forwards(self, num_blocks, switches=0):
             return 0
 
         def context(self, host, role, runner, state, b, tally):

@@ -149,3 +149,16 @@ def test_krea_rebuilds_each_block_under_its_own_prompt(models):
         f(*a, **k))[1])(e.services.context_forward)
     e.generate(_spec(), FixedPattern((False,) * BLOCKS))
     assert seen == [_spec().prompt_at(b).text for b in range(1, BLOCKS) for _role in ("drafter", "target")]
+
+
+@pytest.mark.parametrize("recipe_name", ["krea", "self_forcing", "longlive"])
+def test_target_only_baseline_counts_each_recipes_switch_work(models, recipe_name):
+    """The counted target-only baseline equals a target-only run's real forwards, switches included (a recache per
+    switch for append caches, none for Krea's per-block rebuild)."""
+    from sdvg_core.engine.policy import TargetOnly
+    from sdvg_core.engine.recipes import recipe_by_name
+
+    e = _engine(models, recipe=recipe_by_name(recipe_name))
+    state = e.generate(_spec(), TargetOnly())
+    rep = build_report(state, "target-only", e.recipe, e.plan.num_steps, cost_ratio=1.0)
+    assert rep.target_only_cost == rep.target_forwards == sum(r.cost["target_forwards"] for r in state.blocks)

@@ -248,3 +248,17 @@ def test_requeue_with_a_windowed_drafter_restarts_from_the_flip_not_block_zero(m
         spec, FixedPattern(second_pattern, score_drafts=False))
     assert torch.equal(again.committed_latents(), fresh.committed_latents())
     assert [dict(r.cost) for r in again.blocks] == [dict(r.cost) for r in fresh.blocks]
+
+
+def test_memory_estimate_counts_a_recache_at_a_prompt_switch():
+    """A global Self-Forcing cache recaches every generated frame in one call at a switch: the estimate's
+    activations follow; Krea's rebuild does not grow."""
+    p = PromptConditioning.make("p", torch.zeros(1, 4, 4096))
+    one = GenerationSpec(p, 832, 480, 9, 0)
+    switched = GenerationSpec(p, 832, 480, 9, 0, switches=((4, PromptConditioning.make("q", torch.ones(1, 4, 4096))),))
+    dits = [(PRESETS["wan2.1-t2v-1.3b"], torch.bfloat16)]
+    vae = VAE_PRESETS["wan2.1-vae"]
+    sf = [estimate_for_spec(s, SelfForcingRecipe(), dits, vae, torch.bfloat16).dits[0] for s in (one, switched)]
+    assert sf[0].query_tokens == 3 * 1560 and sf[1].query_tokens == 27 * 1560
+    kr = [estimate_for_spec(s, KreaRecipe(), dits, vae, torch.bfloat16).dits[0] for s in (one, switched)]
+    assert kr[0].query_tokens == kr[1].query_tokens == 3 * 1560

@@ -223,6 +223,16 @@ def estimate_for_spec(spec, recipe, dits: list[tuple[WanDiTConfig, torch.dtype]]
     held_blocks = held_pixel_blocks(history, tc, F)
     return estimate_generation(dits=dits, vae=vae, vae_dtype=vae_dtype, height=spec.height, width=spec.width,
                                window_frames=[r.window_frames(F, spec.num_latent_frames) for r in recipes],
-                               frames_per_block=F, context_frames=[r.query_frames(F) for r in recipes],
+                               frames_per_block=F, context_frames=[_largest_call(r, spec) for r in recipes],
                                kv_held=[not r.rebuilds_context_every_block for r in recipes],
                                vae_weight_bytes=vae_weight_bytes, held_pixel_frames=held_blocks * tc * F)
+
+
+def _largest_call(recipe, spec) -> int:
+    """Latent frames of a recipe's largest call: its own answer, or at a prompt switch an append cache's recache,
+    which runs everything the cache holds in one call (a global Self-Forcing cache: the whole video so far)."""
+    F = spec.frames_per_block
+    own = recipe.query_frames(F)
+    if spec.switches and not recipe.rebuilds_context_every_block:
+        return max(own, recipe.window_frames(F, spec.num_latent_frames))
+    return own

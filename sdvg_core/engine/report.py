@@ -106,11 +106,11 @@ class RunReport:
         return "\n".join(lines)
 
 
-def target_only_forwards(recipe: Recipe, num_blocks: int, steps: int) -> int:
+def target_only_forwards(recipe: Recipe, num_blocks: int, steps: int, switches: int = 0) -> int:
     """Target forwards of the target-only baseline: the steps of every block plus one context forward per
     block after the first (Krea: a cache rebuild before it; Self-Forcing: the clean commit of the block
-    before it, made lazily, so none follows the last block)."""
-    return num_blocks * steps + recipe.context_forwards(num_blocks)
+    before it, made lazily, so none follows the last block), plus a recipe's recache at each prompt switch."""
+    return num_blocks * steps + recipe.context_forwards(num_blocks, switches)
 
 
 def reference_forwards(recipe: Recipe, rejected: list[bool], steps: int) -> tuple[int, int]:
@@ -152,7 +152,7 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
     d_fw = sum(b.cost.get("drafter_forwards", 0) for b in blocks)
     t_fw = sum(b.cost.get("target_forwards", 0) for b in blocks)
     cost = d_fw + cost_ratio * t_fw
-    base = cost_ratio * target_only_forwards(recipe, n, steps)
+    base = cost_ratio * target_only_forwards(recipe, n, steps, sum(first < n for first, _ in state.spec.switches))
     seconds: dict[str, float] = {}
     for b in now:
         for k, v in b.seconds.items():

@@ -87,8 +87,9 @@ class Recipe(Protocol):
     def pixel_history(self, temporal_compression: int) -> int:
         """Decoded pixel frames of the committed video this recipe reads back (0: none)."""
 
-    def context_forwards(self, num_blocks: int) -> int:
-        """Context forwards one model makes in a run where it generates every block."""
+    def context_forwards(self, num_blocks: int, switches: int = 0) -> int:
+        """Context forwards one model makes in a run where it generates every block of a video whose prompt
+        changes `switches` times."""
 
     def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
                 tally: Tally) -> tuple[KVCache, int]:

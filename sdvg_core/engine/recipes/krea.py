@@ -53,8 +53,9 @@ class KreaRecipe:
         if self.context_frames < 1:
             raise ValueError(f"Krea recipe needs at least 1 context frame, got {self.context_frames}")
 
-    def context_forwards(self, num_blocks: int) -> int:
-        """Context forwards one model makes in a run where it generates every block: a rebuild per block b >= 1."""
+    def context_forwards(self, num_blocks: int, switches: int = 0) -> int:
+        """Context forwards one model makes in a run where it generates every block: a rebuild per block b >= 1
+        (a prompt switch adds none: the rebuild already runs under the block's own prompt)."""
         return max(num_blocks - 1, 0)
 
     def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,

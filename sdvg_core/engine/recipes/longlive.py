@@ -78,9 +78,9 @@ class LongLiveRecipe:
             raise ValueError(f"LongLive window of {self.window} frames cannot hold its sink ({self.sink}) plus a block "
                              f"({F}): use a window of at least {self.sink + F}")
 
-    def context_forwards(self, num_blocks: int) -> int:
-        """One clean commit forward per block but the last; a prompt switch adds one recache forward."""
-        return max(num_blocks - 1, 0)
+    def context_forwards(self, num_blocks: int, switches: int = 0) -> int:
+        """One clean commit forward per block but the last; each prompt switch adds one recache forward."""
+        return max(num_blocks - 1, 0) + switches
 
     def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
                 tally: Tally) -> tuple[KVCache, int]:

@@ -144,10 +144,10 @@ class SelfForcingRecipe:
         if self.window is not None and self.window < spec.frames_per_block:
             raise ValueError(f"KV window of {self.window} frames cannot hold a block of {spec.frames_per_block}")
 
-    def context_forwards(self, num_blocks: int) -> int:
-        """One clean commit forward per block but the last (commits are made when the next block needs them); a
+    def context_forwards(self, num_blocks: int, switches: int = 0) -> int:
+        """One clean commit forward per block but the last (commits are made when the next block needs them); each
         prompt switch adds one recache forward."""
-        return max(num_blocks - 1, 0)
+        return max(num_blocks - 1, 0) + switches
 
     def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
                 tally: Tally) -> tuple[KVCache, int]:
