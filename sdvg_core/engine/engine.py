@@ -138,9 +138,6 @@ class Engine:
         """The execution computing now: the host's run id, else one the engine made at `start`."""
         return self.callbacks.run_id or self._auto_run
 
-    def plan_for(self, role: str):
-        return self.recipes[role].plan
-
     @staticmethod
     def _noise_key(noise_fn, shared_memo: bool) -> str:
         """Identity of the noise source: the seeded default, a custom function's `key`, or private to this engine."""
