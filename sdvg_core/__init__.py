@@ -27,8 +27,10 @@ _EXPORTS: dict[str, str] = {
     # context recipes
     "KreaRecipe": ".engine.recipes",
     "SelfForcingRecipe": ".engine.recipes",
+    "LongLiveRecipe": ".engine.recipes",
     "Recipe": ".engine.recipes",
     "recipe_by_name": ".engine.recipes",
+    "RECIPE_NAMES": ".engine.recipes",
     # routing policies
     "Policy": ".engine.policy",
     "ThresholdPolicy": ".engine.policy",
@@ -75,6 +77,11 @@ _EXPORTS: dict[str, str] = {
     "encode_umt5": ".io.text",
     "UMT5Encoder": ".io.text",
     "write_video": ".io.video",
+    "VideoWriter": ".io.video",
+    "load_drafter": ".io.drafters",
+    "DRAFTER_KINDS": ".io.drafters",
+    "read_schedule": ".io.prompt_schedule",
+    "parse_schedule": ".io.prompt_schedule",
     # tiny random models (demo, tests, benchmarks)
     "tiny_models": ".demo.tiny",
     "TinyModels": ".demo.tiny",
@@ -82,14 +89,15 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DEFAULT_MEMO_BYTES", "to_image",
-    "KreaRecipe", "SelfForcingRecipe", "Recipe", "recipe_by_name",
+    "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "Recipe", "recipe_by_name", "RECIPE_NAMES",
     "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "aggregate", "DEFAULT_TAU",
     "GenerationSpec", "PromptConditioning", "GenerationState", "BlockRecord", "PendingBlock",
     "Memo", "TieredMemo", "BlockNoise", "block_noise",
     "RunReport", "BlockReport", "build_report", "render_report_plot", "estimate_for_spec", "MemoryRefused",
     "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "ImageRewardScorer", "ImageRewardConfig",
     "load_wan_dit", "load_wan_vae", "CheckpointError", "load_scorer", "load_model_files", "ModelSet",
-    "load_embeddings", "save_embeddings", "encode_umt5", "UMT5Encoder", "write_video",
+    "load_embeddings", "save_embeddings", "encode_umt5", "UMT5Encoder", "write_video", "VideoWriter",
+    "load_drafter", "DRAFTER_KINDS", "read_schedule", "parse_schedule",
     "tiny_models", "TinyModels",
     "__version__",
 ]
@@ -121,14 +129,16 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .engine.plot import render_report_plot
     from .engine.policy import (DEFAULT_TAU, DraftOnly, FixedPattern, Policy, RandomPolicy, TargetOnly, ThresholdPolicy,
                                 aggregate)
-    from .engine.recipes import KreaRecipe, Recipe, SelfForcingRecipe, recipe_by_name
+    from .engine.recipes import RECIPE_NAMES, KreaRecipe, LongLiveRecipe, Recipe, SelfForcingRecipe, recipe_by_name
     from .engine.report import BlockReport, RunReport, build_report
     from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, PromptConditioning
     from .io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
     from .io.model_files import ModelSet, load_model_files
     from .io.reward_files import load_scorer
     from .io.text import UMT5Encoder, encode_umt5, load_embeddings, save_embeddings
-    from .io.video import write_video
+    from .io.drafters import DRAFTER_KINDS, load_drafter
+    from .io.prompt_schedule import parse_schedule, read_schedule
+    from .io.video import VideoWriter, write_video
     from .models.reward import ImageRewardScorer
     from .models.reward_config import ImageRewardConfig
     from .models.vae import WanVAE, WanVAEConfig

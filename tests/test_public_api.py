@@ -82,3 +82,17 @@ def test_names_scripts_used_from_the_old_layout():
         sdvg_core.ThresholdPolicy, sdvg_core.GenerationSpec, sdvg_core.tiny_models, sdvg_core.CausalWan)
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("sdvg_core.no_such_module")
+
+
+def test_the_flat_layouts_engine_and_demo_imports_still_work():
+    """`from sdvg_core.engine import Engine` and `from sdvg_core.demo import main` were the flat layout's imports."""
+    from sdvg_core.demo import TINY_BLOCKS, main
+    from sdvg_core.demo.cli import main as cli_main
+    from sdvg_core.engine import Engine, EngineConfig, ProgressEvent
+    from sdvg_core.engine.engine import Engine as E2
+
+    assert Engine is E2 and main is cli_main and TINY_BLOCKS > 0 and EngineConfig and ProgressEvent
+    import sdvg_core.engine as eng
+
+    with pytest.raises(AttributeError):
+        eng.NotAName
