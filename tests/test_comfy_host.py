@@ -519,7 +519,7 @@ def test_frontend_loads_every_workflow(server):
         # window: tests/workflow_tools.py VIEW_PAGE; the probe's headless page is that window)
         ds, view = wt.load(path)["extra"]["ds"], r["view"]
         assert abs(view["scale"] - ds["scale"]) < 1e-6 and view["page"] == list(wt.VIEW_PAGE), (path.name, view, ds)
-        left, top, w, h = wt.visible_area()
+        left, top, w, h = wt.visible_area(view["canvas"])
         for rep in r["reports"]:
             x0, y0, x1, y1 = rep["rect"]
             assert left <= x0 and x1 <= left + w and top <= y0 and y1 <= top + h, (path.name, rep)

@@ -213,8 +213,13 @@ VIEW_PAD = 20  # canvas units around the fitted content
 MIN_READABLE_SCALE = 0.7
 
 
-def visible_area() -> tuple[float, float, float, float]:
-    """(left, top, width, height) of the canvas area a person sees in the reference window, in page pixels."""
+def visible_area(canvas: list[float] | None = None) -> tuple[float, float, float, float]:
+    """(left, top, width, height) of the canvas area a person sees in the reference window, in page pixels.
+
+    `canvas`: the canvas element's page rect [left, top, width, height] as a frontend laid it out. Frontends before
+    1.30 place their bars beside the canvas (it does not start at the page's corner): all of it is visible then."""
+    if canvas is not None and (canvas[0], canvas[1]) != (0, 0):
+        return tuple(canvas)
     m = VIEW_MARGINS
     return m["left"], m["top"], VIEW_PAGE[0] - m["left"] - m["right"], VIEW_PAGE[1] - m["top"] - m["bottom"]
 
