@@ -12,6 +12,7 @@ from .errors import SDVGError
 DIFFUSION_FOLDER = "diffusion_models"
 REWARD_FOLDER = "image_reward"
 PROMPTS_FOLDER = "sdvg_prompts"
+LORA_FOLDER = "loras"  # ComfyUI's own LoRA folder (models/loras), where its LoRA loaders look too
 REWARD_EXTENSIONS = {".pt", ".pth", ".safetensors"}
 PROMPT_EXTENSIONS = {".safetensors"}
 
@@ -24,6 +25,8 @@ SOURCES = {
     "image_reward": "ImageReward v1.0: https://huggingface.co/THUDM/ImageReward, file ImageReward.pt, plus the BERT "
                     "vocabulary vocab.txt from https://huggingface.co/google-bert/bert-base-uncased next to it",
     "prompts": "the 'SDVG Save Prompt Embeddings' node, which writes it from a CLIP Text Encode output",
+    "lora": "LongLive-1.3B's lora.pt (https://huggingface.co/Efficient-Large-Model/LongLive-1.3B, file "
+            "models/lora.pt) for kind longlive, or a peft LoRA made for your drafter",
 }
 
 

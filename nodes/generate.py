@@ -1,24 +1,25 @@
-"""SDVG Generate: the whole speculative loop in one node (or target-only / draft-only for comparison)."""
+"""SDVG Generate: the whole speculative loop in one node (or target-only / draft-only for comparison), optionally
+writing the video to a file block by block as the blocks are committed."""
 from __future__ import annotations
 
 import time
 
-from comfy_api.latest import io, ui
+from comfy_api.latest import io
 
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly
 from . import shared_memo
 from .errors import SDVGError
-from .finish import finish_outputs, result_outputs
+from .finish import finish_outputs, open_video, result_outputs, shown
 from .progress import BlockProgress
 from .run_state import node_run_id
-from .start import need, run_inputs, start_run, steps_per_block
+from .start import AUTO, need, run_inputs, start_run, steps_per_block
 from .steps import threshold_policy
 from .types import CATEGORY
 from .ui_text import show_text
+from .video_file import save_inputs
 
 POLICIES = ["sdvg", "target_only", "draft_only"]
-RUN_INPUTS_BEFORE_POLICY = 10  # the run inputs up to `seed` come first, the recipe options after the policy's
 
 
 class SDVGGenerate(io.ComfyNode):
@@ -27,11 +28,13 @@ class SDVGGenerate(io.ComfyNode):
     @classmethod
     def define_schema(cls) -> io.Schema:
         inputs = run_inputs()
+        cut = next(i for i, x in enumerate(inputs) if x.id == "seed") + 1  # the policy's options follow the seed
         return io.Schema(
             node_id="SDVGGenerate", display_name="SDVG Generate (all-in-one)", category=CATEGORY,
             description="Generates the whole video: per block the drafter proposes, ImageReward scores the frames, "
-                        "and the target redoes the block when the min score < tau (block 0 always from the target).",
-            inputs=inputs[:RUN_INPUTS_BEFORE_POLICY] + [
+                        "and the target redoes the block when the min score < tau (block 0 always from the target). "
+                        "With save_video on, each block goes to the video file as soon as it is committed.",
+            inputs=inputs[:cut] + [
                 io.Combo.Input("policy", options=POLICIES, default="sdvg",
                                tooltip="sdvg: route by tau. target_only: the 14B makes every block (baseline). "
                                        "draft_only: keep every draft (block 0 from the target if force_reject_first)."),
@@ -39,24 +42,30 @@ class SDVGGenerate(io.ComfyNode):
                                tooltip="Accept a draft when its min ImageReward >= tau (policy sdvg)."),
                 io.Boolean.Input("force_reject_first", default=True,
                                  tooltip="Block 0 always comes from the target; its draft is never computed."),
-            ] + inputs[RUN_INPUTS_BEFORE_POLICY:] + [
+            ] + inputs[cut:] + [
                 io.Boolean.Input("fresh_run", default=False,
                                  tooltip="On: this node neither takes results from nor leaves them in the cache shared "
                                          "by SDVG nodes, so its wall time is a fresh run's (use it to compare times, "
                                          "e.g. target-only vs SDVG). Off: moving tau recomputes only from the first "
                                          "changed block."),
+                *save_inputs(),
             ],
             outputs=result_outputs(),
+            hidden=[io.Hidden.prompt, io.Hidden.extra_pnginfo],
+            is_output_node=True,  # with save_video it is a save node: it runs even when nothing uses its outputs
         )
 
     @classmethod
-    def execute(cls, target, vae, positive, prompt, width, height, num_blocks, seed, policy, tau, force_reject_first,
-                recipe, decode_rule, cache_gb, fresh_run=False, drafter=None, image_reward=None) -> io.NodeOutput:
+    def execute(cls, target, vae, positive=None, prompt="", width=832, height=480, num_blocks=9, seed=42,
+                policy="sdvg", tau=DEFAULT_TAU, force_reject_first=True, recipe="krea", decode_rule="standard",
+                cache_gb=shared_memo.DEFAULT_CACHE_GB, fresh_run=False, drafter=None, image_reward=None,
+                schedule=None, drafter_recipe=AUTO, target_recipe=AUTO, save_video=False,
+                filename_prefix="") -> io.NodeOutput:
         what = "SDVG Generate"
         if policy not in POLICIES:
             raise SDVGError(f"{what}: policy must be one of {POLICIES}, got {policy!r}")
         run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
-                        cache_gb, drafter, image_reward)
+                        cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe)
         pol = {"sdvg": lambda: threshold_policy(tau, force_reject_first), "target_only": TargetOnly,
                "draft_only": lambda: DraftOnly(force_reject_first=bool(force_reject_first))}[policy]()
         if policy != "target_only":
@@ -65,14 +74,22 @@ class SDVGGenerate(io.ComfyNode):
         memo = TieredMemo(int(cache_gb * shared_memo.GIB)) if fresh_run else shared_memo.MEMO
         # the generation is this node's: results another node of the same execution computed count as reused
         engine = run.session.engine(BlockProgress(num_blocks, steps_per_block(run)), memo=memo, run_id=node_run_id())
+        video = open_video(run, filename_prefix, cls.hidden) if save_video else None
         t0 = time.perf_counter()
         state = run.state
         try:
             while not state.done:
                 state = engine.route(state, pol)
+                if video is not None:  # the block's frames go to the file now (the newest block's are held)
+                    video.write(engine.block_frames(state, state.next_block - 1))
+            if video is not None:
+                video.close()
             run = run.with_state(state, tau=float(tau) if policy == "sdvg" else None, policy=pol.describe())
-            frames, table, plot, js = finish_outputs(run, time.perf_counter() - t0, engine)
-        finally:  # finished or cancelled: what the generation held outside the memo's budget goes
+            frames, table, plot, js = finish_outputs(run, time.perf_counter() - t0, engine, video)
+        finally:  # finished or cancelled: the file is closed (playable up to the last block written) and what the
+            # generation held outside the memo's budget goes
+            if video is not None:
+                video.close()
             shared_memo.release_run(memo)
         show_text(table)
-        return io.NodeOutput(frames, table, plot, js, ui=ui.PreviewText(table))
+        return io.NodeOutput(frames, table, plot, js, ui=shown(table, video))

@@ -47,6 +47,7 @@ class DiTHandle:
     role: str  # drafter / target
     runner: HostedWan
     info: str
+    own_recipe: str | None = None  # the context recipe the model was trained for, when not the pairing's (LongLive)
 
     @property
     def key(self) -> str:

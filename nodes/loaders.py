@@ -1,4 +1,4 @@
-"""Loader nodes: drafter / target Wan DiT (file or ComfyUI MODEL) and the ImageReward scorer."""
+"""Loader nodes: drafter (kind, LoRA) / target Wan DiT (file or ComfyUI MODEL) and the ImageReward scorer."""
 from __future__ import annotations
 
 import logging
@@ -7,12 +7,16 @@ from comfy_api.latest import io, ui
 
 import comfy.model_management as mm
 
+from ..sdvg_core.engine.recipes import RECIPE_NAMES
 from ..sdvg_core.io.checkpoint import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
+from ..sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, DrafterError, drafter_problems, load_drafter
 from ..sdvg_core.io.reward_files import find_vocab, load_scorer
 from .comfy_model import host_comfy_model
 from .dtypes import dtype_name, pick_dtype, reward_dtype
 from .errors import SDVGError, sentence
-from .folders import DIFFUSION_FOLDER, REWARD_FOLDER, SOURCES, check_file, file_list, resolve_file
+from .folders import (
+    DIFFUSION_FOLDER, LORA_FOLDER, REWARD_FOLDER, SOURCES, check_file, file_list, full_path, resolve_file,
+)
 from .hosted_dit import DiTHandle, host_file_dit
 from .hosted_scorer import HostedScorer
 from .identity import file_key
@@ -22,43 +26,78 @@ LOG = logging.getLogger("SDVG")
 DIT_DTYPES = ["auto", "bf16", "fp16", "fp32"]
 
 
-class _LoadDiT(io.ComfyNode):
-    """Shared body of the drafter and target loaders (they differ in role, defaults and texts)."""
+# Self-Forcing-family drafters (kinds self_forcing, causal_forcing: their own recipe is this one) run SDVG Start's
+# `recipe` (the published pairing: krea for both models); a kind trained for another recipe (LongLive: frame sink +
+# sliding window) runs its own unless told otherwise, as the demo CLI does (sdvg_core/demo/cli.py _engine_config)
+SELF_FORCING_FAMILY_RECIPE = "self_forcing"
+NO_LORA = "none"
+AUTO_ENTRY = "auto"
 
-    ROLE = "drafter"
+
+def own_recipe(kind: str) -> str | None:
+    """The recipe a drafter of this kind runs when SDVG Start / Generate's drafter_recipe is auto (None: `recipe`)."""
+    own = DRAFTER_KINDS[kind].default_recipe if kind in DRAFTER_KINDS else None
+    return own if own not in (None, SELF_FORCING_FAMILY_RECIPE) and own in RECIPE_NAMES else None
+
+
+def _model_input(role: str) -> io.Input:
+    return io.Model.Input("model", optional=True,
+                          tooltip="Optional: a Wan 2.1 text-to-video MODEL from ComfyUI's loaders (Load "
+                                  "Diffusion Model with fp8, GGUF loaders, LoRA loaders). When connected, the "
+                                  "file options above are ignored and ComfyUI manages the weights (low VRAM "
+                                  "offloading works; its LoRA patches are applied when ComfyUI loads the model). A "
+                                  "TorchCompileModel node before this input turns on SDVG's regional torch.compile "
+                                  "of the transformer blocks with its backend (ComfyUI's own compile wrapper acts "
+                                  "only inside apply_model, which SDVG does not call).")
+
+
+def _common_inputs() -> list:
+    return [io.Combo.Input("weight_dtype", options=DIT_DTYPES, default="auto",
+                           tooltip="Weights and compute dtype. auto: bf16 on GPUs that support it, fp16 on "
+                                   "other GPUs, fp32 on the CPU. For fp8 or GGUF use 'model' instead."),
+            io.Boolean.Input("compile", default=False,
+                             tooltip="torch.compile the transformer blocks' fixed-shape parts (q/k/v + RoPE, "
+                                     "output + cross-attention query, FFN) once for all layers. The first "
+                                     "block is slower while it compiles; needs a working Triton on GPUs. "
+                                     "For a connected 'model', put a TorchCompileModel node before it instead.")]
+
+
+def _loaded(handle: DiTHandle) -> io.NodeOutput:
+    LOG.info("SDVG %s", handle.info)
+    return io.NodeOutput(handle, handle.info, ui=ui.PreviewText(handle.info))
+
+
+def _outputs(role: str) -> list:
+    return [SDVGModel.Output(display_name=role, tooltip=f"the {role}, for SDVG Start / SDVG Generate"),
+            io.String.Output(display_name="info", tooltip="what was loaded (file, kind, entry, LoRA, dtype)")]
+
+
+def _checkpoint_error(what: str, e: Exception, source: str) -> SDVGError:
+    return SDVGError(f"{what}: {sentence(e)} Expected a Wan 2.1 text-to-video checkpoint such as {source}. For fp8 "
+                     f"or GGUF files, load them with 'Load Diffusion Model' and connect its MODEL to this node's "
+                     f"'model' input.")
+
+
+class SDVGLoadTarget(io.ComfyNode):
+    """The target: Krea Realtime Video's Wan 2.1 14B (.safetensors) or a ComfyUI MODEL (fp8, GGUF, LoRA)."""
 
     @classmethod
-    def _schema(cls, node_id: str, display_name: str, description: str) -> io.Schema:
-        role = cls.ROLE
+    def define_schema(cls) -> io.Schema:
         return io.Schema(
-            node_id=node_id, display_name=display_name, category=CAT_LOADERS, description=description,
+            node_id="SDVGLoadTarget", display_name="SDVG Load Target (14B)", category=CAT_LOADERS,
+            description="Loads the block-causal target that makes block 0 and redoes rejected blocks "
+                        "(Krea Realtime Video, Wan 2.1 14B).",
             inputs=[
                 io.Combo.Input("model_name", options=file_list(DIFFUSION_FOLDER),
-                               tooltip=f"The {role} checkpoint in models/diffusion_models (.safetensors, or a "
-                                       f"Self-Forcing .pt). Source: {SOURCES[role]}. Ignored when 'model' is connected."),
+                               tooltip=f"The target checkpoint in models/diffusion_models (.safetensors, or a "
+                                       f"Self-Forcing-style .pt). Source: {SOURCES['target']}. Ignored when 'model' "
+                                       f"is connected."),
                 io.Combo.Input("pt_entry", options=list(SELF_FORCING_ENTRIES), default=DEFAULT_PT_ENTRY,
-                               tooltip="Which network of a Self-Forcing .pt to use: generator_ema (recommended by "
-                                       "Self-Forcing) or generator (what the published SDVG code loaded). "
-                                       "Ignored for .safetensors files."),
-                io.Combo.Input("weight_dtype", options=DIT_DTYPES, default="auto",
-                               tooltip="Weights and compute dtype. auto: bf16 on GPUs that support it, fp16 on "
-                                       "other GPUs, fp32 on the CPU. For fp8 or GGUF use 'model' instead."),
-                io.Boolean.Input("compile", default=False,
-                                 tooltip="torch.compile the transformer blocks' fixed-shape parts (q/k/v + RoPE, "
-                                         "output + cross-attention query, FFN) once for all layers. The first "
-                                         "block is slower while it compiles; needs a working Triton on GPUs. "
-                                         "For a connected 'model', put a TorchCompileModel node before it instead."),
-                io.Model.Input("model", optional=True,
-                               tooltip="Optional: a Wan 2.1 text-to-video MODEL from ComfyUI's loaders (Load "
-                                       "Diffusion Model with fp8, GGUF loaders, LoRA loaders). When connected, the "
-                                       "file options above are ignored and ComfyUI manages the weights (low VRAM "
-                                       "offloading works). A TorchCompileModel node before this input turns on "
-                                       "SDVG's regional torch.compile of the transformer blocks with its backend "
-                                       "(ComfyUI's own compile wrapper acts only inside apply_model, which SDVG "
-                                       "does not call)."),
+                               tooltip="Which network of a Self-Forcing-style .pt to use (generator_ema or "
+                                       "generator). Ignored for .safetensors files."),
+                *_common_inputs(), _model_input("target"),
             ],
-            outputs=[SDVGModel.Output(display_name=role, tooltip=f"the {role}, for SDVG Start / SDVG Generate"),
-                     io.String.Output(display_name="info", tooltip="what was loaded (file, preset, entry, dtype)")],
+            outputs=_outputs("target"),
         )
 
     @classmethod
@@ -66,53 +105,122 @@ class _LoadDiT(io.ComfyNode):
         # checked here (not as a combo value) so a missing file names the folders and the source on every ComfyUI
         if input_types and "model" in input_types:  # a connected MODEL replaces the file
             return True
-        return check_file(DIFFUSION_FOLDER, model_name, f"SDVG Load {cls.ROLE.title()}", SOURCES[cls.ROLE])
+        return check_file(DIFFUSION_FOLDER, model_name, "SDVG Load Target", SOURCES["target"])
 
     @classmethod
     def execute(cls, model_name: str, pt_entry: str, weight_dtype: str, compile: bool = False,
                 model=None) -> io.NodeOutput:
-        role = cls.ROLE
         if model is not None:
-            handle = host_comfy_model(model, role)
-        else:
-            what = f"SDVG Load {role.title()}"
-            path = resolve_file(DIFFUSION_FOLDER, model_name, what, SOURCES[role])
-            dtype = pick_dtype(weight_dtype, mm.get_torch_device())
-            try:
-                net, cfg, rep = load_wan_dit(path, dtype=dtype, device=mm.unet_offload_device(), pt_entry=pt_entry)
-            except CheckpointError as e:
-                raise SDVGError(f"{what}: {sentence(e)} Expected a Wan 2.1 text-to-video checkpoint such as "
-                                f"{SOURCES[role]}. For fp8 or GGUF files, load them with 'Load Diffusion "
-                                f"Model' and connect its MODEL to this node's 'model' input.") from e
-            # a compiled model may round differently: its derived data is kept apart
-            key = file_key(path, dtype_name(dtype), rep.entry or "", "compiled" if compile else "")
-            handle = DiTHandle(role, host_file_dit(net, cfg, dtype, key, compile=compile),
-                               f"{role}: {rep.describe()}" + (", compiled" if compile else ""))
-        LOG.info("SDVG %s", handle.info)
-        return io.NodeOutput(handle, handle.info, ui=ui.PreviewText(handle.info))
+            return _loaded(host_comfy_model(model, "target"))
+        what = "SDVG Load Target"
+        path = resolve_file(DIFFUSION_FOLDER, model_name, what, SOURCES["target"])
+        dtype = pick_dtype(weight_dtype, mm.get_torch_device())
+        try:
+            net, cfg, rep = load_wan_dit(path, dtype=dtype, device=mm.unet_offload_device(), pt_entry=pt_entry)
+        except CheckpointError as e:
+            raise _checkpoint_error(what, e, SOURCES["target"]) from e
+        return _loaded(_file_handle("target", net, cfg, dtype, rep, compile))
 
 
-class SDVGLoadDrafter(_LoadDiT):
-    """The drafter: Self-Forcing's Wan 2.1 1.3B (.pt entry generator_ema by default) or a ComfyUI MODEL."""
-
-    ROLE = "drafter"
-
-    @classmethod
-    def define_schema(cls) -> io.Schema:
-        return cls._schema("SDVGLoadDrafter", "SDVG Load Drafter (1.3B)",
-                           "Loads the block-causal drafter that proposes every block (Self-Forcing, Wan 2.1 1.3B).")
+def _file_handle(role: str, net, cfg, dtype, rep, compile: bool, own: str | None = None) -> DiTHandle:
+    # the loader's key (file identity, entry, dtype, LoRA file and alpha); a compiled model may round differently:
+    # its derived data is kept apart
+    key = rep.key + ("|compiled" if compile else "")
+    return DiTHandle(role, host_file_dit(net, cfg, dtype, key, compile=compile),
+                     f"{role}: {rep.describe()}" + (", compiled" if compile else ""), own_recipe=own)
 
 
-class SDVGLoadTarget(_LoadDiT):
-    """The target: Krea Realtime Video's Wan 2.1 14B (.safetensors) or a ComfyUI MODEL (fp8, GGUF, LoRA)."""
+def _kind_source(kind: str) -> str:
+    k = DRAFTER_KINDS.get(kind)
+    return SOURCES["drafter"] if k is None else f"{k.title}: {k.source}, file {k.files}"
 
-    ROLE = "target"
+
+class SDVGLoadDrafter(io.ComfyNode):
+    """The drafter: Self-Forcing, Causal Forcing (chunk-wise) or LongLive 1.3B (+ its LoRA), or a ComfyUI MODEL."""
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return cls._schema("SDVGLoadTarget", "SDVG Load Target (14B)",
-                           "Loads the block-causal target that makes block 0 and redoes rejected blocks "
-                           "(Krea Realtime Video, Wan 2.1 14B).")
+        kinds = "; ".join(f"{k.name}: {k.title}, entry {k.default_entry}" for k in DRAFTER_KINDS.values())
+        return io.Schema(
+            node_id="SDVGLoadDrafter", display_name="SDVG Load Drafter (1.3B)", category=CAT_LOADERS,
+            description="Loads the block-causal drafter that proposes every block: Self-Forcing, Causal Forcing "
+                        "(chunk-wise) or LongLive (Wan 2.1 1.3B), with an optional LoRA merged at load.",
+            inputs=[
+                io.Combo.Input("model_name", options=file_list(DIFFUSION_FOLDER),
+                               tooltip=f"The drafter checkpoint in models/diffusion_models (.pt or .safetensors). "
+                                       f"Default source: {SOURCES['drafter']}. Ignored when 'model' is connected."),
+                io.Combo.Input("kind", options=list(DRAFTER_KINDS), default=DEFAULT_DRAFTER_KIND,
+                               tooltip=f"What the file is (the files do not say): {kinds}. A longlive drafter "
+                                       f"needs its LoRA and runs LongLive's recipe (frame sink + sliding window) "
+                                       f"unless SDVG Start / Generate's drafter_recipe says otherwise. Causal "
+                                       f"Forcing's frame-wise files are refused (1 frame per block)."),
+                io.Combo.Input("pt_entry", options=[AUTO_ENTRY, *SELF_FORCING_ENTRIES], default=AUTO_ENTRY,
+                               tooltip="Which network of the .pt to use. auto: the kind's own (self_forcing: "
+                                       "generator_ema, as Self-Forcing recommends; causal_forcing and longlive: "
+                                       "generator). generator is what the published SDVG code loaded. Ignored for "
+                                       ".safetensors files."),
+                io.Combo.Input("lora_name", options=[NO_LORA, *file_list(LORA_FOLDER)], default=NO_LORA,
+                               tooltip=f"A peft LoRA in models/loras merged into the drafter's weights at load "
+                                       f"(W += alpha/r * B A; peft is not needed). Source: {SOURCES['lora']}. "
+                                       f"Required for kind longlive. For a connected 'model', apply LoRAs with "
+                                       f"ComfyUI's LoRA loaders before it instead."),
+                io.Float.Input("lora_alpha", default=0.0, min=0.0, max=65536.0, step=1.0,
+                               tooltip="The LoRA's alpha (its files do not hold it). 0: the kind's own (LongLive: "
+                                       "256 at rank 256, scale 1), else alpha = the file's rank (scale 1)."),
+                *_common_inputs(), _model_input("drafter"),
+            ],
+            outputs=_outputs("drafter"),
+        )
+
+    @classmethod
+    def validate_inputs(cls, model_name: str, kind: str = DEFAULT_DRAFTER_KIND, lora_name: str = NO_LORA,
+                        input_types=None) -> bool | str:
+        """Before any work (at /prompt): the file is there, and the file / kind / LoRA combination can run."""
+        what = "SDVG Load Drafter"
+        lora = None if lora_name in (NO_LORA, "", None) else lora_name
+        if input_types and "model" in input_types:  # a connected MODEL replaces the file (its kind still counts)
+            if lora is not None:
+                return (f"{what}: lora_name {lora!r} is set but a MODEL is connected, whose weights ComfyUI manages; "
+                        f"apply the LoRA with ComfyUI's 'LoraLoaderModelOnly' before the 'model' input, or set "
+                        f"lora_name to none")
+            return True  # the kind combo holds runnable kinds only; a MODEL's LoRA patches are ComfyUI's
+        found = check_file(DIFFUSION_FOLDER, model_name, what, _kind_source(kind))
+        if found is not True:
+            return found
+        if lora is not None:
+            found = check_file(LORA_FOLDER, lora, what, SOURCES["lora"])
+            if found is not True:
+                return found
+        problems = drafter_problems(full_path(DIFFUSION_FOLDER, model_name), kind,
+                                    None if lora is None else full_path(LORA_FOLDER, lora))
+        return f"{what}: " + "; ".join(problems) if problems else True
+
+    @classmethod
+    def execute(cls, model_name: str, kind: str = DEFAULT_DRAFTER_KIND, pt_entry: str = AUTO_ENTRY,
+                lora_name: str = NO_LORA, lora_alpha: float = 0.0, weight_dtype: str = "auto", compile: bool = False,
+                model=None) -> io.NodeOutput:
+        what = "SDVG Load Drafter"
+        if kind not in DRAFTER_KINDS:
+            raise SDVGError(f"{what}: kind must be one of {list(DRAFTER_KINDS)}, got {kind!r}")
+        lora = None if lora_name in (NO_LORA, "", None) else lora_name
+        if model is not None:
+            if lora is not None:
+                raise SDVGError(f"{what}: lora_name {lora!r} is set but a MODEL is connected; apply the LoRA with "
+                                f"ComfyUI's 'LoraLoaderModelOnly' before the 'model' input, or set lora_name to none")
+            handle = host_comfy_model(model, "drafter")
+            return _loaded(DiTHandle(handle.role, handle.runner, f"{handle.info}, kind {kind}", own_recipe(kind)))
+        path = resolve_file(DIFFUSION_FOLDER, model_name, what, _kind_source(kind))
+        lora_path = None if lora is None else resolve_file(LORA_FOLDER, lora, what, SOURCES["lora"])
+        dtype = pick_dtype(weight_dtype, mm.get_torch_device())
+        try:
+            net, cfg, rep = load_drafter(path, kind, lora_path, pt_entry=None if pt_entry == AUTO_ENTRY else pt_entry,
+                                         lora_alpha=float(lora_alpha) if lora_alpha else None, dtype=dtype,
+                                         device=mm.unet_offload_device())
+        except DrafterError as e:  # the file / kind / LoRA combination (its message says what to do)
+            raise SDVGError(f"{what}: {sentence(e)}") from e
+        except CheckpointError as e:
+            raise _checkpoint_error(what, e, _kind_source(kind)) from e
+        return _loaded(_file_handle("drafter", net, cfg, dtype, rep, compile, own_recipe(kind)))
 
 
 class SDVGLoadImageReward(io.ComfyNode):

@@ -34,8 +34,11 @@ class SDVGLoopStart(io.ComfyNode):
     @classmethod
     def execute(cls, state: Run) -> io.NodeOutput:
         spec = state.state.spec
-        text = f"block {state.state.next_block} of {spec.num_blocks}"
-        return io.NodeOutput(f"sdvg-loop:{state.state.next_block}", state, ui=ui.PreviewText(text))
+        b = state.state.next_block
+        text = f"block {b} of {spec.num_blocks}"
+        if spec.switches and b < spec.num_blocks:  # the schedule's prompt for this block (part of the state's spec)
+            text += f", prompt {spec.segment_of(b)}: {spec.prompt_at(b).text[:60]!r}"
+        return io.NodeOutput(f"sdvg-loop:{b}", state, ui=ui.PreviewText(text))
 
 
 def _body(dynprompt, start_id: str, end_id: str) -> list[str]:

@@ -43,15 +43,17 @@ class Session:
         return e
 
     def reserve(self, spec) -> MemoryEstimate:
-        """Size each DiT's per-call reservation for this spec's recipe window and size, and refuse, before any work,
+        """Size each DiT's per-call reservation for its recipe's window and this size, and refuse, before any work,
         a size whose estimated peak exceeds the device's memory (MemoryRefused names the estimate and the limit).
 
         Weights of ComfyUI-managed MODELs are not counted (ComfyUI can stream them in low-VRAM mode).
         """
         handles = [h for h in (self.target, self.drafter) if h is not None]
         vae = self.vae.inner
-        est = estimate_for_spec(spec, self.config.recipe, [(h.runner.cfg, h.runner.dtype) for h in handles],
-                                vae.config, vae.dtype, vae_weight_bytes=mm.module_size(vae))
+        # each DiT is sized for its own recipe (e.g. a LongLive drafter's window next to a Krea target's rebuild)
+        est = estimate_for_spec(spec, [self.config.recipe_for(h.role) for h in handles],
+                                [(h.runner.cfg, h.runner.dtype) for h in handles], vae.config, vae.dtype,
+                                vae_weight_bytes=mm.module_size(vae))
         for h, d in zip(handles, est.dits):
             h.runner.work_bytes = d.step
         counted = dataclasses.replace(est, dits=tuple(d if h.runner.full_load else dataclasses.replace(d, weights=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.engine import EngineConfig
-from ..sdvg_core.engine.recipes import recipe_by_name
+from ..sdvg_core.engine.recipes import RECIPE_NAMES, recipe_by_name
 from ..sdvg_core.engine.state import GenerationSpec, PromptConditioning
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
@@ -14,11 +14,14 @@ from .hosted_dit import DiTHandle
 from .hosted_scorer import HostedScorer
 from .hosted_vae import host_vae
 from .run_state import Run
+from .schedule import PromptSchedule
 from .session import Session
-from .types import CATEGORY, SDVGModel, SDVGReward, SDVGState
+from .types import CATEGORY, SDVGModel, SDVGReward, SDVGSchedule, SDVGState
 from .ui_text import show_text
 
-RECIPES = ["krea", "self_forcing"]
+RECIPES = list(RECIPE_NAMES)
+AUTO = "auto"
+ROLE_RECIPES = [AUTO, *RECIPE_NAMES]
 DECODE_RULES = ["standard", "krea"]
 
 
@@ -31,8 +34,13 @@ def run_inputs() -> list:
         SDVGReward.Input("image_reward", optional=True,
                          tooltip="ImageReward (SDVG Load ImageReward): scores each draft. Needed when tau decides."),
         io.Vae.Input("vae", tooltip="The Wan 2.1 VAE from ComfyUI's Load VAE (wan_2.1_vae.safetensors)."),
-        io.Conditioning.Input("positive", tooltip="umT5 prompt embeddings: CLIP Text Encode with a 'wan' CLIP loader, "
-                                                  "or SDVG Load Prompt Embeddings."),
+        io.Conditioning.Input("positive", optional=True,
+                              tooltip="umT5 prompt embeddings: CLIP Text Encode with a 'wan' CLIP loader, or SDVG "
+                                      "Load Prompt Embeddings. Leave it unconnected when 'schedule' is connected."),
+        SDVGSchedule.Input("schedule", optional=True,
+                           tooltip="A prompt schedule (SDVG Prompt Schedule / SDVG Prompt From Block): each block is "
+                                   "generated, committed and scored under its own prompt; replaces 'positive' and "
+                                   "'prompt'."),
         io.String.Input("prompt", multiline=True, default="",
                         tooltip="The prompt text ImageReward compares the frames with (the same text you encoded). "
                                 "Empty: taken from SDVG Load Prompt Embeddings' conditioning when it carries it."),
@@ -43,8 +51,17 @@ def run_inputs() -> list:
         io.Int.Input("seed", default=42, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
                      tooltip="Noise seed; drafter and target share each block's noise."),
         io.Combo.Input("recipe", options=RECIPES, default="krea",
-                       tooltip="Context recipe. krea: the published SDVG setup (rebuilds a 3-frame KV context per "
-                               "block). self_forcing: Self-Forcing's growing KV cache."),
+                       tooltip="Context recipe of both models (unless drafter_recipe / target_recipe say otherwise). "
+                               "krea: the published SDVG setup (rebuilds a short KV context every block; any length). "
+                               "self_forcing: Self-Forcing's growing KV cache (at most 21 latent frames). longlive: "
+                               "LongLive's frame sink + sliding window (flat cost, any length). longlive_infinity: "
+                               "its variant with slot-relative positions."),
+        io.Combo.Input("drafter_recipe", options=ROLE_RECIPES, default=AUTO,
+                       tooltip="The drafter's own context recipe. auto: the recipe its kind was trained for "
+                               "(SDVG Load Drafter kind longlive: longlive), else 'recipe'."),
+        io.Combo.Input("target_recipe", options=ROLE_RECIPES, default=AUTO,
+                       tooltip="The target's own context recipe. auto: 'recipe'. The target-only baseline in the "
+                               "report is counted with it."),
         io.Combo.Input("decode_rule", options=DECODE_RULES, default="standard",
                        tooltip="VAE streaming rule. standard: equals ComfyUI's VAE Decode. krea: Krea's VAE cache rule, "
                                "to reproduce the published numbers."),
@@ -55,20 +72,54 @@ def run_inputs() -> list:
     ]
 
 
+def role_recipes(what: str, recipe: str, drafter_recipe: str, target_recipe: str,
+                 drafter: DiTHandle | None) -> dict[str, str]:
+    """The recipe name each model runs: its own setting, else (auto) the drafter kind's own, else `recipe`."""
+    for name, value, options in (("recipe", recipe, RECIPES), ("drafter_recipe", drafter_recipe, ROLE_RECIPES),
+                                 ("target_recipe", target_recipe, ROLE_RECIPES)):
+        if value not in options:
+            raise SDVGError(f"{what}: {name} must be one of {options}, got {value!r}")
+    own = drafter.own_recipe if drafter is not None else None
+    return {"drafter": drafter_recipe if drafter_recipe != AUTO else (own or recipe),
+            "target": target_recipe if target_recipe != AUTO else recipe}
+
+
+def prompt_schedule(what: str, positive, prompt: str, schedule: PromptSchedule | None,
+                    text_len: int) -> list[tuple[int, PromptConditioning]]:
+    """[(first block, prompt conditioning), ...] from a single conditioning (+ its text) or a schedule."""
+    if schedule is not None:
+        if positive is not None:
+            raise SDVGError(f"{what}: both 'positive' and 'schedule' are connected; a schedule holds every prompt "
+                            f"(block 0's too): disconnect 'positive'")
+        if prompt.strip():
+            raise SDVGError(f"{what}: 'prompt' is filled but a schedule is connected, whose entries carry their own "
+                            f"texts (ImageReward scores each block against its entry's): clear 'prompt'")
+        return [(i.first_block, PromptConditioning.make(i.text, fit_text_len(i.embeddings, text_len)))
+                for i in schedule.items]
+    if positive is None:
+        raise SDVGError(f"{what}: connect 'positive' (CLIP Text Encode or SDVG Load Prompt Embeddings) or 'schedule' "
+                        f"(SDVG Prompt Schedule)")
+    emb, carried = conditioning_embeddings(positive)
+    return [(0, PromptConditioning.make(prompt.strip() or carried, fit_text_len(emb, text_len)))]
+
+
 def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: int, height: int,
               num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
-              drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None) -> Run:
-    """Validate the inputs and make the first (empty) state."""
-    if recipe not in RECIPES or decode_rule not in DECODE_RULES:
-        raise SDVGError(f"{what}: recipe must be one of {RECIPES} and decode_rule one of {DECODE_RULES}")
+              drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
+              schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO) -> Run:
+    """Validate the inputs and make the first (empty) state: the prompt schedule becomes part of the spec, each
+    model's recipe part of the engine config, and ComfyUI's reservation is sized for both."""
+    if decode_rule not in DECODE_RULES:
+        raise SDVGError(f"{what}: decode_rule must be one of {DECODE_RULES}, got {decode_rule!r}")
+    names = role_recipes(what, recipe, drafter_recipe, target_recipe, drafter)
     shared_memo.set_cache_budget(cache_gb)
-    emb, carried = conditioning_embeddings(positive)
-    text = prompt.strip() or carried
-    config = EngineConfig(recipe=recipe_by_name(recipe), decode_rule=decode_rule)
-    session = Session(target, drafter, host_vae(vae), image_reward, config)
     try:
-        cond = PromptConditioning.make(text, fit_text_len(emb, target.runner.cfg.text_len))
-        spec = GenerationSpec(cond, width, height, num_blocks, seed)
+        entries = prompt_schedule(what, positive, prompt, schedule, target.runner.cfg.text_len)
+        config = EngineConfig(recipe=recipe_by_name(recipe), decode_rule=decode_rule,
+                              drafter_recipe=recipe_by_name(names["drafter"]),
+                              target_recipe=recipe_by_name(names["target"]))
+        session = Session(target, drafter, host_vae(vae), image_reward, config)
+        spec = GenerationSpec.from_schedule(entries, width, height, num_blocks, seed)
         session.reserve(spec)  # size ComfyUI's reservation for this window; refuse sizes that cannot fit
         state = session.engine().start(spec)
     except ValueError as e:
@@ -83,14 +134,28 @@ def need(run: Run, what: str, drafter: bool = False, scorer: bool = False) -> No
         raise SDVGError(f"{what}: no drafter; connect SDVG Load Drafter to the 'drafter' input of SDVG Start")
     if scorer and s.scorer is None:
         raise SDVGError(f"{what}: no ImageReward; connect SDVG Load ImageReward to the 'image_reward' input of SDVG Start")
-    if scorer and not run.state.spec.prompt.text:
+    if scorer and not all(p.text for _, p in run.state.spec.schedule):
         raise SDVGError(f"{what}: ImageReward needs the prompt text; fill SDVG Start's 'prompt' (the text you encoded)")
     if run.state.done:
         raise SDVGError(f"{what}: all {run.state.spec.num_blocks} blocks are already committed")
 
 
-def steps_per_block(run: Run) -> int:
-    return run.session.config.recipe.plan.num_steps
+def steps_per_block(run: Run, role: str | None = None) -> int:
+    """Model calls per block of one role's recipe (None: the larger of the two, for a bar over both)."""
+    config = run.session.config
+    return max(config.recipe_for(r).plan.num_steps for r in ((role,) if role else ("drafter", "target")))
+
+
+def describe_start(run: Run) -> str:
+    """What SDVG Start shows: size, frames, seed, each model's recipe, the prompt schedule."""
+    spec, config = run.state.spec, run.session.config
+    frames = run.session.vae.config.pixel_frames(spec.num_latent_frames)
+    text = (f"{spec.num_blocks} blocks x {spec.frames_per_block} latent frames -> {frames} frames at "
+            f"{spec.width}x{spec.height}, seed {spec.seed}, recipes: drafter {config.recipe_for('drafter').name}, "
+            f"target {config.recipe_for('target').name}")
+    if spec.switches:
+        text += "\nprompts: " + "; ".join(f"block {b}: {p.text[:50]!r}" for b, p in spec.schedule)
+    return text
 
 
 class SDVGStart(io.ComfyNode):
@@ -106,13 +171,11 @@ class SDVGStart(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule, cache_gb,
-                drafter=None, image_reward=None) -> io.NodeOutput:
+    def execute(cls, target, vae, positive=None, prompt="", width=832, height=480, num_blocks=9, seed=42,
+                recipe="krea", decode_rule="standard", cache_gb=shared_memo.DEFAULT_CACHE_GB, drafter=None,
+                image_reward=None, schedule=None, drafter_recipe=AUTO, target_recipe=AUTO) -> io.NodeOutput:
         run = start_run("SDVG Start", target, vae, positive, prompt, width, height, num_blocks, seed, recipe,
-                        decode_rule, cache_gb, drafter, image_reward)
-        spec = run.state.spec
-        frames = run.session.vae.config.pixel_frames(spec.num_latent_frames)
-        text = (f"{spec.num_blocks} blocks x {spec.frames_per_block} latent frames -> {frames} frames at "
-                f"{spec.width}x{spec.height}, seed {spec.seed}, recipe {recipe}")
+                        decode_rule, cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe)
+        text = describe_start(run)
         show_text(text)
         return io.NodeOutput(run, ui=ui.PreviewText(text))

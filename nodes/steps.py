@@ -33,7 +33,7 @@ class SDVGDraftBlock(io.ComfyNode):
     @classmethod
     def execute(cls, state: Run) -> io.NodeOutput:
         need(state, "SDVG Draft Block", drafter=True)
-        engine = state.session.engine(StepProgress(steps_per_block(state)))
+        engine = state.session.engine(StepProgress(steps_per_block(state, "drafter")))
         return io.NodeOutput(state.with_state(engine.draft(state.state)))
 
 
@@ -142,6 +142,9 @@ class SDVGRoute(io.ComfyNode):
         rec = new.blocks[-1]
         score = "-" if rec.score is None else f"{rec.score:+.3f}"
         text = f"block {b}: {rec.decision} -> {rec.producer} (min score {score}, tau {tau:+.2f})"
+        spec = new.spec
+        if spec.switches:  # a schedule: which prompt the block was generated and scored under
+            text += f", prompt {spec.segment_of(b)}: {spec.prompt_at(b).text[:60]!r}"
         show_text(text)
         return io.NodeOutput(state.with_state(new, tau=float(tau), policy=policy.describe()), text,
                              ui=ui.PreviewText(text))

@@ -7,6 +7,7 @@ SDVGModel = io.Custom("SDVG_MODEL")  # a hosted Wan DiT (drafter or target)
 SDVGReward = io.Custom("SDVG_REWARD")  # a hosted ImageReward scorer
 SDVGState = io.Custom("SDVG_STATE")  # run_state.Run: session + immutable GenerationState
 SDVGLoop = io.Custom("SDVG_LOOP")  # the loop-start -> loop-end link
+SDVGSchedule = io.Custom("SDVG_SCHEDULE")  # schedule.PromptSchedule: prompts by first block
 
 CATEGORY = "SDVG"
 CAT_LOADERS = "SDVG/loaders"

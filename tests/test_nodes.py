@@ -104,7 +104,7 @@ def test_schemas_ids_categories_tooltips(env):
     assert pack.nodes.SDVGLoopEnd.GET_SCHEMA().enable_expand
     ext = asyncio.run(pack.comfy_entrypoint())
     assert asyncio.run(ext.get_node_list()) == list(pack.nodes.NODES)
-    assert len(ids) == 14
+    assert len(ids) == 16
 
 
 def test_root_imports_without_comfyui():
@@ -275,13 +275,13 @@ def test_model_input_path_equals_file_path(env):
 def test_pt_entry_and_info(env):
     pack, _ = env
     n = pack.nodes
-    ema = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", "generator_ema", "auto")
-    gen = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", "generator", "auto")
+    ema = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", pt_entry="auto")  # the kind's entry: generator_ema
+    gen = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", pt_entry="generator")
     assert "entry 'generator_ema'" in ema.args[1] and "entry 'generator'" in gen.args[1]
     assert ema.args[0].key != gen.args[0].key
     w_ema = ema.args[0].runner.net.blocks[0].self_attn.q.weight
     assert not torch.equal(w_ema, gen.args[0].runner.net.blocks[0].self_attn.q.weight)
-    again = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", "generator_ema", "auto")
+    again = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", pt_entry="generator_ema")
     assert again.args[0].key == ema.args[0].key  # stable identity across re-execution: the memo keeps working
 
 

@@ -106,6 +106,37 @@ class UNETLoader(io.ComfyNode):
         return io.NodeOutput(comfy.model_patcher.ModelPatcher(base, mm.get_torch_device(), mm.unet_offload_device()))
 
 
+class LoraLoaderModelOnly(io.ComfyNode):
+    """A clone of the MODEL with the LoRA's weight deltas as patches (ComfyUI applies them when it loads the model).
+    Reads LoRA files in the generic format ComfyUI maps onto a model's state-dict keys: `<key>.lora_A.weight` /
+    `<key>.lora_B.weight` (+ optional `<key>.alpha`), delta = strength * alpha / rank * B @ A."""
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="LoraLoaderModelOnly", category="loaders", inputs=[
+            io.Model.Input("model"), io.Combo.Input("lora_name", options=folder_paths.get_filename_list("loras")),
+            io.Float.Input("strength_model", default=1.0, min=-100.0, max=100.0, step=0.01)],
+            outputs=[io.Model.Output()])
+
+    @classmethod
+    def execute(cls, model, lora_name, strength_model):
+        from safetensors.torch import load_file
+
+        if strength_model == 0:
+            return io.NodeOutput(model)
+        sd = load_file(folder_paths.get_full_path_or_raise("loras", lora_name))
+        patches = {}
+        for k, a in sd.items():
+            if k.endswith(".lora_A.weight"):
+                x = k[:-len(".lora_A.weight")]
+                b = sd[x + ".lora_B.weight"]
+                alpha = float(sd[x + ".alpha"]) if x + ".alpha" in sd else a.shape[0]
+                patches[x + ".weight"] = (b.float() @ a.float()) * (alpha / a.shape[0])
+        clone = model.clone()
+        clone.add_patches(patches, strength_model)
+        return io.NodeOutput(clone)
+
+
 class CreateVideo(io.ComfyNode):
     @classmethod
     def define_schema(cls):
@@ -165,6 +196,6 @@ class PrimitiveStringMultiline(io.ComfyNode):
         return io.NodeOutput(value)
 
 
-CORE_NODES = [CLIPLoader, CLIPTextEncode, VAELoader, UNETLoader, CreateVideo, SaveVideo, PreviewImage, PreviewAny,
-              PrimitiveStringMultiline]
+CORE_NODES = [CLIPLoader, CLIPTextEncode, VAELoader, UNETLoader, LoraLoaderModelOnly, CreateVideo, SaveVideo,
+              PreviewImage, PreviewAny, PrimitiveStringMultiline]
 FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}

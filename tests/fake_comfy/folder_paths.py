@@ -16,7 +16,7 @@ def reset(base: str) -> None:
     output_directory = os.path.join(base, "output")
     temp_directory = os.path.join(base, "temp")
     folder_names_and_paths.clear()
-    for name in ("diffusion_models", "vae", "text_encoders", "unet", "checkpoints"):
+    for name in ("diffusion_models", "vae", "text_encoders", "unet", "checkpoints", "loras"):
         folder_names_and_paths[name] = ([os.path.join(models_dir, name)], set(supported_pt_extensions))
 
 
@@ -67,3 +67,22 @@ def get_output_directory() -> str:
 
 def get_temp_directory() -> str:
     return temp_directory
+
+
+def get_save_image_path(filename_prefix: str, output_dir: str, image_width=0, image_height=0):
+    """(folder, file name, next counter, subfolder, prefix) as ComfyUI's: <prefix>_<counter 00001>_ files, counted
+    per prefix in the prefix's subfolder of the output folder; a prefix leaving the output folder is refused."""
+    subfolder = os.path.dirname(os.path.normpath(filename_prefix))
+    filename = os.path.basename(os.path.normpath(filename_prefix))
+    folder = os.path.join(output_dir, subfolder)
+    if os.path.commonpath((output_dir, os.path.abspath(folder))) != output_dir:
+        raise Exception("Saving image outside the output folder is not allowed.")
+    counters = [0]
+    if os.path.isdir(folder):
+        for f in os.listdir(folder):
+            head, _, rest = f[len(filename) + 1:].partition("_")
+            if f.startswith(filename + "_") and head.isdigit() and rest is not None:
+                counters.append(int(head))
+    else:
+        os.makedirs(folder, exist_ok=True)
+    return folder, filename, max(counters) + 1, subfolder, filename_prefix
