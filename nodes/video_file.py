@@ -67,7 +67,7 @@ class StreamingVideo:
     a playable file of the blocks written so far). Keeps a preview of every `stride`-th frame."""
 
     def __init__(self, filename_prefix: str, width: int, height: int, total_frames: int, fps: int = WAN_FPS,
-                 metadata: dict | None = None, preview_frames: int = PREVIEW_FRAMES):
+                 metadata: dict | None = None, preview_frames: int | None = None):
         try:
             import av
         except ImportError as e:  # ComfyUI requires av (its own video nodes use it)
@@ -80,7 +80,8 @@ class StreamingVideo:
         self.path = os.path.join(folder, self.file)
         self.width, self.height = width, height
         self.frames_written = 0
-        self.stride = max(1, math.ceil(total_frames / max(preview_frames, 1)))
+        keep = PREVIEW_FRAMES if preview_frames is None else preview_frames
+        self.stride = max(1, math.ceil(total_frames / max(keep, 1)))
         self._preview: list[torch.Tensor] = []
         self._av = av
         self._out = av.open(self.path, mode="w", options={"movflags": "use_metadata_tags"})

@@ -52,6 +52,29 @@ def write_tiny_models(base: Path, core) -> None:
     scorer = reward.random_scorer(reward_io.synthetic_tiny_config(vocab), vocab, seed=4)
     torch.save(reward.export_state_dict(scorer.model), m / "image_reward" / "ImageReward.pt")
     text.save_embeddings(m / "sdvg_prompts" / EMB_FILE, PROMPT, text.demo_embeddings(PROMPT, 32))
+    # LongLive-1.3B's layout: base weights under `generator`, a rank-256 peft LoRA on every Linear of the blocks
+    lora_mod = __import__(core.__name__ + ".io.lora", fromlist=["x"])
+    base = wan.build_random(cfgm.PRESETS["tiny-drafter"], seed=7)
+    torch.save({"generator": {"model." + k: v for k, v in base.state_dict().items()}},
+               m / "diffusion_models" / LONGLIVE_BASE)
+    (m / "loras").mkdir(parents=True, exist_ok=True)
+    torch.save({"generator_lora": peft_lora(base, lora_mod, LONGLIVE_RANK, seed=8)}, m / "loras" / LONGLIVE_LORA)
+
+
+LONGLIVE_BASE, LONGLIVE_LORA, LONGLIVE_RANK = "longlive_base.pt", "lora.pt", 256
+
+
+def peft_lora(net, lora_mod, rank: int, seed: int, scale: float = 0.05) -> dict:
+    """A LoRA in peft's saved format (base_model.model.<module>.lora_A/B.weight) on every Linear of the blocks,
+    small enough that the merged model stays a model (random tensors; no peft needed)."""
+    gen = torch.Generator().manual_seed(seed)
+    modules = dict(net.named_modules())
+    out = {}
+    for name in lora_mod.block_linear_names(net):
+        lin = modules[name]
+        out[f"{lora_mod.PEFT_PREFIX}{name}.lora_A.weight"] = torch.randn(rank, lin.in_features, generator=gen) * scale
+        out[f"{lora_mod.PEFT_PREFIX}{name}.lora_B.weight"] = torch.randn(lin.out_features, rank, generator=gen) * scale
+    return out
 
 
 @pytest.fixture(scope="module")
