@@ -32,18 +32,29 @@ MODELS = {
                "url": f"{HF}/THUDM/ImageReward/resolve/main/ImageReward.pt"},
     "vae": {"name": "wan_2.1_vae.safetensors", "directory": "vae",
             "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/vae/wan_2.1_vae.safetensors"},
+    "longlive": {"name": "longlive_base.pt", "directory": "diffusion_models",
+                 "url": f"{HF}/Efficient-Large-Model/LongLive-1.3B/resolve/main/models/longlive_base.pt"},
+    "longlive_lora": {"name": "lora.pt", "directory": "loras",
+                      "url": f"{HF}/Efficient-Large-Model/LongLive-1.3B/resolve/main/models/lora.pt"},
     "umt5": {"name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "directory": "text_encoders",
              "url": f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/text_encoders/"
                     "umt5_xxl_fp8_e4m3fn_scaled.safetensors"},
 }
+SELF_FORCING_FILE = "- `models/diffusion_models/self_forcing_dmd.pt`: drafter, [gdhe17/Self-Forcing](https://huggingface.co/gdhe17/Self-Forcing) `checkpoints/self_forcing_dmd.pt`\n"
+LONGLIVE_FILES = ("- `models/diffusion_models/longlive_base.pt` + `models/loras/lora.pt`: the LongLive drafter (kind longlive, "
+                  "its LoRA merged at load), [Efficient-Large-Model/LongLive-1.3B](https://huggingface.co/Efficient-Large-Model/LongLive-1.3B) "
+                  "`models/longlive_base.pt`, `models/lora.pt`\n")
 FILES_NOTE = """**Files** (nothing is downloaded at run time):
-- `models/diffusion_models/self_forcing_dmd.pt`: drafter, [gdhe17/Self-Forcing](https://huggingface.co/gdhe17/Self-Forcing) `checkpoints/self_forcing_dmd.pt`
-- `models/diffusion_models/krea-realtime-video-14b.safetensors`: target, [krea/krea-realtime-video](https://huggingface.co/krea/krea-realtime-video)
+{drafter}- `models/diffusion_models/krea-realtime-video-14b.safetensors`: target, [krea/krea-realtime-video](https://huggingface.co/krea/krea-realtime-video)
 - `models/image_reward/ImageReward.pt` + `vocab.txt`: [THUDM/ImageReward](https://huggingface.co/THUDM/ImageReward) and [google-bert/bert-base-uncased](https://huggingface.co/google-bert/bert-base-uncased) `vocab.txt`
 - `models/vae/wan_2.1_vae.safetensors`, `models/text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors`: [Comfy-Org/Wan_2.1_ComfyUI_repackaged](https://huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged)
 
 Low VRAM: load the 14B with **Load Diffusion Model** (weight_dtype fp8_e4m3fn) and connect its MODEL to the target loader's `model` input.
 Skip the 11 GB text encoder on later runs: **SDVG Save Prompt Embeddings** once, then **SDVG Load Prompt Embeddings**."""
+
+
+def files_note(drafter: str = SELF_FORCING_FILE) -> str:
+    return FILES_NOTE.replace("{drafter}", drafter)
 
 
 NOTE_POS, NOTE_SIZE = (380, 390), (360, 690)  # the notes sit under the prompt, in the second column
@@ -133,24 +144,45 @@ class Graph:
         return wf
 
 
-def loaders(g: Graph, start_below: bool = False) -> dict:
-    """The shared left columns: target, drafter and ImageReward loaders in the first; the prompt, its encoding and
-    the VAE and text-encoder loaders in the second (`start_below`: room for SDVG Start under the first column),
-    or the VAE and text-encoder loaders in the first (the note then has the second column's lower part)."""
+# the first column's loaders, each below the one before (heights as the frontend draws them, plus a title bar's gap)
+TARGET_Y, DRAFTER_Y, REWARD_Y, VAE_Y, CLIP_Y = 0, 230, 540, 730, 840
+LONG_PROMPT = ("A red fox trots through fresh snow in a quiet pine forest, its breath steaming, the camera tracking it "
+               "at ground level, soft morning light, cinematic.")
+SCHEDULE = ("0: A red fox trots through fresh snow in a quiet pine forest, soft morning light, the camera tracking it "
+            "at ground level, cinematic.\n"
+            "10: The red fox stops at the edge of a frozen stream and looks around, snow starting to fall.\n"
+            "20: The red fox leaps across the frozen stream into deep snow, slow motion, snowflakes swirling.")
+LONG_BLOCKS, SCHEDULE_BLOCKS = 40, 30  # 40 blocks = 120 latent frames = 477 frames (29.8 s at 16 fps); 30: 22.3 s
+
+
+def loaders(g: Graph, second_column: bool = False, longlive: bool = False, encoder: bool = True) -> dict:
+    """The shared left columns: the target, drafter and (unless `second_column`) ImageReward, VAE and text-encoder
+    loaders in the first; the prompt and its encoding in the second (`second_column`: the ImageReward, VAE and
+    text-encoder loaders too, under the prompt, leaving the first column's lower part to SDVG Start). `longlive`:
+    the LongLive drafter with its LoRA; `encoder` False: no prompt and CLIP Text Encode (a schedule encodes)."""
     # properties.models lets the frontend offer the download of a missing file; it only downloads .safetensors,
-    # so the two .pt files are listed in the note instead (and in the nodes' error messages)
-    target = g.node("SDVGLoadTarget", (0, 0), {"model_name": MODELS["target"]["name"]}, models=["target"])
-    drafter = g.node("SDVGLoadDrafter", (0, 200), {"model_name": MODELS["drafter"]["name"]})
-    reward = g.node("SDVGLoadImageReward", (0, 400), {"reward_name": MODELS["reward"]["name"]})
-    vae_pos, clip_pos = ((380, 400), (380, 500)) if start_below else ((0, 560), (0, 660))
+    # so the .pt files are listed in the note instead (and in the nodes' error messages)
+    target = g.node("SDVGLoadTarget", (0, TARGET_Y), {"model_name": MODELS["target"]["name"]}, models=["target"],
+                    size=(340, 190))
+    widgets = ({"model_name": MODELS["longlive"]["name"], "kind": "longlive",
+                "lora_name": MODELS["longlive_lora"]["name"]} if longlive else {"model_name": MODELS["drafter"]["name"]})
+    drafter = g.node("SDVGLoadDrafter", (0, DRAFTER_Y), widgets, title="SDVG Load Drafter (LongLive 1.3B)" if longlive
+                     else None, size=(340, 262))
+    col2 = 380
+    reward_pos, vae_pos, clip_pos = (((col2, 670), (col2, 400), (col2, 510)) if second_column
+                                     else ((0, REWARD_Y), (0, VAE_Y), (0, CLIP_Y)))
+    reward = g.node("SDVGLoadImageReward", reward_pos, {"reward_name": MODELS["reward"]["name"]}, size=(340, 142))
     vae = g.node("VAELoader", vae_pos, {"vae_name": MODELS["vae"]["name"]}, models=["vae"], size=(340, 60))
     clip = g.node("CLIPLoader", clip_pos, {"clip_name": MODELS["umt5"]["name"], "type": "wan", "device": "default"},
                   models=["umt5"], size=(340, 110))
-    text = g.node("PrimitiveStringMultiline", (380, 0), {"value": PROMPT}, title="Prompt", size=(360, 190))
-    enc = g.node("CLIPTextEncode", (380, 250), {"text": PROMPT}, size=(360, 100))
-    g.link(clip, "CLIP", enc, "clip")
-    g.link(text, "STRING", enc, "text")
-    return {"target": target, "drafter": drafter, "reward": reward, "vae": vae, "text": text, "enc": enc}
+    out = {"target": target, "drafter": drafter, "reward": reward, "vae": vae, "clip": clip}
+    if encoder:
+        prompt = LONG_PROMPT if longlive else PROMPT
+        out["text"] = g.node("PrimitiveStringMultiline", (col2, 0), {"value": prompt}, title="Prompt", size=(360, 190))
+        out["enc"] = g.node("CLIPTextEncode", (col2, 250), {"text": prompt}, size=(360, 100))
+        g.link(clip, "CLIP", out["enc"], "clip")
+        g.link(out["text"], "STRING", out["enc"], "text")
+    return out
 
 
 def wire_run(g: Graph, m: dict, node: dict) -> None:
@@ -158,8 +190,11 @@ def wire_run(g: Graph, m: dict, node: dict) -> None:
     g.link(m["drafter"], "drafter", node, "drafter")
     g.link(m["reward"], "image_reward", node, "image_reward")
     g.link(m["vae"], "VAE", node, "vae")
-    g.link(m["enc"], "CONDITIONING", node, "positive")
-    g.link(m["text"], "STRING", node, "prompt")
+    if "schedule" in m:
+        g.link(m["schedule"], "schedule", node, "schedule")
+    else:
+        g.link(m["enc"], "CONDITIONING", node, "positive")
+        g.link(m["text"], "STRING", node, "prompt")
 
 
 def save_video(g: Graph, frames_src: dict, pos: tuple[int, int], prefix: str,
@@ -172,14 +207,14 @@ def save_video(g: Graph, frames_src: dict, pos: tuple[int, int], prefix: str,
 
 
 # SDVG Generate with room for what a run adds below its widgets (the newest block's preview, about 200 px at
-# 832x480, and the report's first lines), so it grows over no other node
-GENERATE_SIZE = (340, 740)
+# 832x480, and the report's first lines; with save_video the saved video), so it grows over no other node
+GENERATE_SIZE = (340, 860)
 
 
 def loop_workflow(sp: dict) -> dict:
     g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000001")
-    m = loaders(g, start_below=True)
-    start = g.node("SDVGStart", (0, 600), {"num_blocks": 9}, size=(340, 400))
+    m = loaders(g, second_column=True)
+    start = g.node("SDVGStart", (0, 540), {"num_blocks": 9}, size=(340, 440))
     wire_run(g, m, start)
     # the body's nodes keep room for what a run adds: Decode Draft its frames, Score its text, Route its text and the
     # newest block's preview (about 200 px at 832x480), so nothing grows over the report below the group
@@ -189,7 +224,7 @@ def loop_workflow(sp: dict) -> dict:
     score = g.node("SDVGScoreBlock", (1660, 80), size=(300, 170))
     route = g.node("SDVGRoute", (800, 210), {"tau": -0.7, "force_reject_first": True}, size=(400, 380))
     le = g.node("SDVGLoopEnd", (1660, 320), size=(240, 70))
-    fin = g.node("SDVGFinish", (2060, 0), size=(300, 120))
+    fin = g.node("SDVGFinish", (2060, 0), size=(300, 190))
     g.link(start, "state", ls, "state")
     g.link(ls, "state", draft, "state")
     g.link(draft, "state", dec, "state")
@@ -202,17 +237,16 @@ def loop_workflow(sp: dict) -> dict:
     rep = g.node("PreviewAny", (780, 690), title="Report (which blocks were reused, what was recomputed)",
                  size=(1240, 390))
     g.link(fin, "report", rep, "source")
-    plot = g.node("PreviewImage", (2060, 180), title="Scores vs tau", size=(480, 330))
+    plot = g.node("PreviewImage", (2060, 240), title="Scores vs tau", size=(480, 300))
     g.link(fin, "plot", plot, "images")
-    save_video(g, fin, (2060, 560), "video/SDVG", size=(480, 400))
+    save_video(g, fin, (2060, 580), "video/SDVG", size=(480, 380), save_pos=(2060, 700))
     g.group("One block (repeated by SDVG Loop End until every block is committed)", (780, 0, 1240, 620))
-    g.note("## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE "
-                     "decodes it, **ImageReward** scores every frame and **SDVG Route** keeps the draft when the "
-                     "lowest frame score is >= **tau**; otherwise the 14B **target** redoes the block from the "
-                     "same noise. Block 0 always comes from the target (its draft is never computed: the route's "
-                     "`scored` input is lazy).\n\nMove **tau** and queue again: only the blocks from the first "
-                     "changed decision are recomputed; the **Report** says per block whether this run computed it "
-                     "and how many forwards it recomputed.\n\n" + FILES_NOTE, pos=(380, 670), size=(360, 410))
+    g.note("## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE decodes it, "
+           "**ImageReward** scores every frame and **SDVG Route** keeps the draft when the lowest frame score is >= "
+           "**tau**; otherwise the 14B **target** redoes the block from the same noise. Block 0 always comes from "
+           "the target (the route's `scored` input is lazy).\n\nMove **tau** and queue again: only the blocks from "
+           "the first changed decision are recomputed (see the **Report**).\n\n" + files_note(),
+           pos=(380, 860), size=(360, 220))
     return g.to_json()
 
 
@@ -227,9 +261,9 @@ def generate_workflow(sp: dict) -> dict:
     g.link(gen, "plot", plot, "images")
     save_video(g, gen, (1900, 0), "video/SDVG")
     g.note("## SDVG Generate (all in one)\n\nThe drafter proposes each block, ImageReward scores its "
-                     "frames (min over frames) and the target redoes the block when the score < **tau** (block 0 "
-                     "always from the target). Higher tau: closer to the 14B, slower. Paper: tau -0.7 gives 1.59x "
-                     "at ~98% of the target's quality.\n\n" + FILES_NOTE)
+           "frames (min over frames) and the target redoes the block when the score < **tau** (block 0 "
+           "always from the target). Higher tau: closer to the 14B, slower. Paper: tau -0.7 gives 1.59x "
+           "at ~98% of the target's quality.\n\n" + files_note())
     return g.to_json()
 
 
@@ -243,21 +277,78 @@ def baseline_workflow(sp: dict) -> dict:
         gen = g.node("SDVGGenerate", (x, 0), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},
                      title=title, size=GENERATE_SIZE)
         wire_run(g, m, gen)
-        save_video(g, gen, (x, 800), prefix, size=(480, 380), save_pos=(1580 + i * 500, 700))
-        g.group(title, (x - 20, -70, 380, 990), color)
+        save_video(g, gen, (x, 920), prefix, size=(480, 380), save_pos=(1580 + i * 500, 700))
+        g.group(title, (x - 20, -70, 380, 1100), color)
         rep = g.node("PreviewAny", (1580, i * 340), title=f"Report: {policy}", size=(620, 300))
         g.link(gen, "report", rep, "source")
         plot = g.node("PreviewImage", (2220, i * 340), title=f"Scores: {policy}", size=(340, 300))
         g.link(gen, "plot", plot, "images")
     g.note("## Target-only vs SDVG\n\nSame prompt, seed and noise. Both nodes have **fresh_run** on: "
-                     "neither takes blocks from the other's run (block 0 is the same target block in both), so each "
-                     "report's wall time is a fresh run's. Compare the two videos and the reports: wall time, "
-                     "counted forwards, acceptance, counted speedup.\n\n" + FILES_NOTE)
+           "neither takes blocks from the other's run (block 0 is the same target block in both), so each "
+           "report's wall time is a fresh run's. Compare the two videos and the reports: wall time, "
+           "counted forwards, acceptance, counted speedup.\n\n" + files_note())
+    return g.to_json()
+
+
+LONG_GENERATE_SIZE = (340, 900)
+
+
+def long_outputs(g: Graph, gen: dict, preview_title: str) -> None:
+    """A long video's report (a row per block: a tall viewer), plot and preview; the video itself is saved by
+    SDVG Generate block by block and shown on it."""
+    rep = g.node("PreviewAny", (1160, 0), title="Report (a row per block)", size=(760, 640))
+    g.link(gen, "report", rep, "source")
+    plot = g.node("PreviewImage", (1160, 690), title="Scores vs tau (per block)", size=(760, 400))
+    g.link(gen, "plot", plot, "images")
+    prev = g.node("PreviewImage", (1960, 0), title=preview_title, size=(480, 420))
+    g.link(gen, "frames", prev, "images")
+
+
+LONG_NOTE = ("The **LongLive** drafter runs its own context recipe (frame sink + sliding window: flat cost per "
+             "block), the 14B **Krea** target its rebuild (any length): SDVG Generate's `drafter_recipe` auto picks "
+             "LongLive's from the loader's kind. With **save_video** on, each block goes to "
+             "`output/video/SDVG_long_*.mp4` as soon as it is committed: the whole video never sits in memory, "
+             "and `frames` is only a preview (every 15th frame).")
+
+
+def long_video_workflow(sp: dict) -> dict:
+    g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000004")
+    m = loaders(g, longlive=True)
+    gen = g.node("SDVGGenerate", (780, 0), {"num_blocks": LONG_BLOCKS, "policy": "sdvg", "tau": -0.7,
+                                            "save_video": True, "filename_prefix": "video/SDVG_long"},
+                 title="SDVG Generate (40 blocks, saved as they commit)", size=LONG_GENERATE_SIZE)
+    wire_run(g, m, gen)
+    long_outputs(g, gen, "Preview (every 15th frame; the video is in the file)")
+    g.note("## A long video (40 blocks, 30 s)\n\n" + LONG_NOTE + "\n\n" + files_note(LONGLIVE_FILES),
+           pos=(380, 390), size=(360, 700))
+    return g.to_json()
+
+
+def prompt_changes_workflow(sp: dict) -> dict:
+    g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000005")
+    m = loaders(g, longlive=True, encoder=False)
+    sched = g.node("SDVGPromptSchedule", (380, 0), {"schedule": SCHEDULE}, title="Prompt schedule (block: prompt)",
+                   size=(360, 300))
+    g.link(m["clip"], "CLIP", sched, "clip")
+    m["schedule"] = sched
+    gen = g.node("SDVGGenerate", (780, 0), {"num_blocks": SCHEDULE_BLOCKS, "policy": "sdvg", "tau": -0.7,
+                                            "save_video": True, "filename_prefix": "video/SDVG_prompts"},
+                 title="SDVG Generate (30 blocks, 3 prompts)", size=LONG_GENERATE_SIZE)
+    wire_run(g, m, gen)
+    long_outputs(g, gen, "Preview (every 12th frame; the video is in the file)")
+    g.note("## A long video with prompt changes\n\nThree prompts over 30 blocks: each `block: prompt` line holds "
+           "from its block until the next line's; each prompt is encoded once. At a change the LongLive drafter "
+           "recaches its window under the new prompt (motion stays continuous), the Krea target rebuilds with the "
+           "block's own prompt, and ImageReward scores every block against **its** prompt (the report shows which). "
+           "Edit the third prompt and queue again: nothing before block 20 is recomputed.\n\n"
+           + LONG_NOTE.replace("SDVG_long", "SDVG_prompts").replace("every 15th", "every 12th") + "\n\n"
+           + files_note(LONGLIVE_FILES), pos=(380, 350), size=(360, 740))
     return g.to_json()
 
 
 WORKFLOWS = {"sdvg_loop_step_by_step.json": loop_workflow, "sdvg_generate.json": generate_workflow,
-             "sdvg_vs_target_only.json": baseline_workflow}
+             "sdvg_vs_target_only.json": baseline_workflow, "sdvg_long_video.json": long_video_workflow,
+             "sdvg_long_video_prompt_changes.json": prompt_changes_workflow}
 
 
 def main() -> int:

@@ -184,7 +184,8 @@ QUEUE = r"""
 })()
 """
 # --run-small: the size the run uses instead of the workflow's (tiny test models, a CPU); the text encoder is swapped
-# for SDVG Load Prompt Embeddings as in the tests (ComfyUI's umT5-XXL cannot be loaded there)
+# for SDVG Load Prompt Embeddings, and a prompt schedule reads that file for every entry, as in the tests (ComfyUI's
+# umT5-XXL cannot be loaded there)
 SMALL_RUN = {"width": 64, "height": 48, "num_blocks": 3}
 
 
@@ -194,7 +195,8 @@ async def run_small(p: "Page", http, url: str, api: dict, embeddings: str, stem:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import workflow_tools as wt
 
-    api = wt.set_inputs(wt.swap_text_encoder(api, embeddings), "SDVGStart", **SMALL_RUN)
+    api = wt.swap_schedule_encoder(wt.swap_text_encoder(api, embeddings), embeddings, SMALL_RUN["num_blocks"])
+    api = wt.set_inputs(api, "SDVGStart", **SMALL_RUN)
     api = wt.set_inputs(api, "SDVGGenerate", **SMALL_RUN)
     queued = json.loads(await p.eval(QUEUE % json.dumps(api)))
     pid = queued["prompt_id"]

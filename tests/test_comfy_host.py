@@ -96,6 +96,14 @@ def write_models(root: Path) -> None:
     save_embeddings(m / "sdvg_prompts" / EMB, PROMPT, demo_embeddings(PROMPT, 32))
     save_embeddings(m / "sdvg_prompts" / EMB_4096, PROMPT, demo_embeddings(PROMPT, 4096))
     (m / "text_encoders" / "umt5_xxl_fp8_e4m3fn_scaled.safetensors").write_bytes(b"")  # listed, never loaded
+    # LongLive's layout (the long-video workflows' drafter): base under `generator` + a rank-256 LoRA in models/loras
+    from sdvg_core.io import lora as lora_mod
+    from test_nodes import LONGLIVE_BASE, LONGLIVE_LORA, LONGLIVE_RANK, peft_lora
+
+    base = build_random(PRESETS["tiny-drafter"], seed=7)
+    torch.save({"generator": prefixed(base)}, m / "diffusion_models" / LONGLIVE_BASE)
+    (m / "loras").mkdir(parents=True, exist_ok=True)
+    torch.save({"generator_lora": peft_lora(base, lora_mod, LONGLIVE_RANK, seed=8)}, m / "loras" / LONGLIVE_LORA)
 
 
 # ------------------------------------------------------------------------------------------------ server
@@ -262,7 +270,8 @@ def root(tmp_path_factory):
     (root / "custom_nodes" / PACK_DIR_NAME).symlink_to(REPO, target_is_directory=True)
     (root / "extra_model_paths.yaml").write_text(
         f"sdvg_test:\n    base_path: {root / 'models'}\n    is_default: true\n    diffusion_models: diffusion_models\n"
-        f"    vae: vae\n    text_encoders: text_encoders\n    image_reward: image_reward\n    sdvg_prompts: sdvg_prompts\n")
+        f"    vae: vae\n    text_encoders: text_encoders\n    image_reward: image_reward\n    sdvg_prompts: sdvg_prompts\n"
+        f"    loras: loras\n")
     return root
 
 

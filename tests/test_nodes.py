@@ -89,7 +89,8 @@ def env(tmp_path_factory):
 def api_for(wf_path: Path, classes: dict, tau: float | None = None, **widgets) -> dict:
     """API prompt of a workflow at the test size; tau goes to SDVG Route / SDVG Generate."""
     specs = wt.object_info_from_classes(classes.values())
-    api = wt.swap_text_encoder(wt.to_api(wt.load(wf_path), specs), EMB_FILE)
+    blocks = widgets.get("num_blocks", SMALL["num_blocks"])
+    api = wt.swap_schedule_encoder(wt.swap_text_encoder(wt.to_api(wt.load(wf_path), specs), EMB_FILE), EMB_FILE, blocks)
     start = {k: v for k, v in {**SMALL, **widgets}.items() if k not in ("policy", "force_reject_first")}
     api = wt.set_inputs(api, "SDVGStart", **start)
     api = wt.set_inputs(api, "SDVGGenerate", **{**SMALL, **widgets, **({} if tau is None else {"tau": tau})})
@@ -165,7 +166,11 @@ def test_workflows_valid(env):
         assert {"krea-realtime-video-14b.safetensors", "wan_2.1_vae.safetensors"} <= listed, path.name
         assert all(name.endswith(".safetensors") for name in listed), path.name  # the frontend downloads only those
         notes = " ".join(str(v) for n in wf["nodes"] if n["type"] == "MarkdownNote" for v in n["widgets_values"])
-        assert "self_forcing_dmd.pt" in notes and "ImageReward.pt" in notes and "vocab.txt" in notes, path.name
+        assert "ImageReward.pt" in notes and "vocab.txt" in notes, path.name
+        # every file a loader reads that the frontend cannot offer for download (.pt) is named in the notes
+        pt = {v for n in wf["nodes"] if n["type"].startswith("SDVGLoad") for v in n["widgets_values"]
+              if isinstance(v, str) and v.endswith(".pt")}
+        assert pt and all(f in notes for f in pt), (path.name, pt)
         api = wt.to_api(wf, specs)
         for nid, node in api.items():  # every link points at an existing node's existing output
             for v in node["inputs"].values():
@@ -275,6 +280,34 @@ def test_generate_and_baseline_workflows(env):
     # SDVG at tau -5 equals the all-in-one graph above (same seed, same models)
     sdvg_node = next(g for g in gens if api[g]["inputs"]["policy"] == "sdvg")
     assert torch.equal(ex.values[sdvg_node][0], frames_sdvg)
+
+
+@pytest.mark.parametrize("name", ["sdvg_long_video", "sdvg_long_video_prompt_changes"])
+def test_long_video_workflows(env, name):
+    """The long-video templates at the test size: LongLive drafter (its kind's recipe) + Krea target, the video saved
+    block by block into the output folder (shown on Generate), a preview as 'frames'; the prompt-changes one with
+    its three prompts spread over the blocks, each block under its own."""
+    import av
+    import folder_paths
+
+    pack, classes = env
+    api = api_for(REPO / "workflows" / f"{name}.json", classes, tau=-5.0)
+    nid = node_of(api, "SDVGGenerate")
+    assert api[nid]["inputs"]["save_video"] is True and api[nid]["inputs"]["filename_prefix"].startswith("video/")
+    ex = MiniExecutor(classes)
+    ui = ex.run(api)
+    rep = report_of(pack, ex, api, "SDVGGenerate")
+    n = SMALL["num_blocks"]
+    assert rep["recipe"] == "drafter longlive / target krea" and len(rep["blocks"]) == n
+    assert "kind longlive" in rep["meta"]["drafter"] and "LoRA lora.pt merged" in rep["meta"]["drafter"]
+    saved = ui[nid]["images"][0]
+    path = Path(folder_paths.get_output_directory()) / saved["subfolder"] / saved["filename"]
+    with av.open(str(path)) as c:
+        assert sum(1 for _ in c.decode(video=0)) == 1 + 4 * (3 * n - 1)
+    assert ex.values[nid][0].shape[0] <= 32  # 'frames' is the preview
+    if "prompt_changes" in name:
+        assert len(rep["prompts"]) == 3 and [b["prompt"] for b in rep["blocks"]] == [0, 1, 2, 2]
+        assert "prompt 1 from block 1" in ui[node_of(api, "PreviewAny")]["text"][0]
 
 
 def test_model_input_path_equals_file_path(env):

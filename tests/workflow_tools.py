@@ -190,6 +190,30 @@ def swap_text_encoder(api: dict, embeddings_file: str) -> dict:
     return out
 
 
+def swap_schedule_encoder(api: dict, embeddings_file: str, num_blocks: int | None = None) -> dict:
+    """SDVG Prompt Schedule without the text encoder: its `block: prompt` lines become the JSON form whose entries
+    name `embeddings_file` (in models/sdvg_prompts), the CLIP link (and an unused CLIPLoader) go. With `num_blocks`,
+    a schedule reaching past it is spread evenly over that many blocks (a small test run), in order."""
+    import re
+
+    out = json.loads(json.dumps(api))
+    for nid, node in list(out.items()):
+        if node["class_type"] != "SDVGPromptSchedule" or not isinstance(node["inputs"].get("schedule"), str):
+            continue
+        lines = [m.groups() for m in (re.match(r"^\s*(\d+)\s*:\s*(.+?)\s*$", ln)
+                                      for ln in node["inputs"]["schedule"].splitlines()) if m]
+        entries = [{"block": int(b), "prompt": p, "embeddings": embeddings_file} for b, p in lines]
+        if num_blocks is not None and entries and entries[-1]["block"] >= num_blocks:
+            for i, e in enumerate(entries):
+                e["block"] = i * num_blocks // len(entries)
+        node["inputs"]["schedule"] = json.dumps(entries)
+        clip = node["inputs"].pop("clip", None)
+        if isinstance(clip, list) and out.get(clip[0], {}).get("class_type") == "CLIPLoader" and not any(
+                v == clip for n in out.values() for v in n["inputs"].values()):
+            del out[clip[0]]
+    return out
+
+
 def set_inputs(api: dict, class_type: str, **values: Any) -> dict:
     """Set constant inputs on every node of a class (e.g. a small size for tiny models)."""
     out = json.loads(json.dumps(api))
