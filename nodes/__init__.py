@@ -12,11 +12,13 @@ from .prompts import SDVGLoadPromptEmbeddings, SDVGSavePromptEmbeddings
 from .schedule import SDVGPromptFromBlock, SDVGPromptSchedule
 from .start import SDVGStart
 from .steps import SDVGDecodeBlock, SDVGDraftBlock, SDVGRoute, SDVGScoreBlock
+from .video_file import SDVGShowVideo
 
 NODES: list[type[io.ComfyNode]] = [
     SDVGLoadDrafter, SDVGLoadTarget, SDVGLoadImageReward,
     SDVGStart, SDVGLoopStart, SDVGDraftBlock, SDVGDecodeBlock, SDVGScoreBlock, SDVGRoute, SDVGLoopEnd, SDVGFinish,
-    SDVGGenerate, SDVGSavePromptEmbeddings, SDVGLoadPromptEmbeddings, SDVGPromptSchedule, SDVGPromptFromBlock,
+    SDVGGenerate, SDVGShowVideo, SDVGSavePromptEmbeddings, SDVGLoadPromptEmbeddings, SDVGPromptSchedule,
+    SDVGPromptFromBlock,
 ]
 
 register_folders()

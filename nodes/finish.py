@@ -25,7 +25,10 @@ def result_outputs() -> list:
                                     f"{PREVIEW_FRAMES} evenly spaced frames (the whole video is in the file)"),
             io.String.Output(display_name="report", tooltip="per-block table: producer, decision, scores, forwards"),
             io.Image.Output(display_name="plot", tooltip="min score per block, tau line, bars coloured by producer"),
-            io.String.Output(display_name="report_json", tooltip="the same report as JSON")]
+            io.String.Output(display_name="report_json", tooltip="the same report as JSON"),
+            io.String.Output(display_name="video",
+                             tooltip="with save_video on: the saved file under the output folder (e.g. "
+                                     "video/SDVG_00001_.mp4), for SDVG Show Video; else empty")]
 
 
 def _report(run: Run, wall: float | None, run_id: str, frames: int):
@@ -48,8 +51,8 @@ def open_video(run: Run, filename_prefix: str, hidden) -> StreamingVideo:
 
 
 def finish_outputs(run: Run, wall: float | None, engine=None, video: StreamingVideo | None = None) -> tuple:
-    """(frames, report table, plot, report JSON) of a run; `engine` the one that ran it (default: over the shared
-    memo); `video` the file the run was written to (then `frames` is its preview, not the whole video)."""
+    """(frames, report table, plot, report JSON, saved video) of a run; `engine` the one that ran it (default: over
+    the shared memo); `video` the file the run was written to (then `frames` is its preview, not the whole video)."""
     engine = engine or run.session.engine()
     n = committed_frame_count(run)
     report = _report(run, wall, engine.callbacks.run_id or current_run_id(), n)
@@ -61,18 +64,13 @@ def finish_outputs(run: Run, wall: float | None, engine=None, video: StreamingVi
         frames = image_output(video.preview())
         sub = f"{video.subfolder}/" if video.subfolder else ""
         head += (f"\nvideo: output/{sub}{video.file} ({video.frames_written} frames, written block by block); "
-                 f"'frames' holds {frames.shape[0]} of them (every {video.stride}th)")
+                 f"'frames' holds {frames.shape[0]} of them (one in {video.stride})")
     else:
         frames = image_output(engine.frames(run.state))
     table = head + "\n" + report.table()
     if not run.state.done:
         table = f"(partial: {len(run.state.blocks)} of {run.state.spec.num_blocks} blocks committed)\n" + table
-    return frames, table, plot, report.to_json()
-
-
-def shown(table: str, video: StreamingVideo | None):
-    """The node's UI: the report text, and the saved video when there is one (played on the node)."""
-    return ui.PreviewText(table) if video is None else {"text": (table,), **video.ui()}
+    return frames, table, plot, report.to_json(), "" if video is None else video.relative_path
 
 
 class SDVGFinish(io.ComfyNode):
@@ -102,10 +100,10 @@ class SDVGFinish(io.ComfyNode):
                 for b in range(len(state.state.blocks)):
                     video.write(engine.block_frames(state.state, b))
                 video.close()
-            frames, table, plot, js = finish_outputs(state, None, engine, video)
+            outputs = finish_outputs(state, None, engine, video)
         finally:  # the generation ends here: what it held outside the memo's budget goes
             if video is not None:
                 video.close()
             shared_memo.release_run()
-        show_text(table)
-        return io.NodeOutput(frames, table, plot, js, ui=shown(table, video))
+        show_text(outputs[1])
+        return io.NodeOutput(*outputs, ui=ui.PreviewText(outputs[1]))

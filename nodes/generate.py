@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
-from comfy_api.latest import io
+from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly
 from . import shared_memo
 from .errors import SDVGError
-from .finish import finish_outputs, open_video, result_outputs, shown
+from .finish import finish_outputs, open_video, result_outputs
 from .progress import BlockProgress
 from .run_state import node_run_id
 from .start import AUTO, need, run_inputs, start_run, steps_per_block
@@ -85,11 +85,11 @@ class SDVGGenerate(io.ComfyNode):
             if video is not None:
                 video.close()
             run = run.with_state(state, tau=float(tau) if policy == "sdvg" else None, policy=pol.describe())
-            frames, table, plot, js = finish_outputs(run, time.perf_counter() - t0, engine, video)
+            outputs = finish_outputs(run, time.perf_counter() - t0, engine, video)
         finally:  # finished or cancelled: the file is closed (playable up to the last block written) and what the
             # generation held outside the memo's budget goes
             if video is not None:
                 video.close()
             shared_memo.release_run(memo)
-        show_text(table)
-        return io.NodeOutput(frames, table, plot, js, ui=shown(table, video))
+        show_text(outputs[1])
+        return io.NodeOutput(*outputs, ui=ui.PreviewText(outputs[1]))

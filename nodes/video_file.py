@@ -36,7 +36,8 @@ def save_inputs() -> list:
     return [
         io.Boolean.Input("save_video", default=False,
                          tooltip="On: write the video to ComfyUI's output folder block by block as the blocks are "
-                                 "committed (H.264 .mp4, 16 fps, shown on this node), and output as 'frames' only a "
+                                 "committed (H.264 .mp4, 16 fps; the 'video' output names the file, for SDVG Show "
+                                 "Video), and output as 'frames' only a "
                                  f"preview of at most {PREVIEW_FRAMES} evenly spaced frames, so a long video never "
                                  "sits in memory. Off: 'frames' holds every frame (for Create Video / Save Video)."),
         io.String.Input("filename_prefix", default=DEFAULT_PREFIX,
@@ -120,7 +121,47 @@ class StreamingVideo:
             return torch.zeros(1, self.height, self.width, 3)
         return torch.stack(self._preview)
 
-    def ui(self) -> dict:
-        """What Save Video shows: the saved file (the frontend plays it on the node)."""
-        return {"images": [{"filename": self.file, "subfolder": self.subfolder, "type": "output"}],
-                "animated": (True,)}
+    @property
+    def relative_path(self) -> str:
+        """The file under ComfyUI's output folder, '/'-separated (what SDVG Show Video takes)."""
+        return "/".join(p for p in (self.subfolder.replace(os.sep, "/"), self.file) if p)
+
+
+def saved_video_ui(relative_path: str) -> dict:
+    """What Save Video shows for a file of the output folder: the frontend plays it on the node. (It plays it only on
+    a node without progress previews: frontend 1.5x shows a node's latest preview image instead of its saved video,
+    which is why SDVG Generate's video is shown by SDVG Show Video.)"""
+    out_dir = os.path.abspath(folder_paths.get_output_directory())
+    full = os.path.abspath(os.path.join(out_dir, relative_path))
+    if os.path.commonpath((out_dir, full)) != out_dir:
+        raise SDVGError(f"SDVG Show Video: {relative_path!r} is not inside ComfyUI's output folder")
+    if not os.path.isfile(full):
+        raise SDVGError(f"SDVG Show Video: {relative_path!r} is not in the output folder ({out_dir}); connect the "
+                        f"'video' output of SDVG Generate / SDVG Finish with save_video on")
+    subfolder, name = os.path.split(os.path.relpath(full, out_dir))
+    return {"images": [{"filename": name, "subfolder": subfolder.replace(os.sep, "/"), "type": "output"}],
+            "animated": (True,)}
+
+
+class SDVGShowVideo(io.ComfyNode):
+    """Plays the video SDVG Generate / SDVG Finish saved block by block (save_video on)."""
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="SDVGShowVideo", display_name="SDVG Show Video", category="SDVG",
+            description="Plays a video SDVG Generate or SDVG Finish wrote to the output folder with save_video on "
+                        "(the file itself: nothing is decoded, copied or held in memory).",
+            inputs=[io.String.Input("video", force_input=True,
+                                    tooltip="the 'video' output of SDVG Generate / SDVG Finish (a file under the "
+                                            "output folder)")],
+            outputs=[],
+            is_output_node=True,
+        )
+
+    @classmethod
+    def execute(cls, video: str) -> io.NodeOutput:
+        if not video:
+            text = "no video was saved: turn save_video on in SDVG Generate / SDVG Finish"
+            return io.NodeOutput(ui={"text": (text,)})
+        return io.NodeOutput(ui=saved_video_ui(video))

@@ -295,20 +295,22 @@ LONG_GENERATE_SIZE = (340, 900)
 
 def long_outputs(g: Graph, gen: dict, preview_title: str) -> None:
     """A long video's report (a row per block: a tall viewer), plot and preview; the video itself is saved by
-    SDVG Generate block by block and shown on it."""
+    SDVG Generate block by block and played by SDVG Show Video."""
     rep = g.node("PreviewAny", (1160, 0), title="Report (a row per block)", size=(760, 640))
     g.link(gen, "report", rep, "source")
     plot = g.node("PreviewImage", (1160, 690), title="Scores vs tau (per block)", size=(760, 400))
     g.link(gen, "plot", plot, "images")
     prev = g.node("PreviewImage", (1960, 0), title=preview_title, size=(480, 420))
     g.link(gen, "frames", prev, "images")
+    show = g.node("SDVGShowVideo", (1960, 470), size=(480, 420))
+    g.link(gen, "video", show, "video")
 
 
 LONG_NOTE = ("The **LongLive** drafter runs its own context recipe (frame sink + sliding window: flat cost per "
              "block), the 14B **Krea** target its rebuild (any length): SDVG Generate's `drafter_recipe` auto picks "
              "LongLive's from the loader's kind. With **save_video** on, each block goes to "
              "`output/video/SDVG_long_*.mp4` as soon as it is committed: the whole video never sits in memory, "
-             "and `frames` is only a preview (every 15th frame).")
+             "and `frames` is only a preview (every 15th frame); **SDVG Show Video** plays the file.")
 
 
 def long_video_workflow(sp: dict) -> dict:

@@ -128,7 +128,7 @@ def test_schemas_ids_categories_tooltips(env):
     assert pack.nodes.SDVGLoopEnd.GET_SCHEMA().enable_expand
     ext = asyncio.run(pack.comfy_entrypoint())
     assert asyncio.run(ext.get_node_list()) == list(pack.nodes.NODES)
-    assert len(ids) == 16
+    assert len(ids) == 17
 
 
 def test_root_imports_without_comfyui():
@@ -300,7 +300,8 @@ def test_long_video_workflows(env, name):
     n = SMALL["num_blocks"]
     assert rep["recipe"] == "drafter longlive / target krea" and len(rep["blocks"]) == n
     assert "kind longlive" in rep["meta"]["drafter"] and "LoRA lora.pt merged" in rep["meta"]["drafter"]
-    saved = ui[nid]["images"][0]
+    saved = ui[node_of(api, "SDVGShowVideo")]["images"][0]  # played on SDVG Show Video
+    assert f"{saved['subfolder']}/{saved['filename']}" == ex.values[nid][4]
     path = Path(folder_paths.get_output_directory()) / saved["subfolder"] / saved["filename"]
     with av.open(str(path)) as c:
         assert sum(1 for _ in c.decode(video=0)) == 1 + 4 * (3 * n - 1)

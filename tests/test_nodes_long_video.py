@@ -51,6 +51,10 @@ def models(env):
     return {"target": target, "drafter": drafter, "image_reward": reward, "vae": vae, "positive": cond}
 
 
+def full_out_video(pack, models) -> str:
+    return generate(pack, models, num_blocks=1)[2].args[4]
+
+
 def generate(pack, models, **kw):
     """SDVG Generate at the test size; returns (frames, report dict, node output)."""
     args = dict(models, prompt="", width=W, height=H, num_blocks=3, seed=3, policy="sdvg", tau=-5.0,
@@ -404,8 +408,12 @@ def test_generate_writes_each_block_as_it_commits(env, models, monkeypatch):
     assert [e[0] for e in events] == ["commit", "write"] * nb, events
     total = 1 + 4 * (3 * nb - 1)
     assert sum(e[1] for e in events if e[0] == "write") == total
-    shown = out.ui["images"][0]
-    assert shown == {"filename": "long_00001_.mp4", "subfolder": "video", "type": "output"} and out.ui["animated"] == (True,)
+    assert out.args[4] == "video/long_00001_.mp4"
+    shown = n.SDVGShowVideo.execute(out.args[4]).ui  # the node that plays it (Generate shows its block previews)
+    assert shown == {"images": [{"filename": "long_00001_.mp4", "subfolder": "video", "type": "output"}],
+                     "animated": (True,)}
+    with pytest.raises(n.errors.SDVGError, match="not inside"):
+        n.SDVGShowVideo.execute("../elsewhere.mp4")
     path = base / "output" / "video" / "long_00001_.mp4"
     frames_in_file = _decoded_frames(str(path))
     assert len(frames_in_file) == total and frames_in_file[0].shape == (H, W, 3)
@@ -421,7 +429,8 @@ def test_generate_writes_each_block_as_it_commits(env, models, monkeypatch):
     print(f"\nH.264 frame 5: mean |error| {err:.4f} vs {other:.4f} against another frame")
     assert err < 0.15 and err < other / 2
     _, _, again = generate(pack, models, num_blocks=nb, save_video=True, filename_prefix="video/long")
-    assert again.ui["images"][0]["filename"] == "long_00002_.mp4"  # a counter, as Save Video's
+    assert again.args[4] == "video/long_00002_.mp4"  # a counter, as Save Video's
+    assert full_out_video(pack, models) == ""  # save_video off: no file
 
 
 def test_finish_saves_the_loop_video_block_by_block(env, models, monkeypatch):
@@ -433,5 +442,5 @@ def test_finish_saves_the_loop_video_block_by_block(env, models, monkeypatch):
     monkeypatch.setattr(pack.sdvg_core.engine.engine.Engine, "frames",
                         lambda self, state: (_ for _ in ()).throw(AssertionError("whole video in memory")))
     out = n.SDVGFinish.execute(s, save_video=True, filename_prefix="loop/SDVG")
-    path = base / "output" / "loop" / out.ui["images"][0]["filename"]
+    path = base / "output" / out.args[4]
     assert len(_decoded_frames(str(path))) == 1 + 4 * (3 * 3 - 1) and out.args[0].shape[0] <= 32

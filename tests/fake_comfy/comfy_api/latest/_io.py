@@ -47,6 +47,8 @@ class Input:
         d.update(self.extra_dict)
         if isinstance(d.get("display_mode"), Enum):
             d["display"] = d.pop("display_mode").value
+        if "force_input" in d:  # the real as_dict's key
+            d["forceInput"] = d.pop("force_input")
         return d
 
 
