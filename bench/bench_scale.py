@@ -73,6 +73,7 @@ WORK = ("drafter_forwards", "target_forwards", "drafter_context_forwards", "targ
 DEFAULT_ROUNDS = 3  # interleaved rounds: a shared machine's drift hits every configuration alike
 WARMUP_PATTERN = (False, True, False)  # 3 blocks: target, drafter, target (block 2 needs Krea's anchor)
 TREND_FROM_BLOCK = 50  # per-block slope fitted from this block on (issue 15 item 7: blocks 50-300)
+TREND_WINDOW = 50  # blocks per window of the per-block medians beside the slope
 
 
 def pattern(blocks: int, accept: tuple[bool, ...] = PATTERN_6_OF_8) -> tuple[bool, ...]:
@@ -164,6 +165,7 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
     log = CallLog(s.cuda).attach(s.models)
     per_block: list[dict] = []
     marks: list[float] = []
+    cpu_marks: list[float] = []  # process CPU seconds: what a block cost even when other processes share the cores
 
     def on_progress(ev) -> None:
         if ev.kind != "block":
@@ -171,6 +173,7 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
         if s.cuda:
             torch.cuda.synchronize()
         marks.append(time.perf_counter())
+        cpu_marks.append(time.process_time())
         mem = {"rss_bytes": rss_bytes(), "rss_peak_bytes": rss_peak_bytes(reset=True)}
         if s.cuda:
             mem.update(device_peak_bytes=torch.cuda.max_memory_allocated(),
@@ -188,7 +191,7 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
         device_start = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         state = engine.generate(spec, cfg.policy(blocks))
         if s.cuda:
             torch.cuda.synchronize()
@@ -196,10 +199,11 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
     finally:
         log.detach()
     starts = [t0] + marks[:-1]
+    cpu_starts = [c0] + cpu_marks[:-1]
     rows = []
     for b, rec in enumerate(state.blocks):
         rows.append({"index": b, "decision": rec.decision, "producer": rec.producer, "score": rec.score,
-                     "wall_s": marks[b] - starts[b], "seconds": dict(rec.seconds), "work": dict(rec.work),
+                     "wall_s": marks[b] - starts[b], "cpu_s": cpu_marks[b] - cpu_starts[b], "seconds": dict(rec.seconds), "work": dict(rec.work),
                      "cost": dict(rec.cost), **per_block[b]})
     counts = {k: int(sum(r["work"].get(k, 0) for r in rows)) for k in WORK}
     peaks = [r.get("device_peak_bytes") for r in rows]
@@ -313,6 +317,21 @@ def trend(ys: list[float], start: int) -> float | None:
     return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
 
 
+def window_medians(blocks: list[dict], start: int, width: int = TREND_WINDOW) -> list[dict]:
+    """Median wall and CPU seconds per `width`-block window from `start` on, per decision (accepted and rejected
+    blocks do different work): a trend read this way is not pulled by a few blocks slowed by another process."""
+    out = []
+    for lo in range(start, len(blocks), width):
+        win = blocks[lo:lo + width]
+        row: dict = {"first_block": lo, "last_block": lo + len(win) - 1}
+        for decision in sorted({b["decision"] for b in win}):
+            sel = [b for b in win if b["decision"] == decision]
+            row[decision] = {"n": len(sel), "wall_s": statistics.median(b["wall_s"] for b in sel),
+                             "cpu_s": statistics.median(b["cpu_s"] for b in sel)}
+        out.append(row)
+    return out
+
+
 def summarize(s: Setup, configs: list[Config], rr: Rounds) -> tuple[list[dict], dict[CallClass, float]]:
     """One row per configuration (its fastest run in detail, min and median over rounds)."""
     costs = rr.units.costs()
@@ -350,7 +369,8 @@ def summarize(s: Setup, configs: list[Config], rr: Rounds) -> tuple[list[dict], 
             "decisions": [b["decision"] for b in blocks],
             "per_block_seconds": per_block_s, "per_block": blocks,
             "trend": {"from_block": start, "s_per_block_slope": trend(per_block_s, start),
-                      "memory_key": mem_key, "memory_first_bytes": mem[start] if mem else None,
+                      "cpu_s_per_block_slope": trend([b["cpu_s"] for b in blocks], start),
+                      "windows": window_medians(blocks, start), "memory_key": mem_key, "memory_first_bytes": mem[start] if mem else None,
                       "memory_last_bytes": mem[-1] if mem else None},
         })
     return rows, unit_s
@@ -454,6 +474,17 @@ def markdown(rows: list[dict], meta: dict) -> str:
             + " | ".join(f"{p[k]:.3f}" for k in PHASES)
             + f" | {_gib(peak)} | {_gib(resident if cuda else start)} | {_gib(est)} | {r['speedup_measured']:.2f}x | "
             f"{r['speedup_measured_median']:.2f}x | {pred} | {r['overhead_s']:.3f} s ({r['overhead_share']:.1%}) |")
+    if meta["blocks"] >= 2 * TREND_FROM_BLOCK:
+        lines += ["", f"Seconds per block from block {rows[0]['trend']['from_block']} on (least-squares slope; median "
+                  f"per {TREND_WINDOW}-block window of the accepted blocks, wall / CPU ms) and memory "
+                  f"({'device peak' if cuda else 'RSS'}) at the first and last of those blocks:", ""]
+        for r in rows:
+            t = r["trend"]
+            wins = ", ".join(f"{w['first_block']}-{w['last_block']}: {w['accepted']['wall_s'] * 1e3:.0f} / "
+                             f"{w['accepted']['cpu_s'] * 1e3:.0f}" for w in t["windows"] if "accepted" in w)
+            lines.append(f"- {r['name']}: slope {t['s_per_block_slope'] * 1e3:+.3f} ms (wall), "
+                         f"{t['cpu_s_per_block_slope'] * 1e3:+.3f} ms (CPU) per block per block; {wins}; memory "
+                         f"{_gib(t['memory_first_bytes'])} -> {_gib(t['memory_last_bytes'])} GiB")
     lines += ["", "Unit costs (micro-benchmarks apart from the runs, min / median ms per unit; DiT calls are named "
               "role, kind, query frames + cached frames; the JSON adds the cached lengths interpolated between these):",
               "", "| call | min ms | median ms | samples |", "|---|---|---|---|"]

@@ -34,7 +34,7 @@ META_KEYS = {"size", "device", "dtype", "machine", "command", "blocks", "width",
              "params", "build_s", "warmup_s", "weights_bytes", "resident_bytes", "resident_kind", "unit_s",
              "forward_ratio", "memory_estimate", "rows"}
 BLOCK_KEYS = {"index", "decision", "producer", "score", "wall_s", "seconds", "work", "cost", "rss_bytes",
-              "rss_peak_bytes", "predicted_s"}
+              "rss_peak_bytes", "predicted_s", "cpu_s"}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +74,7 @@ def test_per_block_seconds_work_and_memory(tiny_doc):
         assert len(blocks) == len(r["per_block_seconds"]) == 4
         assert all(set(b) >= BLOCK_KEYS for b in blocks)
         assert r["per_block_seconds"] == [b["wall_s"] for b in blocks] and all(s > 0 for s in r["per_block_seconds"])
+        assert all(b["cpu_s"] > 0 for b in blocks)  # process CPU time per block, beside the wall time
         # wall time between committed blocks (engine work included), adding up to the run's wall time
         assert abs(sum(r["per_block_seconds"]) - r["wall_s_min"]) < 5e-3
         assert all(b["wall_s"] > sum(b["seconds"].values()) for b in blocks)
@@ -187,6 +188,13 @@ def test_interpolation_plan_and_trend():
     u = units._interpolate(CallClass("denoise", "target", 3, 6), measured)
     assert (u.min_s, u.median_s) == (1.5, 3.0) and u.measured_at.prefix < 0
     assert bs.trend([1.0 + 0.5 * i for i in range(10)], 2) == pytest.approx(0.5)
+    # window medians per decision: one slow block (another process) does not move a window's median
+    blocks = [{"decision": "rejected" if i % 4 == 3 else "accepted", "wall_s": 1.0 + (9.0 if i == 5 else 0.0)
+               + (2.0 if i % 4 == 3 else 0.0), "cpu_s": 0.5} for i in range(12)]
+    wins = bs.window_medians(blocks, 2, width=5)
+    assert [(w["first_block"], w["last_block"]) for w in wins] == [(2, 6), (7, 11)]
+    assert wins[0]["accepted"] == {"n": 4, "wall_s": 1.0, "cpu_s": 0.5} and wins[0]["rejected"]["wall_s"] == 3.0
+    assert wins[1]["rejected"]["n"] == 2
     assert bs.pattern(9) == bs.PATTERN_6_OF_8
     assert bs.pattern(17)[9:] == bs.PATTERN_6_OF_8[1:]
 
