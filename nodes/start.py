@@ -22,6 +22,7 @@ from .ui_text import show_text
 RECIPES = list(RECIPE_NAMES)
 AUTO = "auto"
 ROLE_RECIPES = [AUTO, *RECIPE_NAMES]
+MAX_BLOCKS = 10_000  # the widget's bound only (~2 h at 16 fps): the engine and the krea/longlive recipes have none
 DECODE_RULES = ["standard", "krea"]
 
 
@@ -46,8 +47,11 @@ def run_inputs() -> list:
                                 "Empty: taken from SDVG Load Prompt Embeddings' conditioning when it carries it."),
         io.Int.Input("width", default=832, min=16, max=4096, step=16, tooltip="Video width in pixels (multiple of 16)."),
         io.Int.Input("height", default=480, min=16, max=4096, step=16, tooltip="Video height in pixels (multiple of 16)."),
-        io.Int.Input("num_blocks", default=9, min=1, max=128,
-                     tooltip="Blocks of 3 latent frames (9 blocks = 27 latent frames = 105 video frames, 6.6 s at 16 fps)."),
+        io.Int.Input("num_blocks", default=9, min=1, max=MAX_BLOCKS,
+                     tooltip="Blocks of 3 latent frames (9 blocks = 27 latent frames = 105 video frames, 6.6 s at 16 fps; "
+                             "160 blocks = 1917 frames, 2 min). Past 9 blocks use a recipe that runs at any length "
+                             "(krea, longlive) and turn save_video on (SDVG Generate / SDVG Finish): the video is then written as blocks commit "
+                             "instead of all its frames sitting in memory as IMAGE."),
         io.Int.Input("seed", default=42, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
                      tooltip="Noise seed; drafter and target share each block's noise."),
         io.Combo.Input("recipe", options=RECIPES, default="krea",

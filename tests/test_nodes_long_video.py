@@ -444,3 +444,13 @@ def test_finish_saves_the_loop_video_block_by_block(env, models, monkeypatch):
     out = n.SDVGFinish.execute(s, save_video=True, filename_prefix="loop/SDVG")
     path = base / "output" / out.args[4]
     assert len(_decoded_frames(str(path))) == 1 + 4 * (3 * 3 - 1) and out.args[0].shape[0] <= 32
+
+
+def test_num_blocks_widget_allows_minutes_of_video(env):
+    """A 2-minute video (160 blocks at 16 fps) must be enterable in Start's and Generate's num_blocks widget: the
+    frontend and /prompt clamp to the widget's max (it was 128 before long videos)."""
+    _, classes, _ = env
+    two_minutes = -(-(2 * 60 * 16 + 3) // 12)  # pixel frames = 12 * blocks - 3
+    for node_id in ("SDVGStart", "SDVGGenerate"):
+        spec = next(i for i in classes[node_id].GET_SCHEMA().inputs if i.id == "num_blocks")
+        assert spec.widget["max"] >= two_minutes == 161, (node_id, spec.widget)
