@@ -4,6 +4,9 @@
     .venv/bin/python scripts/build_workflows.py            # node specs from the pack + the test fakes of core nodes
     .venv/bin/python scripts/build_workflows.py --check    # only compare with the files on disk (exit 1 if stale)
 
+Either way it exits 1 when a layout hides a report or a video player at the saved view (under the frontend's minimap,
+or a node over a report: tests/workflow_tools.py layout_problems).
+
 Input/output lists follow the frontend's layout (socket inputs first, then widget inputs with "widget"),
 widgets_values follow the input order with "fixed" after every control_after_generate widget, and every file a
 workflow needs is listed in the node's properties.models (the frontend offers the download when it is missing).
@@ -234,12 +237,14 @@ def loop_workflow(sp: dict) -> dict:
     g.link(ls, "loop", le, "loop")
     g.link(route, "state", le, "state")
     g.link(le, "state", fin, "state")
+    # the report's longest line is ~700 canvas units wide: the video player beside it, clear of the minimap
     rep = g.node("PreviewAny", (780, 690), title="Report (which blocks were reused, what was recomputed)",
-                 size=(1240, 390))
+                 size=(820, 390))
     g.link(fin, "report", rep, "source")
-    plot = g.node("PreviewImage", (2060, 240), title="Scores vs tau", size=(480, 300))
+    # Finish shows the report's first lines once it ran: room for them above the plot
+    plot = g.node("PreviewImage", (2060, 300), title="Scores vs tau", size=(480, 300))
     g.link(fin, "plot", plot, "images")
-    save_video(g, fin, (2060, 580), "video/SDVG", size=(480, 380), save_pos=(2060, 700))
+    save_video(g, fin, (2060, 650), "video/SDVG", size=(380, 390), save_pos=(1640, 690))
     g.group("One block (repeated by SDVG Loop End until every block is committed)", (780, 0, 1240, 620))
     g.note("## SDVG, step by step\n\nEach iteration: the 1.3B **drafter** proposes a block, the VAE decodes it, "
            "**ImageReward** scores every frame and **SDVG Route** keeps the draft when the lowest frame score is >= "
@@ -277,7 +282,7 @@ def baseline_workflow(sp: dict) -> dict:
         gen = g.node("SDVGGenerate", (x, 0), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},
                      title=title, size=GENERATE_SIZE)
         wire_run(g, m, gen)
-        save_video(g, gen, (x, 920), prefix, size=(480, 380), save_pos=(1580 + i * 500, 700))
+        save_video(g, gen, (x, 920), prefix, size=(320, 380), save_pos=(1580 + i * 330, 700))  # left of the minimap
         g.group(title, (x - 20, -70, 380, 1100), color)
         rep = g.node("PreviewAny", (1580, i * 340), title=f"Report: {policy}", size=(620, 300))
         g.link(gen, "report", rep, "source")
@@ -300,10 +305,11 @@ def long_outputs(g: Graph, gen: dict, preview_title: str) -> None:
     g.link(gen, "report", rep, "source")
     plot = g.node("PreviewImage", (1160, 690), title="Scores vs tau (per block)", size=(760, 400))
     g.link(gen, "plot", plot, "images")
-    prev = g.node("PreviewImage", (1960, 0), title=preview_title, size=(480, 420))
-    g.link(gen, "frames", prev, "images")
-    show = g.node("SDVGShowVideo", (1960, 470), size=(480, 420))
+    # the player on top, the preview under it, both above the minimap (bottom right at the saved view)
+    show = g.node("SDVGShowVideo", (1960, 0), size=(480, 380))
     g.link(gen, "video", show, "video")
+    prev = g.node("PreviewImage", (1960, 430), title=preview_title, size=(480, 370))
+    g.link(gen, "frames", prev, "images")
 
 
 LONG_NOTE = ("The **LongLive** drafter runs its own context recipe (frame sink + sliding window: flat cost per "
@@ -358,9 +364,11 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help="compare with workflows/ instead of writing")
     a = ap.parse_args()
     sp = specs()
-    stale = []
+    stale, problems = [], []
     for name, build in WORKFLOWS.items():
-        text = json.dumps(build(sp), indent=2) + "\n"
+        wf = build(sp)
+        problems += [f"{name}: {p}" for p in workflow_tools.layout_problems(wf)]
+        text = json.dumps(wf, indent=2) + "\n"
         path = REPO / "workflows" / name
         if a.check:
             if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -368,10 +376,11 @@ def main() -> int:
         else:
             path.write_text(text, encoding="utf-8")
             print("wrote", path)
+    if problems:  # a report or video hidden at the saved view (tests/workflow_tools.py layout_problems)
+        print("layout problems:", *problems, sep="\n  ")
     if stale:
         print("stale workflows:", stale)
-        return 1
-    return 0
+    return 1 if stale or problems else 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ node types the frontend could not create (missing nodes) and the dialogs shown, 
 Queue button would send (`app.graphToPrompt()`). Prints one JSON object {path: {...}}; exit status 1 when a
 workflow has missing nodes. Each workflow's entry also says the view it opened at ("view": scale, offset, page and
 canvas size) and where each report viewer (PreviewAny) lies on the page ("reports": title, [left, top, right,
-bottom] px, title bar included). With --shots DIR it also saves what a person sees: DIR/<name>.view.png (the
+bottom] px, title bar included), the same for the video players ("videos": SDVG Show Video, Save Video) and what the
+frontend draws over the canvas ("overlays": its minimap, shown by default in 1.5x). With --shots DIR it also saves what a person sees: DIR/<name>.view.png (the
 workflow at the view it opened at), DIR/<name>.png (the whole workflow, the view fitted to it) and DIR/<name>.jpg
 (a small card image, the size of the template browser's thumbnails); the frontend's version is "frontend".
 """
@@ -44,13 +45,18 @@ PROBE = r"""
   // the view the workflow opened at and where each report viewer is on the page (title bar included)
   const ds = app.canvas.ds, r = app.canvas.canvas.getBoundingClientRect();
   const page = (x, y) => [r.left + (x + ds.offset[0]) * ds.scale, r.top + (y + ds.offset[1]) * ds.scale];
-  const reports = (app.graph._nodes || app.graph.nodes || []).filter(n => n.type === 'PreviewAny').map(n => {
+  const rects = types => (app.graph._nodes || app.graph.nodes || []).filter(n => types.includes(n.type)).map(n => {
       const [x0, y0] = page(n.pos[0], n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT);
       const [x1, y1] = page(n.pos[0] + n.size[0], n.pos[1] + n.size[1]);
-      return {title: n.title, rect: [x0, y0, x1, y1]}; });
+      return {title: n.title, type: n.type, rect: [x0, y0, x1, y1]}; });
+  const reports = rects(['PreviewAny']), videos = rects(['SDVGShowVideo', 'SaveVideo']);
+  // what the frontend draws over the canvas' content (1.5x: the minimap, shown by default in a wide window)
+  const overlays = [...document.querySelectorAll('.minimap-main-container')].map(e => {
+      const b = e.getBoundingClientRect(); return {name: 'minimap', rect: [b.left, b.top, b.right, b.bottom]}; })
+      .filter(o => o.rect[2] > o.rect[0] && o.rect[3] > o.rect[1]);
   const view = {scale: ds.scale, offset: [ds.offset[0], ds.offset[1]], page: [window.innerWidth, window.innerHeight],
                 canvas: [r.left, r.top, r.width, r.height]};
-  return JSON.stringify({nodes, dialogs, api, frontend, view, reports});
+  return JSON.stringify({nodes, dialogs, api, frontend, view, reports, videos, overlays});
 })()
 """
 
@@ -119,8 +125,9 @@ FIT = r"""
   app.canvas.ds.scale = scale;
   app.canvas.ds.offset[0] = -x0 + (m.l + (w - scale * (x1 - x0)) / 2) / scale;
   app.canvas.ds.offset[1] = -y0 + (m.t + 20) / scale;
-  const st = app.extensionManager && app.extensionManager.setting;  // 1.5x: its minimap would cover a corner
-  if (st && st.get && st.get('Comfy.Minimap.Visible')) st.set('Comfy.Minimap.Visible', false);
+  // 1.5x: its minimap would cover a corner of the fitted picture; hidden on this page only (setting it would
+  // persist in the server's user settings and hide it from the saved-view shots taken later)
+  document.querySelectorAll('.minimap-main-container').forEach(e => { e.style.display = 'none'; });
   app.canvas.min_font_size_for_lod = 0;  // 1.5x: keep the text at overview zoom (no low-quality mode)
   app.canvas.setDirty(true, true);
   return JSON.stringify({left: r.left + m.l, top: r.top + m.t, width: w, height: h});  // the card's clip
@@ -289,7 +296,8 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                                      "missing_dialog": [d for d in res["dialogs"] if "Missing" in d and "Node" in d],
                                      "node_count": len(res["nodes"]), "api": res["api"],
                                      "frontend": res.get("frontend", ""), "page_errors": p.errors[:20],
-                                     "view": res.get("view"), "reports": res.get("reports", [])}
+                                     "view": res.get("view"), "reports": res.get("reports", []),
+                                     "videos": res.get("videos", []), "overlays": res.get("overlays", [])}
                         if shots is not None and run_embeddings:
                             await screenshot(p, Path(path).stem, shots, [n["type"] for n in res["nodes"]], fit=False)
                             out[path]["run"] = await run_small(p, http, url, res["api"], run_embeddings,

@@ -55,7 +55,8 @@ SMALL = {"width": 64, "height": 48, "num_blocks": 3}
 FRAMES = 1 + 4 * (3 * SMALL["num_blocks"] - 1)
 SDVG_NODES = {"SDVGLoadDrafter", "SDVGLoadTarget", "SDVGLoadImageReward", "SDVGStart", "SDVGLoopStart",
               "SDVGDraftBlock", "SDVGDecodeBlock", "SDVGScoreBlock", "SDVGRoute", "SDVGLoopEnd", "SDVGFinish",
-              "SDVGGenerate", "SDVGSavePromptEmbeddings", "SDVGLoadPromptEmbeddings"}
+              "SDVGGenerate", "SDVGSavePromptEmbeddings", "SDVGLoadPromptEmbeddings", "SDVGPromptSchedule",
+              "SDVGPromptFromBlock", "SDVGShowVideo"}
 
 
 def comfy_python() -> str:
@@ -532,9 +533,14 @@ def test_frontend_loads_every_workflow(server):
         for rep in r["reports"]:
             x0, y0, x1, y1 = rep["rect"]
             assert left <= x0 and x1 <= left + w and top <= y0 and y1 <= top + h, (path.name, rep)
+        # nothing the frontend draws over the canvas (1.5x: its minimap, on by default) hides a report or a player
+        for o in r["overlays"]:
+            hidden = [x["title"] for x in r["reports"] + r["videos"] if wt.overlaps(x["rect"], o["rect"])]
+            assert hidden == [], (path.name, o, hidden)
         print(f"\nfrontend {r['frontend'] or '?'}: {path.name}: {r['node_count']} nodes, "
               f"{'missing ' + str(r['missing']) if r['missing'] else 'no missing node types'}, graphToPrompt == our "
-              f"conversion; opened at scale {view['scale']:.3f} with {len(r['reports'])} report(s) on screen")
+              f"conversion; opened at scale {view['scale']:.3f} with {len(r['reports'])} report(s) and {len(r['videos'])} "
+              f"video player(s) on screen{', clear of the ' + r['overlays'][0]['name'] if r['overlays'] else ''}")
     if excused:
         pytest.xfail(f"host bug: nodes {host_broken} have python_module null, the frontend stops registering its own "
                      f"nodes ({'; '.join(excused)})")

@@ -248,6 +248,34 @@ def visible_area(canvas: list[float] | None = None) -> tuple[float, float, float
     return m["left"], m["top"], VIEW_PAGE[0] - m["left"] - m["right"], VIEW_PAGE[1] - m["top"] - m["bottom"]
 
 
+# Frontend 1.5x shows a minimap by default (Comfy.Minimap.Visible: on in any window wider than 1024 px) over the
+# canvas' bottom-right corner: its page rect (left, top, right, bottom) in the reference window, as
+# tests/frontend_probe.py measured it in frontend 1.58.1 ("overlays"). A report or a video under it is hidden.
+VIEW_MINIMAP = (1659, 731, 1912, 931)
+REPORT_TYPES = ("PreviewAny",)
+VIDEO_TYPES = ("SDVGShowVideo", "SaveVideo")
+
+
+def overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    """Whether two (left, top, right, bottom) rects share any area."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def layout_problems(wf: dict) -> list[str]:
+    """What a person would not see at the workflow's saved view in the reference window: a report or video player
+    under the minimap, or another node over a report (title bars included)."""
+    problems = []
+    for n in wf["nodes"]:
+        name = f"{n['type']} {n.get('title', '')!r} (id {n['id']})"
+        if n["type"] in REPORT_TYPES + VIDEO_TYPES and overlaps(screen_rect(wf, n), VIEW_MINIMAP):
+            problems.append(f"{name} lies under the minimap at the saved view")
+        if n["type"] in REPORT_TYPES:
+            for m in wf["nodes"]:
+                if m is not n and overlaps(screen_rect(wf, n), screen_rect(wf, m)):
+                    problems.append(f"{name} overlaps {m['type']} {m.get('title', '')!r} (id {m['id']})")
+    return problems
+
+
 def content_box(wf: dict) -> tuple[float, float, float, float]:
     """(x0, y0, x1, y1) of every node (title bar included) and group, in canvas units."""
     boxes = [(n["pos"][0], n["pos"][1] - TITLE_HEIGHT, n["pos"][0] + n["size"][0], n["pos"][1] + n["size"][1])
