@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -28,24 +27,9 @@ from sdvg_core.io.reward_files import count_vocab_lines, random_scorer, read_voc
 from sdvg_core.models.reward_config import EXTRA_SPECIAL_TOKENS, IMAGEREWARD_V1  # noqa: E402
 from sdvg_core.models.reward_preprocess import (crop_offsets, frames_to_uint8, preprocess_uint8,  # noqa: E402
                                                  preprocess_uint8_tensor, resized_hw)
+from sdvg_core.demo.frames import natural_frames  # noqa: E402
 
 PROMPT = "a red fox runs through deep snow at sunset, cinematic"
-
-
-def natural_frames(n: int, h: int, w: int, seed: int) -> torch.Tensor:
-    """Video-like float frames [n, h, w, 3] in 0..1: smooth gradients and a moving blob, fine texture, noise."""
-    g = torch.Generator().manual_seed(seed)
-    y = torch.linspace(0, 1, h).view(h, 1, 1)
-    x = torch.linspace(0, 1, w).view(1, w, 1)
-    out = []
-    for i in range(n):
-        phase = torch.rand(3, generator=g) * 2 * math.pi
-        base = 0.5 + 0.3 * torch.sin(2 * math.pi * (1.5 * x + 0.7 * y + i / n) + phase.view(1, 1, 3))
-        blob = 0.25 * torch.exp(-((x - 0.3 - 0.4 * i / n) ** 2 + (y - 0.5) ** 2) / 0.02)
-        texture = 0.05 * torch.sin(2 * math.pi * 37 * x) * torch.sin(2 * math.pi * 23 * y)
-        noise = 0.03 * torch.randn(h, w, 3, generator=g)
-        out.append((base + blob + texture + noise).clamp(0, 1))
-    return torch.stack(out)
 
 
 def interp_crops(frames_u8: torch.Tensor, size: int = 224) -> torch.Tensor:

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import torch
 
-from sdvg_core.demo.cli import REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR
+from sdvg_core.demo.cli import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR, add_drafter_kind_args,
+                                add_recipe_args)
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
 from sdvg_core.engine.recipes import RECIPE_NAMES
 from sdvg_core.engine.state import SIZE_MULTIPLE
-from sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND, drafter_problems
+from sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
 from sdvg_core.io.prompt_schedule import ScheduleError, read_schedule
 from sdvg_core.io.text import load_embeddings
 from sdvg_core.models.state_dict import CheckpointError
@@ -82,26 +83,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                  ("reward", "ImageReward.pt"), ("vocab", "bert-base-uncased vocab.txt (default: next to --reward)"),
                  ("umt5", "local umT5 folder: prompts are encoded once and cached")):
         p.add_argument(f"--{f}", help=h)
-    p.add_argument("--drafter-kind", choices=[*DRAFTER_KINDS, FRAMEWISE_KIND], default=None,
-                   help="which drafter --drafter is: its .pt entry, LoRA and default recipe (default "
-                        f"{DEFAULT_DRAFTER_KIND}; " + "; ".join(f"{k.name}: {k.title}" for k in DRAFTER_KINDS.values())
-                        + f"). {FRAMEWISE_KIND} is refused: 1-frame blocks")
-    p.add_argument("--drafter-lora", help="peft LoRA merged into the drafter at load (LongLive: lora.pt)")
-    p.add_argument("--drafter-lora-alpha", type=float, default=None,
-                   help="the LoRA's alpha (scale alpha/rank; default: the kind's, 256 for LongLive, else the rank)")
-    p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default=None,
-                   help="entry of a .pt drafter (default: the kind's: self_forcing generator_ema, causal_forcing and "
-                        "longlive generator)")
+    add_drafter_kind_args(p, None)  # None: the eval records which kind was asked for (self_forcing when unset)
     p.add_argument("--device", default=None, help="default: cuda when this machine has one or --gpus-per-worker > 0, "
                                                    "else cpu")
     p.add_argument("--dtype", choices=list(DTYPES), default=None, help="DiT dtype (default bf16 on GPU, fp32 on CPU)")
     p.add_argument("--width", type=int), p.add_argument("--height", type=int), p.add_argument("--blocks", type=int)
-    p.add_argument("--recipe", choices=list(RECIPE_NAMES), default="krea",
-                   help="context recipe of both models (krea: the published SDVG pairing)")
-    p.add_argument("--drafter-recipe", choices=list(RECIPE_NAMES), default=None,
-                   help="the drafter's own recipe (default: --recipe; a LongLive drafter file: longlive)")
-    p.add_argument("--target-recipe", choices=list(RECIPE_NAMES), default=None,
-                   help="the target's own recipe (default: --recipe)")
+    add_recipe_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard")
     p.add_argument("--memo-gb", type=float, default=DEFAULT_MEMO_BYTES / GIB, help="per-worker memo for big caches")
     p.add_argument("--out", default="out/eval", help="results folder (rows.csv, run.json, summary.md, pareto.png)")

@@ -5,32 +5,16 @@ scorer's device) must give identical crops and identical rewards; the memo key t
 """
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
 
 from sdvg_core import tiny_models
+from sdvg_core.demo.frames import natural_frames
 from sdvg_core.models import reward_preprocess as rp
 from sdvg_core.models.reward_preprocess import frames_to_uint8, pil_bicubic_taps, preprocess_uint8, preprocess_uint8_tensor
 
 REAL_H, REAL_W = 480, 832  # the paper's frame size
-
-
-def natural_frames(n: int, h: int, w: int, seed: int = 0, channels: int = 3) -> torch.Tensor:
-    """Video-like float frames [n, h, w, C] in 0..1: smooth gradients and blobs, fine texture, sensor noise."""
-    g = torch.Generator().manual_seed(seed)
-    y = torch.linspace(0, 1, h).view(h, 1, 1)
-    x = torch.linspace(0, 1, w).view(1, w, 1)
-    out = []
-    for i in range(n):
-        phase = torch.rand(3, generator=g) * 2 * math.pi
-        base = 0.5 + 0.3 * torch.sin(2 * math.pi * (1.5 * x + 0.7 * y + i / n) + phase.view(1, 1, 3))
-        blob = 0.25 * torch.exp(-((x - 0.3 - 0.4 * i / n) ** 2 + (y - 0.5) ** 2) / 0.02)
-        texture = 0.05 * torch.sin(2 * math.pi * 37 * x) * torch.sin(2 * math.pi * 23 * y)
-        noise = 0.03 * torch.randn(h, w, 3, generator=g)
-        out.append((base + blob + texture + noise).clamp(0, 1)[..., :channels])
-    return torch.stack(out)
 
 
 @pytest.mark.parametrize("h,w", [(REAL_H, REAL_W), (REAL_W, REAL_H), (32, 48), (224, 224), (223, 225), (100, 300),

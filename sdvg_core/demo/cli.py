@@ -51,6 +51,31 @@ DRAFTER_FLAGS = ("drafter_lora", "drafter_lora_alpha", "pt_entry")
 
 
 
+
+def add_recipe_args(p: argparse.ArgumentParser) -> None:
+    """--recipe / --drafter-recipe / --target-recipe: a context recipe per model (the demo, sdvg_eval)."""
+    p.add_argument("--recipe", choices=list(RECIPE_NAMES), default="krea",
+                   help="context recipe of both models (krea: the published SDVG pairing)")
+    p.add_argument("--drafter-recipe", choices=list(RECIPE_NAMES), default=None,
+                   help="the drafter's own recipe (default: --recipe; a LongLive drafter: longlive)")
+    p.add_argument("--target-recipe", choices=list(RECIPE_NAMES), default=None,
+                   help="the target's own recipe (default: --recipe)")
+
+
+def add_drafter_kind_args(p: argparse.ArgumentParser, default_kind: str | None) -> None:
+    """--drafter-kind, --drafter-lora, --drafter-lora-alpha, --pt-entry: how a drafter file is read (io/drafters.py)."""
+    p.add_argument("--drafter-kind", choices=[*DRAFTER_KINDS, FRAMEWISE_KIND], default=default_kind,
+                   help=f"which drafter the file is: its .pt entry, LoRA and default recipe (default "
+                        f"{DEFAULT_DRAFTER_KIND}; " + "; ".join(f"{k.name}: {k.title}" for k in DRAFTER_KINDS.values())
+                        + f"). {FRAMEWISE_KIND} is refused: 1-frame blocks")
+    p.add_argument("--drafter-lora", help="peft LoRA merged into the drafter at load (LongLive: lora.pt)")
+    p.add_argument("--drafter-lora-alpha", type=float, default=None,
+                   help="the LoRA's alpha (scale alpha/rank; default: the kind's, 256 for LongLive, else the rank)")
+    p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default=None,
+                   help="entry of a .pt drafter (default: the kind's: self_forcing generator_ema, causal_forcing and "
+                        "longlive generator; the published SDVG loaded 'generator')")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m sdvg_core.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,26 +96,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--aggregation", choices=["min", "mean"], default="min")
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
     p.add_argument("--accept-rate", type=float, default=0.73, help="for --policy random")
-    p.add_argument("--recipe", choices=list(RECIPE_NAMES), default="krea",
-                   help="context recipe of both models (krea: the published SDVG pairing)")
-    p.add_argument("--drafter-recipe", choices=list(RECIPE_NAMES), default=None,
-                   help="the drafter's own recipe (default: --recipe; a LongLive drafter: longlive)")
-    p.add_argument("--target-recipe", choices=list(RECIPE_NAMES), default=None,
-                   help="the target's own recipe (default: --recipe)")
+    add_recipe_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",
                    help="standard = equal to a one-shot decode; krea = the VAE cache rule of the published runs")
     p.add_argument("--drafter", help="drafter checkpoint (Self-Forcing self_forcing_dmd.pt, Causal Forcing "
                                      "chunkwise/causal_forcing.pt, LongLive longlive_base.pt, or .safetensors)")
-    p.add_argument("--drafter-kind", choices=[*DRAFTER_KINDS, FRAMEWISE_KIND], default=DEFAULT_DRAFTER_KIND,
-                   help="which drafter the file is: its .pt entry, LoRA and default recipe ("
-                        + "; ".join(f"{k.name}: {k.title}" for k in DRAFTER_KINDS.values())
-                        + f"). {FRAMEWISE_KIND} is refused: 1-frame blocks")
-    p.add_argument("--drafter-lora", help="peft LoRA merged into the drafter at load (LongLive: lora.pt)")
-    p.add_argument("--drafter-lora-alpha", type=float, default=None,
-                   help="the LoRA's alpha (scale alpha/rank; default: the kind's, 256 for LongLive, else the rank)")
-    p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default=None,
-                   help="entry of a .pt drafter (default: the kind's: self_forcing generator_ema, causal_forcing and "
-                        "longlive generator; the published SDVG loaded 'generator')")
+    add_drafter_kind_args(p, DEFAULT_DRAFTER_KIND)
     p.add_argument("--target", help="target checkpoint (krea-realtime-video-14b.safetensors)")
     p.add_argument("--vae", help="Wan 2.1 VAE (Wan2.1_VAE.pth or wan_2.1_vae.safetensors)")
     p.add_argument("--reward", help="ImageReward.pt")
