@@ -450,6 +450,49 @@ def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
     print(f"fresh server at tau {tau2}: same decisions and lineage; forwards {fw3} ({fresh['seconds']:.1f} s)")
 
 
+def report_texts(api: dict, entry: dict) -> dict[str, str]:
+    """{Generate/Finish id: the report table its workflow's own viewer shows} (PreviewAny on the `report` output)."""
+    return {src[0]: entry["outputs"][nid]["text"][0] for nid, n in api.items() if n["class_type"] == "PreviewAny"
+            and isinstance(src := n["inputs"].get("source"), list) and api[src[0]]["class_type"] in
+            ("SDVGGenerate", "SDVGFinish") and src[1] == 1}
+
+
+NOT_FRESH = "NOT a fresh run's time"
+
+
+def test_first_runs_on_a_fresh_server_are_fresh(root):
+    """Issue 17: reuse within one execution (a rejected block 2 taking the anchor the run made before it) is part of a
+    fresh run. On a freshly started server the first SDVG prompt and both fresh_run nodes of sdvg_vs_target_only
+    report a fresh run (tau 5: every draft rejected, so that reuse happens); a re-queue at another tau takes blocks
+    from the earlier execution and says its time is not a fresh run's."""
+    s = Server(root, "server_fresh")
+    try:
+        gen_api, probes = with_report_probe(api_for(s, REPO / "workflows" / "sdvg_generate.json", tau=5.0))
+        first = s.queue(gen_api)
+        rep, text = next(iter(reports(first, probes).values())), next(iter(report_texts(gen_api, first).values()))
+        assert rep["fresh_run"] is True and NOT_FRESH not in text, text
+        assert any(b["reused"] for b in rep["blocks"]), rep["blocks"]  # reuse within this execution (the issue's case)
+        vs_api, vs_probes = with_report_probe(api_for(s, REPO / "workflows" / "sdvg_vs_target_only.json", tau=5.0))
+        gens = {k for k, v in vs_api.items() if v["class_type"] == "SDVGGenerate"}
+        assert len(gens) == 2 and all(vs_api[k]["inputs"]["fresh_run"] is True for k in gens)
+        vs = s.queue(vs_api)
+        vs_reps, vs_texts = reports(vs, vs_probes), report_texts(vs_api, vs)
+        assert set(vs_reps) == set(vs_texts) == gens
+        for k in gens:
+            assert vs_reps[k]["fresh_run"] is True and NOT_FRESH not in vs_texts[k], (vs_api[k]["inputs"]["policy"], vs_texts[k])
+        sdvg = next(k for k in gens if vs_api[k]["inputs"]["policy"] == "sdvg")
+        assert any(b["reused"] for b in vs_reps[sdvg]["blocks"]), vs_reps[sdvg]["blocks"]
+        again = s.queue(wt.set_inputs(gen_api, "SDVGGenerate", tau=-5.0))  # every draft accepted now; block 0 reused
+        rep2, text2 = next(iter(reports(again, probes).values())), next(iter(report_texts(gen_api, again).values()))
+        assert rep2["fresh_run"] is False and NOT_FRESH in text2, text2
+        assert rep2["blocks"][0]["carried"], rep2["blocks"][0]  # taken from the first execution
+    finally:
+        s.close()
+    print(f"\nfresh server: first SDVG prompt fresh with reuse within it "
+          f"{[b['reused'] for b in rep['blocks']]} ({first['seconds']:.1f} s), sdvg_vs_target_only both fresh "
+          f"({vs['seconds']:.1f} s); re-queue at tau -5: not fresh, block 0 carried {rep2['blocks'][0]['carried']}")
+
+
 def test_comfyui_model_path_default_and_fp8(server):
     """UNETLoader -> the SDVG loaders' MODEL input (ComfyUI's WanModel, incl. fp8 weights cast per layer)."""
     path = REPO / "workflows" / "sdvg_generate.json"
