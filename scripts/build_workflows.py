@@ -282,11 +282,12 @@ def baseline_workflow(sp: dict) -> dict:
         gen = g.node("SDVGGenerate", (x, 0), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},
                      title=title, size=GENERATE_SIZE)
         wire_run(g, m, gen)
-        save_video(g, gen, (x, 920), prefix, size=(320, 380), save_pos=(1580 + i * 330, 700))  # left of the minimap
+        # the players beside the reports, the plots under them: the bottom-right corner is the minimap's
+        save_video(g, gen, (x, 920), prefix, size=(340, 300), save_pos=(2220, i * 340))
         g.group(title, (x - 20, -70, 380, 1100), color)
         rep = g.node("PreviewAny", (1580, i * 340), title=f"Report: {policy}", size=(620, 300))
         g.link(gen, "report", rep, "source")
-        plot = g.node("PreviewImage", (2220, i * 340), title=f"Scores: {policy}", size=(340, 300))
+        plot = g.node("PreviewImage", (1580 + i * 265, 700), title=f"Scores: {policy}", size=(255, 300))
         g.link(gen, "plot", plot, "images")
     g.note("## Target-only vs SDVG\n\nSame prompt, seed and noise. Both nodes have **fresh_run** on: "
            "neither takes blocks from the other's run (block 0 is the same target block in both), so each "

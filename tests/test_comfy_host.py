@@ -285,8 +285,10 @@ def server(root):
 
 # ------------------------------------------------------------------------------------------------ helpers
 def api_for(server: Server, path: Path, tau: float | None = None, **widgets) -> dict:
-    """API prompt of a workflow at the test size; tau goes to SDVG Route / SDVG Generate."""
+    """API prompt of a workflow at the test size; tau goes to SDVG Route / SDVG Generate. A prompt schedule reads the
+    embeddings file for each of its prompts, spread over the test's blocks (no umT5 here)."""
     api = wt.swap_text_encoder(wt.to_api(wt.load(path), server.object_info), EMB)
+    api = wt.swap_schedule_encoder(api, EMB, SMALL["num_blocks"])
     start = {k: v for k, v in {**SMALL, **widgets}.items() if k not in ("policy", "force_reject_first")}
     api = wt.set_inputs(api, "SDVGStart", **start)
     api = wt.set_inputs(api, "SDVGGenerate", **{**SMALL, **widgets, **({} if tau is None else {"tau": tau})})

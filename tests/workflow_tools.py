@@ -248,10 +248,12 @@ def visible_area(canvas: list[float] | None = None) -> tuple[float, float, float
     return m["left"], m["top"], VIEW_PAGE[0] - m["left"] - m["right"], VIEW_PAGE[1] - m["top"] - m["bottom"]
 
 
-# Frontend 1.5x shows a minimap by default (Comfy.Minimap.Visible: on in any window wider than 1024 px) over the
-# canvas' bottom-right corner: its page rect (left, top, right, bottom) in the reference window, as
-# tests/frontend_probe.py measured it in frontend 1.58.1 ("overlays"). A report or a video under it is hidden.
-VIEW_MINIMAP = (1659, 731, 1912, 931)
+# Frontends since 1.25 show a minimap by default (Comfy.Minimap.Visible: on in any window wider than 1024 px) over the
+# canvas' bottom-right corner: its rect (left, top, right, bottom) in canvas pixels in the reference window, as
+# tests/frontend_probe.py measured it ("overlays"): 1.58.1 draws its canvas from the page's corner; 1.27.10 (ComfyUI
+# 0.3.64's own) puts its bars beside the canvas (which starts at page (64, 78); its minimap's page rect is
+# (1626, 727, 1876, 927)), so the same saved view sits elsewhere under it. A report or a video under either is hidden.
+VIEW_MINIMAPS = {"1.58.1": (1659, 731, 1912, 931), "1.27.10": (1562, 649, 1812, 849)}
 REPORT_TYPES = ("PreviewAny",)
 VIDEO_TYPES = ("SDVGShowVideo", "SaveVideo")
 
@@ -267,8 +269,9 @@ def layout_problems(wf: dict) -> list[str]:
     problems = []
     for n in wf["nodes"]:
         name = f"{n['type']} {n.get('title', '')!r} (id {n['id']})"
-        if n["type"] in REPORT_TYPES + VIDEO_TYPES and overlaps(screen_rect(wf, n), VIEW_MINIMAP):
-            problems.append(f"{name} lies under the minimap at the saved view")
+        for frontend, minimap in VIEW_MINIMAPS.items():
+            if n["type"] in REPORT_TYPES + VIDEO_TYPES and overlaps(screen_rect(wf, n), minimap):
+                problems.append(f"{name} lies under frontend {frontend}'s minimap at the saved view")
         if n["type"] in REPORT_TYPES:
             for m in wf["nodes"]:
                 if m is not n and overlaps(screen_rect(wf, n), screen_rect(wf, m)):
@@ -297,7 +300,8 @@ def saved_view(wf: dict) -> dict:
 
 
 def screen_rect(wf: dict, node: dict) -> tuple[float, float, float, float]:
-    """(left, top, right, bottom) page pixels of a node (title bar included) at the workflow's saved view."""
+    """(left, top, right, bottom) canvas pixels of a node (title bar included) at the workflow's saved view (page
+    pixels in frontend 1.5x, whose canvas starts at the page's corner)."""
     ds = wf["extra"]["ds"]
     s, (ox, oy) = ds["scale"], ds["offset"]
     x, y = node["pos"]
