@@ -584,8 +584,8 @@ def test_frontend_loads_every_workflow(server):
             assert hidden == [], (path.name, o, hidden)
         print(f"\nfrontend {r['frontend'] or '?'}: {path.name}: {r['node_count']} nodes, "
               f"{'missing ' + str(r['missing']) if r['missing'] else 'no missing node types'}, graphToPrompt == our "
-              f"conversion; opened at scale {view['scale']:.3f} with {len(r['reports'])} report(s) and {len(r['videos'])} "
-              f"video player(s) on screen{', clear of the ' + r['overlays'][0]['name'] if r['overlays'] else ''}")
+              f"conversion; opened at scale {view['scale']:.3f} with {len(r['reports'])} report(s) on screen; reports and "
+              f"{len(r['videos'])} video player(s) {'clear of the ' + r['overlays'][0]['name'] if r['overlays'] else '(no overlay)'}")
     if excused:
         pytest.xfail(f"host bug: nodes {host_broken} have python_module null, the frontend stops registering its own "
                      f"nodes ({'; '.join(excused)})")
