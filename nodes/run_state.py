@@ -22,7 +22,8 @@ def current_run_id() -> str:
     except ImportError:
         return _FALLBACK_RUN_ID
     ctx = get_executing_context()
-    return str(ctx.prompt_id) if ctx is not None and getattr(ctx, "prompt_id", None) else _FALLBACK_RUN_ID
+    pid = (getattr(ctx, "prompt_id", None) or getattr(ctx, "task_id", None)) if ctx is not None else None  # pip 0.12: task_id
+    return str(pid) if pid else _FALLBACK_RUN_ID
 
 
 def node_run_id() -> str:
