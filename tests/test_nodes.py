@@ -674,3 +674,22 @@ def test_every_report_is_readable_at_the_saved_view():
             x0, y0, x1, y1 = wt.screen_rect(wf, n)
             assert left <= x0 and x1 <= left + w and top <= y0 and y1 <= top + h, (path.name, n["type"], n.get("title"),
                                                                                   (x0, y0, x1, y1))
+
+
+def test_run_id_from_either_builds_execution_context(env, monkeypatch):
+    """The run id is the execution's id: ComfyUI 0.3.64 names it prompt_id, the pip-installable 0.12.1 build task_id.
+    Two executions must get two ids on both (one shared fallback id made every re-queue look like a fresh run)."""
+    from collections import namedtuple
+
+    pack, _ = env
+    rs = pack.nodes.run_state
+    utils = __import__("comfy_execution.utils", fromlist=["x"])
+    for field in ("prompt_id", "task_id"):
+        ctx = namedtuple("Ctx", [field, "node_id", "list_index"])
+        ids = []
+        for run in ("run-a", "run-b"):
+            monkeypatch.setattr(utils, "get_executing_context", lambda run=run: ctx(run, "7", None))
+            ids.append((rs.current_run_id(), rs.node_run_id()))
+        assert ids == [("run-a", "run-a#7"), ("run-b", "run-b#7")], field
+    monkeypatch.setattr(utils, "get_executing_context", lambda: None)
+    assert rs.current_run_id() == rs.current_run_id() != "run-b"  # outside an execution: one id per process

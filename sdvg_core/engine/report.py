@@ -91,7 +91,7 @@ class RunReport:
                          f"ComfyUI's cache of an earlier run (e.g. before Cancel); their seconds are that run's")
         acc = "-" if self.acceptance_blocks_1_to_n is None else f"{self.acceptance_blocks_1_to_n:.1%}"
         lines.append(f"acceptance blocks 1..N-1: {acc} | all N blocks: {self.acceptance_all_blocks:.1%}")
-        lines.append(f"forwards (fresh run): drafter {self.drafter_forwards}, target {self.target_forwards} | counted cost "
+        lines.append(f"forwards a fresh run makes: drafter {self.drafter_forwards}, target {self.target_forwards} | counted cost "
                      f"{self.counted_cost:.1f} vs target-only {self.target_only_cost:.1f} (1:{self.cost_ratio:g}) "
                      f"-> counted speedup {self.counted_speedup:.2f}x")
         if (self.recomputed_drafter_forwards, self.recomputed_target_forwards) != (self.drafter_forwards, self.target_forwards):
