@@ -13,7 +13,7 @@ from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
 from sdvg_core.engine.engine import Engine, EngineConfig, ProgressEvent
 from sdvg_core.engine.noise import BlockNoise
 from sdvg_core.engine.policy import DraftOnly, FixedPattern, RandomPolicy, TargetOnly, ThresholdPolicy
-from sdvg_core.engine.recipes import KreaRecipe, SelfForcingRecipe
+from sdvg_core.engine.recipes import KreaRecipe, LongLiveRecipe, SelfForcingRecipe
 from sdvg_core.engine.report import build_report, reference_forwards
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning
 from sdvg_core.io.text import demo_embeddings
@@ -465,6 +465,7 @@ def test_a_new_recipe_is_one_class(models):
         name: str = "no_context"
         rebuilds_context_every_block = False
         has_reference_sdvg = False
+        supports_prompt_switch = False
 
         @property
         def plan(self):
@@ -496,6 +497,15 @@ def test_a_new_recipe_is_one_class(models):
     one = _engine(models, NoContext()).generate(_spec(blocks=1), TargetOnly())
     assert torch.equal(s.blocks[0].latents, one.blocks[0].latents)
     assert not torch.equal(s.blocks[1].latents, s.blocks[0].latents)  # different noise per block
+    # a recipe that cannot switch prompts is refused a schedule before any work, naming the recipes that can
+    p0, p1 = (PromptConditioning.make(t, demo_embeddings(t, 32)) for t in ("a fox", "a forest"))
+    switching = GenerationSpec.from_schedule([(0, p0), (2, p1)], W, H, BLOCKS, 42)
+    e = _engine(models, NoContext())
+    with pytest.raises(ValueError, match=r"'no_context' cannot change the prompt.*block 2.*krea, self_forcing, "
+                                         r"longlive, longlive_infinity"):
+        e.start(switching)
+    for recipe in (KreaRecipe(), SelfForcingRecipe(), LongLiveRecipe()):  # the built-in ones all can
+        _engine(models, recipe).start(switching)
 
 
 def test_generation_under_inference_mode_equals_no_grad(models, tmp_path):

@@ -160,18 +160,23 @@ def files(tmp_path_factory) -> dict:
     return _model_files(tmp_path_factory.mktemp("eval_files"))
 
 
+@pytest.fixture
+def metric_plugin(files, monkeypatch) -> None:
+    """The test's metric module (py:eval_recipes_metric) importable, in whatever order the tests run."""
+    monkeypatch.syspath_prepend(str(files["target"].parent / "plugins"))
+
+
 def _real_argv(inputs, files, out: Path, *extra: str) -> list[str]:
     return ["--prompts", str(inputs["prompts"]), "--target", str(files["target"]), "--vae", str(files["vae"]),
             "--drafter", str(files["drafter"]), "--umt5", str(files["umt5"]), "--metrics", "py:eval_recipes_metric",
             *GEOMETRY, "--blocks", "3", "--workers", "0", "--no-report", "--out", str(out), *extra]
 
 
-def test_drafter_kind_and_lora_reach_the_loader(inputs, files, tmp_path, monkeypatch):
+def test_drafter_kind_and_lora_reach_the_loader(inputs, files, metric_plugin, tmp_path, monkeypatch):
     """--drafter-kind / --drafter-lora / --drafter-lora-alpha go to load_model_files with the kind's own .pt entry
     (no --pt-entry: None); the row is what the files loaded that way compute, under the kind's recipe (LongLive)."""
     import sdvg_core.io.model_files as mf
 
-    monkeypatch.syspath_prepend(str(files["target"].parent / "plugins"))
     monkeypatch.setattr(ev, "make_encoder", lambda a: demo_encoder(TEXT_DIM))  # the stand-in of umT5
     real, calls = mf.load_model_files, []
     monkeypatch.setattr(mf, "load_model_files", lambda **kw: calls.append(kw) or real(**kw))
@@ -300,7 +305,8 @@ def test_schedule_entry_embeddings_files_are_used(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ resume refusals
-def test_resume_refuses_another_recipe_schedule_or_drafter_file(inputs, files, tmp_path, monkeypatch, capsys):
+def test_resume_refuses_another_recipe_schedule_or_drafter_file(inputs, files, metric_plugin, tmp_path, monkeypatch,
+                                                                capsys):
     """The run identity holds each role's recipe, the schedule (texts, first blocks, entry files) and the drafter
     file's kind, entry, LoRA file and alpha: a change in any is refused (exit 2), the same command resumes."""
     _standin_sweep(monkeypatch)

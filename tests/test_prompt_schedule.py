@@ -95,23 +95,29 @@ def _work(state):
     return [r.work["drafter_forwards"] + r.work["target_forwards"] for r in state.blocks]
 
 
-@pytest.mark.parametrize("edit", ["text of prompt 1", "first block of prompt 1"])
-def test_requeue_after_editing_a_prompt_recomputes_from_its_first_block(models, edit):
-    """Editing the second prompt's text, or moving its first block, recomputes nothing before the first block
-    whose conditioning changed (shown by the forwards, as for tau), and equals a fresh run."""
+@pytest.mark.parametrize("recipe_name", ["krea", "longlive", "self_forcing"])
+@pytest.mark.parametrize("edit", ["text of prompt 1", "first block of prompt 1 later", "first block of prompt 1 earlier"])
+def test_requeue_after_editing_a_prompt_recomputes_from_its_first_block(models, edit, recipe_name):
+    """Editing the second prompt's text, or moving its first block later or earlier, recomputes nothing before the
+    first block whose conditioning changed (shown by the forwards, as for tau), and equals a fresh run."""
+    from sdvg_core.engine.recipes import recipe_by_name
+
     policy = FixedPattern((False, True, False, True, True, False))
     memo = Memo(1 << 40)
-    e = _engine(models, memo=memo)
+    recipe = recipe_by_name(recipe_name)
+    e = _engine(models, memo=memo, recipe=recipe)
     first = e.generate(_spec(), policy)
     if edit == "text of prompt 1":
         schedule, changed = ((0, TEXTS[0]), (2, "the fox sits down in the snow"), (4, TEXTS[2])), 2
-    else:
+    elif edit == "first block of prompt 1 later":
         schedule, changed = ((0, TEXTS[0]), (3, TEXTS[1]), (4, TEXTS[2])), 2  # block 2 goes back to prompt 0
+    else:
+        schedule, changed = ((0, TEXTS[0]), (1, TEXTS[1]), (4, TEXTS[2])), 1  # block 1 now under prompt 1
     again = e.generate(_spec(schedule), policy)
     work = _work(again)
     assert work[:changed] == [0] * changed and all(w > 0 for w in work[changed:]), work
     assert all(torch.equal(a.latents, b.latents) for a, b in zip(first.blocks[:changed], again.blocks[:changed]))
-    fresh = _engine(models).generate(_spec(schedule), policy)
+    fresh = _engine(models, recipe=recipe).generate(_spec(schedule), policy)
     assert torch.equal(again.committed_latents(), fresh.committed_latents())
 
 
@@ -162,3 +168,28 @@ def test_target_only_baseline_counts_each_recipes_switch_work(models, recipe_nam
     state = e.generate(_spec(), TargetOnly())
     rep = build_report(state, "target-only", e.recipe, e.plan.num_steps, cost_ratio=1.0)
     assert rep.target_only_cost == rep.target_forwards == sum(r.cost["target_forwards"] for r in state.blocks)
+
+
+@pytest.mark.parametrize("recipe_name", ["longlive", "self_forcing"])
+def test_each_role_recaches_lazily_when_it_next_generates(models, recipe_name):
+    """At a switch each model recaches only when it next generates a block, and the recache is counted as one more
+    context forward of that block (in the report's forwards too): the drafter at the switch block, the target at
+    the next block it is asked to make, none in between."""
+    from sdvg_core.engine.recipes import LongLiveRecipe, SelfForcingRecipe
+
+    recipe = LongLiveRecipe(window=6, sink=3) if recipe_name == "longlive" else SelfForcingRecipe()
+    blocks, switch, target_next = 8, 3, 6
+    policy = FixedPattern((False, True, True, True, True, True, False, True))  # the target makes blocks 0 and 6
+    runs = {}
+    for name, schedule in (("one prompt", ((0, TEXTS[0]),)), ("switch", ((0, TEXTS[0]), (switch, TEXTS[1])))):
+        e = _engine(models, recipe=recipe)
+        state = e.generate(_spec(schedule, blocks=blocks), policy)
+        rep = build_report(state, name, e.recipe, e.plan.num_steps, cost_ratio=1.0)
+        runs[name] = (state, rep)
+    for role, at in (("drafter", switch), ("target", target_next)):
+        key = f"{role}_context_forwards"
+        extra = [s.cost[key] - o.cost[key] for s, o in zip(runs["switch"][0].blocks, runs["one prompt"][0].blocks)]
+        assert extra == [1 if b == at else 0 for b in range(blocks)], (role, extra)
+    (_, rep_switch), (_, rep_one) = runs["switch"], runs["one prompt"]
+    assert rep_switch.drafter_forwards == rep_one.drafter_forwards + 1
+    assert rep_switch.target_forwards == rep_one.target_forwards + 1

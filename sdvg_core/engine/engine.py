@@ -26,7 +26,7 @@ from .memo import Memo, TieredMemo
 from .noise import BlockNoise, block_noise
 from .pixels import DecodeEntry, PixelStore
 from .policy import Policy, aggregate
-from .recipes import KreaRecipe, Recipe
+from .recipes import KreaRecipe, Recipe, check_prompt_switches
 from .schedule import add_noise, flow_to_x0, timestep_tensor
 from .state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, extend_lineage
 from .tally import PHASES, WORK_KEYS, Tally
@@ -160,6 +160,7 @@ class Engine:
                                  f"(umT5-XXL embeddings are 4096 wide: use a 'wan' text encoder)")
         for recipe in self.recipes.values():
             recipe.validate(spec)
+        check_prompt_switches(self.recipes, spec)
         self._auto_run = uuid.uuid4().hex
         return GenerationState(spec)
 

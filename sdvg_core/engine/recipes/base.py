@@ -70,6 +70,9 @@ class Recipe(Protocol):
     rebuilds_context_every_block: bool
     # a reference SDVG implementation exists for this recipe (report.reference_forwards)
     has_reference_sdvg: bool
+    # the recipe does what its reference does when the prompt changes between blocks (a recache, or a context
+    # rebuilt under each block's own prompt); a recipe that cannot is refused a prompt schedule at Engine.start
+    supports_prompt_switch: bool
 
     @property
     def plan(self) -> StepPlan:

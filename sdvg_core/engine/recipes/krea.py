@@ -32,6 +32,7 @@ class KreaRecipe:
     # The reference SDVG loop rebuilds the target's context before every block, accepted or not.
     rebuilds_context_every_block = True
     has_reference_sdvg = True
+    supports_prompt_switch = True
 
     @property
     def plan(self) -> StepPlan:

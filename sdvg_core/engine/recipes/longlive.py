@@ -44,6 +44,7 @@ class LongLiveRecipe:
 
     rebuilds_context_every_block = False
     has_reference_sdvg = False
+    supports_prompt_switch = True
 
     @property
     def plan(self) -> StepPlan:

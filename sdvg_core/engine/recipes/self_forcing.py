@@ -118,6 +118,7 @@ class SelfForcingRecipe:
 
     rebuilds_context_every_block = False
     has_reference_sdvg = False
+    supports_prompt_switch = True
 
     @property
     def plan(self) -> StepPlan:
