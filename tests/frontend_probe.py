@@ -196,18 +196,22 @@ QUEUE = r"""
 SMALL_RUN = {"width": 64, "height": 48, "num_blocks": 3}
 
 
-async def run_small(p: "Page", http, url: str, api: dict, embeddings: str, stem: str, out: Path) -> dict:
-    """Queue the loaded workflow at SMALL_RUN from the page, wait for it, screenshot <stem>.run.png at the view it
-    opened at (the report viewers then show the run's report, drawn by the frontend itself)."""
+async def run_small(p: "Page", http, url: str, api: dict, embeddings: str, stem: str, out: Path,
+                    blocks: int | None = SMALL_RUN["num_blocks"], schedule_files: list[str] | None = None) -> dict:
+    """Queue the loaded workflow at SMALL_RUN's size from the page (`blocks` blocks; None: the workflow's own count
+    and schedule), wait for it, screenshot <stem>.run.png at the view it opened at (the report viewers then show the
+    run's report, drawn by the frontend itself). A prompt schedule's entry i reads schedule_files[i] (default: all
+    read `embeddings`)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import workflow_tools as wt
 
-    api = wt.swap_schedule_encoder(wt.swap_text_encoder(api, embeddings), embeddings, SMALL_RUN["num_blocks"])
-    api = wt.set_inputs(api, "SDVGStart", **SMALL_RUN)
-    api = wt.set_inputs(api, "SDVGGenerate", **SMALL_RUN)
+    api = wt.swap_schedule_encoder(wt.swap_text_encoder(api, embeddings), schedule_files or embeddings, blocks)
+    size = {k: v for k, v in SMALL_RUN.items() if k != "num_blocks"} | ({} if blocks is None else {"num_blocks": blocks})
+    api = wt.set_inputs(api, "SDVGStart", **size)
+    api = wt.set_inputs(api, "SDVGGenerate", **size)
     queued = json.loads(await p.eval(QUEUE % json.dumps(api)))
     pid = queued["prompt_id"]
-    for _ in range(1200):
+    for _ in range(3600):
         async with http.get(f"{url}/history/{pid}") as r:
             h = await r.json()
         if pid in h and (h[pid]["status"].get("completed") or h[pid]["status"].get("status_str") == "error"):
@@ -247,7 +251,8 @@ async def templates_shot(p: "Page", name: str, png: Path) -> dict:
 
 
 async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = None,
-                templates: tuple[str, Path] | None = None, run_embeddings: str | None = None) -> dict:
+                templates: tuple[str, Path] | None = None, run_embeddings: str | None = None,
+                run_blocks: int | None = SMALL_RUN["num_blocks"], run_schedule: list[str] | None = None) -> dict:
     port, profile = free_port(), tempfile.mkdtemp(prefix="sdvg-fe-")
     browser = subprocess.Popen([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                 "--disable-background-networking", "--disable-dev-shm-usage", "--window-size=1920,1080",
@@ -301,7 +306,7 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                         if shots is not None and run_embeddings:
                             await screenshot(p, Path(path).stem, shots, [n["type"] for n in res["nodes"]], fit=False)
                             out[path]["run"] = await run_small(p, http, url, res["api"], run_embeddings,
-                                                               Path(path).stem, shots)
+                                                               Path(path).stem, shots, run_blocks, run_schedule)
                         elif shots is not None:
                             await screenshot(p, Path(path).stem, shots, [n["type"] for n in res["nodes"]])
                         if templates is not None and path == paths[-1]:
@@ -330,13 +335,19 @@ def main() -> int:
                     help="with --shots: queue each workflow from the page at a small size (text encoder swapped for "
                          "SDVG Load Prompt Embeddings reading this file of models/sdvg_prompts) and save "
                          "<name>.run.png at its saved view once it ran (instead of the fitted picture and card)")
+    ap.add_argument("--run-blocks", type=int, default=SMALL_RUN["num_blocks"],
+                    help="with --run-small: blocks per run (0: the workflow's own count, its schedule unchanged)")
+    ap.add_argument("--run-schedule", metavar="FILES",
+                    help="with --run-small: comma-separated embeddings files of models/sdvg_prompts, one per entry of "
+                         "a prompt schedule (default: every entry reads the --run-small file)")
     ap.add_argument("--templates", nargs=2, metavar=("LABEL", "PNG"),
                     help="also open the template browser, pick the category named LABEL, save a screenshot to PNG")
     a = ap.parse_args()
     if a.shots:
         a.shots.mkdir(parents=True, exist_ok=True)
     res = asyncio.run(probe(a.url.rstrip("/"), a.chromium, a.workflows, a.shots,
-                            (a.templates[0], Path(a.templates[1])) if a.templates else None, a.run_small))
+                            (a.templates[0], Path(a.templates[1])) if a.templates else None, a.run_small,
+                            a.run_blocks or None, a.run_schedule.split(",") if a.run_schedule else None))
     print(json.dumps(res))
     return 1 if any(r["missing"] or r["missing_dialog"] for k, r in res.items() if k != "templates") else 0
 

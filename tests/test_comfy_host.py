@@ -51,6 +51,8 @@ WORKFLOWS = sorted((REPO / "workflows").glob("*.json"))
 PACK_DIR_NAME = "ComfyUI-SDVG-under-test"
 PROMPT = "a corgi puppy runs through a sunny meadow, slow motion, cinematic"
 EMB, EMB_4096 = "test_prompt.safetensors", "test_prompt_4096.safetensors"
+# one embeddings file per prompt of the prompt-changes workflow (its own texts, distinct stand-in embeddings)
+SCHEDULE_EMB = tuple(f"test_schedule_{i}.safetensors" for i in range(3))
 SMALL = {"width": 64, "height": 48, "num_blocks": 3}
 FRAMES = 1 + 4 * (3 * SMALL["num_blocks"] - 1)
 SDVG_NODES = {"SDVGLoadDrafter", "SDVGLoadTarget", "SDVGLoadImageReward", "SDVGStart", "SDVGLoopStart",
@@ -96,6 +98,8 @@ def write_models(root: Path) -> None:
     torch.save(export_state_dict(scorer.model), m / "image_reward" / "ImageReward.pt")
     save_embeddings(m / "sdvg_prompts" / EMB, PROMPT, demo_embeddings(PROMPT, 32))
     save_embeddings(m / "sdvg_prompts" / EMB_4096, PROMPT, demo_embeddings(PROMPT, 4096))
+    for name, (_, text) in zip(SCHEDULE_EMB, schedule_lines(REPO / "workflows" / "sdvg_long_video_prompt_changes.json")):
+        save_embeddings(m / "sdvg_prompts" / name, text, demo_embeddings(text, 32))
     (m / "text_encoders" / "umt5_xxl_fp8_e4m3fn_scaled.safetensors").write_bytes(b"")  # listed, never loaded
     # LongLive's layout (the long-video workflows' drafter): base under `generator` + a rank-256 LoRA in models/loras
     from sdvg_core.io import lora as lora_mod
@@ -295,6 +299,15 @@ def api_for(server: Server, path: Path, tau: float | None = None, **widgets) -> 
     return api if tau is None else wt.set_inputs(api, "SDVGRoute", tau=tau)
 
 
+def schedule_lines(path: Path) -> list[tuple[int, str]]:
+    """The (first block, prompt) lines of the SDVG Prompt Schedule node of a workflow file."""
+    import re
+
+    (node,) = [n for n in wt.load(path)["nodes"] if n["type"] == "SDVGPromptSchedule"]
+    return [(int(m[1]), m[2]) for m in (re.match(r"^\s*(\d+)\s*:\s*(.+?)\s*$", ln)
+                                         for ln in node["widgets_values"][0].splitlines()) if m]
+
+
 def with_report_probe(api: dict) -> tuple[dict, dict[str, str]]:
     """Add a PreviewAny on every Finish/Generate node's report_json output; returns {source id: probe id}."""
     api = json.loads(json.dumps(api))
@@ -353,7 +366,7 @@ def test_object_info_lists_every_node(server):
     req = lambda node, key: combo_options(info[node]["input"]["required"][key])  # noqa: E731
     assert {"self_forcing_dmd.pt", "krea-realtime-video-14b.safetensors"} <= set(req("SDVGLoadTarget", "model_name"))
     assert req("SDVGLoadImageReward", "reward_name") == ["ImageReward.pt"]
-    assert sorted(req("SDVGLoadPromptEmbeddings", "embeddings")) == sorted([EMB, EMB_4096])
+    assert sorted(req("SDVGLoadPromptEmbeddings", "embeddings")) == sorted([EMB, EMB_4096, *SCHEDULE_EMB])
     templates = server.get("/workflow_templates")
     ours = [k for k, v in templates.items() if set(v) & {p.stem for p in WORKFLOWS}]
     assert ours == [PACK_DIR_NAME], templates  # listed once, by this copy
@@ -415,6 +428,35 @@ def test_every_workflow_runs(server, path):
         dec = next(k for k, v in api.items() if v["class_type"] == "SDVGDecodeBlock")
         shown = [k for k, o in entry["outputs"].items() if k.split(".")[-1] == dec and o.get("images")]
         assert dec not in shown and len(shown) == SMALL["num_blocks"] - 1, shown
+
+
+def test_prompt_changes_workflow_at_its_own_length(server):
+    """sdvg_long_video_prompt_changes as saved (three prompts over 30 blocks, at the test's small frame size; each
+    prompt its own embeddings file): every block carries its own prompt in the report, the segments are the
+    schedule's and each drafted block was scored (against its block's prompt: the core's rule, tested in
+    tests/test_prompt_schedule.py)."""
+    path = REPO / "workflows" / "sdvg_long_video_prompt_changes.json"
+    lines = schedule_lines(path)
+    api = wt.swap_text_encoder(wt.to_api(wt.load(path), server.object_info), EMB)
+    api = wt.swap_schedule_encoder(api, SCHEDULE_EMB)  # no spreading: the workflow's own first blocks
+    (gen_id,) = [k for k, v in api.items() if v["class_type"] == "SDVGGenerate"]
+    blocks = api[gen_id]["inputs"]["num_blocks"]
+    assert blocks >= 30 and len(lines) == 3 and lines[-1][0] < blocks
+    api = wt.set_inputs(api, "SDVGGenerate", width=SMALL["width"], height=SMALL["height"])
+    api, probes = with_report_probe(api)
+    entry = server.queue(api, timeout=1800)
+    (rep,) = reports(entry, probes).values()
+    assert rep["num_blocks"] == blocks
+    assert [(p["first_block"], p["text"]) for p in rep["prompts"]] == lines
+    firsts = [b for b, _ in lines]
+    expect = [max(i for i, f in enumerate(firsts) if f <= b) for b in range(blocks)]
+    assert [blk["prompt"] for blk in rep["blocks"]] == expect
+    drafted = [blk for blk in rep["blocks"] if blk["decision"] != "forced"]
+    assert drafted and all(blk["score"] is not None for blk in drafted)
+    decisions = [blk["decision"] for blk in rep["blocks"]]
+    print(f"\n{path.name} at {blocks} blocks: prompts {firsts}, decisions "
+          f"{ {d: decisions.count(d) for d in set(decisions)} }, forwards D{rep['drafter_forwards']}/"
+          f"T{rep['target_forwards']}, {entry['seconds']:.1f} s")
 
 
 def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):

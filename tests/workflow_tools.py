@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}
@@ -190,19 +190,22 @@ def swap_text_encoder(api: dict, embeddings_file: str) -> dict:
     return out
 
 
-def swap_schedule_encoder(api: dict, embeddings_file: str, num_blocks: int | None = None) -> dict:
+def swap_schedule_encoder(api: dict, embeddings_file: str | Sequence[str], num_blocks: int | None = None) -> dict:
     """SDVG Prompt Schedule without the text encoder: its `block: prompt` lines become the JSON form whose entries
-    name `embeddings_file` (in models/sdvg_prompts), the CLIP link (and an unused CLIPLoader) go. With `num_blocks`,
-    a schedule reaching past it is spread evenly over that many blocks (a small test run), in order."""
+    name `embeddings_file` (in models/sdvg_prompts; several files: entry i reads file i, cycling), the CLIP link
+    (and an unused CLIPLoader) go. With `num_blocks`, a schedule reaching past it is spread evenly over that many
+    blocks (a small test run), in order."""
     import re
 
+    files = [embeddings_file] if isinstance(embeddings_file, str) else list(embeddings_file)
     out = json.loads(json.dumps(api))
     for nid, node in list(out.items()):
         if node["class_type"] != "SDVGPromptSchedule" or not isinstance(node["inputs"].get("schedule"), str):
             continue
         lines = [m.groups() for m in (re.match(r"^\s*(\d+)\s*:\s*(.+?)\s*$", ln)
                                       for ln in node["inputs"]["schedule"].splitlines()) if m]
-        entries = [{"block": int(b), "prompt": p, "embeddings": embeddings_file} for b, p in lines]
+        entries = [{"block": int(b), "prompt": p, "embeddings": files[i % len(files)]}
+                   for i, (b, p) in enumerate(lines)]
         if num_blocks is not None and entries and entries[-1]["block"] >= num_blocks:
             for i, e in enumerate(entries):
                 e["block"] = i * num_blocks // len(entries)
