@@ -64,14 +64,14 @@ def _work(state) -> dict[str, int]:
     return {k: sum(r.work.get(k, 0) for r in state.blocks) for k in WORK_KEYS}
 
 
-def _run(models, memo, pair, policy, lazy, text_encodes):
+def _run(models, memo, pair, policy, lazy, text_encodes, blocks: int = BLOCKS):
     drafter_recipe, target_recipe = pair
     cfg = EngineConfig(recipe=target_recipe, drafter_recipe=drafter_recipe, lazy=lazy)
     for runner in (models.target, models.drafter):
         runner.encode_text = _counting(runner.encode_text, text_encodes)
     try:
         e = Engine(models.target, models.vae, models.drafter, models.scorer, cfg, memo=memo)
-        state = e.generate(_spec(), policy)
+        state = e.generate(_spec(blocks), policy)
     finally:
         for runner in (models.target, models.drafter):
             del runner.encode_text  # back to the class method
@@ -107,6 +107,37 @@ def test_full_size_bytes_give_the_work_of_an_unbounded_memo(models, pair):
         decoded = counts["unbounded"]["vae_decode_frames"]
         drafts_scored = counts["unbounded"]["scored_frames"] > 0
         assert decoded <= 3 * BLOCKS + (3 * (BLOCKS - 1) if drafts_scored else 0), (name, decoded)
+
+
+# The issue's table: 9 blocks, 6 of blocks 1-8 accepted (the benchmark's pattern), tiny models; per config the
+# decoded frames, text encodes and target forwards of an unbounded memo (Krea recipe)
+PATTERN_6_OF_8 = (False, True, True, False, True, True, True, False, True)
+ISSUE_TABLE_KREA = {"target-only": (27, 1, 53), "reference algorithm (lazy=False)": (36, 2, 23),
+                    "this engine": (33, 2, 17), "all-reject": (51, 2, 53)}
+
+
+@pytest.mark.parametrize("recipe", ["krea", "self_forcing"])
+def test_full_size_bytes_at_the_benchmarks_nine_blocks(models, recipe):
+    """The benchmark's own geometry (9 blocks, 6 of 8 accepted): a memo charged full-size bytes gives exactly the
+    unbounded memo's work for every configuration, and for Krea those are the issue table's tiny counts."""
+    blocks = len(PATTERN_6_OF_8)
+    configs = {"target-only": (TargetOnly(), True),
+               "reference algorithm (lazy=False)": (FixedPattern(PATTERN_6_OF_8), False),
+               "this engine": (FixedPattern(PATTERN_6_OF_8), True),
+               "all-accept": (FixedPattern((False,) + (True,) * (blocks - 1)), True),
+               "all-reject": (FixedPattern((False,) * blocks), True)}
+    for name, (policy, lazy) in configs.items():
+        counts = {}
+        for label, memo in (("unbounded", Memo(1 << 40)),
+                            ("tiered, full-size bytes", TieredMemo(FULL_SIZE_MEMO, memo=FullSizeMemo))):
+            texts: list[int] = []
+            _, state = _run(models, memo, RECIPE_PAIRS[recipe], policy, lazy, texts, blocks)
+            counts[label] = {**_work(state), "text_encodes": len(texts)}
+            assert memo.pinned_bytes == 0
+        assert counts["tiered, full-size bytes"] == counts["unbounded"], (recipe, name, counts)
+        u = counts["unbounded"]
+        if recipe == "krea" and name in ISSUE_TABLE_KREA:
+            assert (u["vae_decode_frames"], u["text_encodes"], u["target_forwards"]) == ISSUE_TABLE_KREA[name], name
 
 
 def test_held_memory_is_bounded_and_released(models):
