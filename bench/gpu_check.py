@@ -10,9 +10,13 @@ The real run (one H200 or H100, within `--budget-s`, 8 minutes by default, model
    rounds; no round starts that would end past the budget's share for it) -> DIR/bench.json, DIR/bench.md;
 3. measures the memory table of README "VRAM" (each model call alone: torch.cuda.max_memory_allocated above what
    was allocated before it, plus the model's weights, beside memory.py's computed figure) -> DIR/memory.json/.md;
-4. with a ComfyUI checkout (--comfyui or COMFYUI_DIR), the peer ratio: tests/comfy_peer_probe.py on CUDA at the
+4. measures the host-device traffic per block (bench/traffic.py: one SDVG generation of the 6/8 pattern's first
+   blocks, forced / accepted / rejected, under a dispatch-mode counter of device crossings and host reads, plus the
+   syncs CUDA itself reports; once with ImageReward's PIL preprocessing, once with the tensor path)
+   -> DIR/traffic.json, DIR/traffic.md;
+5. with a ComfyUI checkout (--comfyui or COMFYUI_DIR), the peer ratio: tests/comfy_peer_probe.py on CUDA at the
    real 1.3B size (30 layers, 832x480) -> DIR/peer.json;
-5. DIR/gpu-check.json and DIR/gpu-check.md: everything above, the phase times and the dry-run estimate beside them.
+6. DIR/gpu-check.json and DIR/gpu-check.md: everything above, the phase times and the dry-run estimate beside them.
 
 The dry run builds all four models at full size on the meta device (no memory), runs every call the plan makes
 there (each DiT forward shape, text encode, VAE decode and encode, ImageReward's towers) to check output shapes
@@ -43,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_scale as bs  # noqa: E402
+import traffic  # noqa: E402
 from gpu_model import (  # noqa: E402
     CPU_INIT_PARAMS_PER_S, ENGINE_S_PER_BLOCK, FIRST_CALL_S, GPUS, MEMORY_EFFICIENCY, STARTUP_S,
     USABLE_MEMORY_FRACTION, GPUSpec,
@@ -52,7 +57,7 @@ from scale_models import SCALES, Models, build_meta, run_dtypes, weight_bytes  #
 from units import DIT_KINDS, CallClass, Geometry, _dit_plan, _Setup, class_flops, price, unit_call  # noqa: E402
 
 from sdvg_core.demo.tiny import DEMO_PROMPT, random_vae  # noqa: E402
-from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES  # noqa: E402
+from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
 from sdvg_core.engine.recipes import recipe_by_name  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
@@ -69,6 +74,12 @@ AFTER_BENCH_RESERVE_S = 120.0
 PEER_S = 60.0
 PEER_ARGS = ("--layers", "30", "--latent", "60x104", "--repeats", "5")  # the real 1.3B at 832x480 (4,680 tokens)
 # the README "VRAM" rows: (role, recipe) per DiT call, then the VAE decode and the scorer
+# the traffic run: blocks 0-4 of the 6/8 pattern are forced, accepted, accepted (Krea's first anchor), rejected,
+# accepted: every kind of block once; run once per ImageReward preprocessing path
+TRAFFIC_BLOCKS = 5
+TRAFFIC_PREPROCESSING = ("pil", "tensor")
+# the dispatch mode's Python work per aten op over an unobserved run (assumed; tiny CPU models: 1.2x)
+TRAFFIC_OVERHEAD = 1.5
 MEMORY_ROWS = (("target", "krea"), ("drafter", "krea"), ("target", "self_forcing"), ("drafter", "self_forcing"))
 
 
@@ -281,8 +292,10 @@ def price_plan(plan: Plan, m: Measured) -> dict:
         plan.gpu.hbm_bytes_per_s * MEMORY_EFFICIENCY)
     warm_s = price(m.warm, unit_s) + FIRST_CALL_S  # the untimed warm-up generation and first-call costs
     mem_s = sum(unit_s[c] * _units_per_call(c, spec) for cs in m.mem_rows.values() for c in cs)
+    traffic_s = (len(TRAFFIC_PREPROCESSING) * TRAFFIC_OVERHEAD * TRAFFIC_BLOCKS / plan.blocks *
+                 cfg_s.get("sdvg", max(cfg_s.values())))
     phases = {"build": build_s, "warm-up": warm_s, "benchmark rounds": plan.rounds * round_s,
-              "memory table": mem_s, "peer probe": PEER_S if plan.peer else 0.0}
+              "memory table": mem_s, "traffic": traffic_s, "peer probe": PEER_S if plan.peer else 0.0}
     total_s = sum(phases.values())
 
     bench_mem = bs.memory_estimate(setup, weights)
@@ -531,6 +544,15 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
     (out / "memory.md").write_text(mem_md)
     save()
 
+    t = time.perf_counter()
+    traffic_doc = measure_traffic(setup)
+    doc["phase_s"]["traffic"] = time.perf_counter() - t
+    doc["traffic"] = traffic_doc
+    (out / "traffic.json").write_text(json.dumps(traffic_doc, indent=1))
+    traffic_md = "\n".join(traffic.markdown(d, doc["gpu"]) for d in traffic_doc["runs"])
+    (out / "traffic.md").write_text(traffic_md)
+    save()
+
     peer_md = "Peer ratio: not run (no ComfyUI checkout: --comfyui or COMFYUI_DIR).\n"
     if a.comfyui and cuda:
         del setup
@@ -550,10 +572,35 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
     save()
     md = [f"# GPU check on {doc['gpu']} (torch {doc['torch']}, CUDA {doc['cuda']}): measured, size {plan.size}",
           f"command: `./dev.sh gpu-check {' '.join(a.argv)}`; total {doc['total_s']:.0f} s (budget {BUDGET_S:.0f} s); "
-          "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in doc["phase_s"].items()), "", bench_md, mem_md, peer_md]
+          "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in doc["phase_s"].items()), "", bench_md, mem_md, traffic_md, peer_md]
     (out / "gpu-check.md").write_text("\n".join(md))
     print("\n".join(md))
     return 0
+
+
+def measure_traffic(setup: bs.Setup, blocks: int = TRAFFIC_BLOCKS) -> dict:
+    """The pack's own host-device traffic per block: a fresh engine without the benchmark's per-phase syncs, the
+    6/8 pattern's first `blocks` blocks, once per ImageReward preprocessing path the scorer offers."""
+    spec = replace(setup.spec, num_blocks=blocks)
+    policy = bs.CONFIGS["sdvg"].policy
+    scorer = setup.models.scorer
+    paths = TRAFFIC_PREPROCESSING if hasattr(scorer, "preprocessing") else ("pil",)
+    before = getattr(scorer, "preprocessing", None)
+    runs = []
+    try:
+        for path in paths:
+            if before is not None:
+                scorer.preprocessing = path
+            config = replace(bs.engine_config(setup, lazy=True), sync_timing=False)
+            engine = Engine(setup.models.target, setup.models.vae, setup.models.drafter, scorer, config)
+            summary, _ = traffic.measure_generation(engine, spec, policy(blocks))
+            runs.append({"preprocessing": path, **summary})
+            del engine
+            gc.collect()
+    finally:
+        if before is not None:
+            scorer.preprocessing = before
+    return {"blocks": blocks, "pattern": [r["decision"] for r in runs[0]["per_block"]], "runs": runs}
 
 
 # ----------------------------------------------------------------------------------------------- main

@@ -56,7 +56,8 @@ def test_dry_run_plan_fits_gpu_and_budget(measured, gpu):
     assert e["shapes_ok"] and e["fits_memory"] and e["fits_budget"] and e["ok"]
     assert e["estimated_total_s"] <= gc_.BUDGET_S
     assert e["memory"]["estimated_peak_bytes"] <= e["memory"]["limit_bytes"]
-    assert set(e["estimated_phase_s"]) == {"build", "warm-up", "benchmark rounds", "memory table", "peer probe"}
+    assert set(e["estimated_phase_s"]) == {"build", "warm-up", "benchmark rounds", "memory table", "traffic",
+                                          "peer probe"}
     assert e["plan"]["width"] == 832 and e["plan"]["height"] == 480 and e["plan"]["rounds"] == 3
     # the configurations' estimated times are ordered as their work is
     t = e["estimated_config_s"]
@@ -95,7 +96,8 @@ def test_real_run_writes_its_files_on_a_cpu(tmp_path):
     """The real run's code end to end (tiny models on the CPU: benchmark, memory table, summary)."""
     out = tmp_path / "check"
     assert gc_.main(["--size", "tiny", "--device", "cpu", "--rounds", "1", "--blocks", "3", "--out", str(out)]) == 0
-    for name in ("bench.json", "bench.md", "memory.json", "memory.md", "gpu-check.json", "gpu-check.md"):
+    for name in ("bench.json", "bench.md", "memory.json", "memory.md", "traffic.json", "traffic.md", "gpu-check.json",
+                 "gpu-check.md"):
         assert (out / name).exists(), name
     doc = json.loads((out / "gpu-check.json").read_text())
     assert [r["id"] for r in doc["bench"]["rows"]] == list(bs.CONFIGS)
@@ -103,7 +105,11 @@ def test_real_run_writes_its_files_on_a_cpu(tmp_path):
     assert set(rows) == {"target krea", "drafter krea", "target self_forcing", "drafter self_forcing",
                          "vae decode", "imagereward"}
     assert all(r["measured_total_bytes"] >= r["weights_bytes"] for r in rows.values())
-    assert set(doc["phase_s"]) >= {"build", "benchmark", "memory table"}
+    assert set(doc["phase_s"]) >= {"build", "benchmark", "memory table", "traffic"}
+    # the traffic phase: every kind of block once, for each ImageReward preprocessing path (none cross on a CPU)
+    assert doc["traffic"]["pattern"] == ["forced", "accepted", "accepted", "rejected", "accepted"]
+    assert [r["preprocessing"] for r in doc["traffic"]["runs"]] == ["pil", "tensor"]
+    assert "Host-device traffic per block, measured" in (out / "traffic.md").read_text()
     assert "Peer ratio: not run" in (out / "gpu-check.md").read_text()
 
 

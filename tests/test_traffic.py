@@ -1,0 +1,94 @@
+"""bench/traffic.py: the host-device traffic counter the GPU check runs (issue 19 item 3).
+
+A CPU has no second device, so the counter's bookkeeping is exercised with the meta device standing in: copies
+between CPU and meta, and host reads of values on the side that is not the host."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import traffic  # noqa: E402
+from sdvg_core import Engine, EngineConfig, FixedPattern, GenerationSpec, KreaRecipe, PromptConditioning  # noqa: E402
+from sdvg_core.demo.tiny import DEMO_PROMPT, tiny_models  # noqa: E402
+from sdvg_core.io.text import demo_embeddings  # noqa: E402
+
+META = torch.device("meta")
+CPU = torch.device("cpu")
+
+
+def test_direction_of_a_copy():
+    assert traffic.direction(CPU, CPU) is None
+    assert traffic.direction(CPU, torch.device("cuda", 0)) == "to device"
+    assert traffic.direction(torch.device("cuda", 0), CPU) == "to host"
+    assert traffic.direction(torch.device("cuda", 0), torch.device("cuda", 1)) == "device to device"
+
+
+def test_counts_crossings_bytes_and_blocks_and_names_the_site():
+    """CPU to meta is a device crossing; a dtype change on one device is not; each record carries its block."""
+    counter = traffic.TrafficCounter()
+    x = torch.ones(4, 5)  # 80 bytes
+    with counter:
+        x.to(torch.float16)  # same device: no crossing
+        x.to(META)  # 80 bytes to the device
+        counter.mark_block(1)
+        torch.empty(3, device=META).copy_(torch.ones(3, dtype=torch.float64))  # 24 bytes read, 3 x 4 written
+        x.sum().item()  # a host tensor: no read of a device value
+    s = counter.summary()
+    assert s["per_block"] == [{"copies": {"to device": 1}, "bytes": {"to device": 80}, "reads": 0},
+                              {"copies": {"to device": 1}, "bytes": {"to device": 12}, "reads": 0}]
+    site = "tests/test_traffic.py:test_counts_crossings_bytes_and_blocks_and_names_the_site"
+    assert [(r["site"], r["kind"], r["count"], r["bytes"]) for r in s["sites"]] == [(site, "to device", 2, 92)]
+
+
+def test_reads_of_device_values_are_counted_as_syncs():
+    """With meta as the host, CPU tensors stand for device tensors: .item(), bool(), nonzero and a copy back."""
+    counter = traffic.TrafficCounter(host=META)
+    x = torch.arange(6.0)
+    with counter:
+        x.sum().item()
+        bool(x.sum() > 0)
+        x.nonzero()
+        x.to(META)
+    s = counter.summary()
+    assert s["per_block"] == [{"copies": {"to host": 1}, "bytes": {"to host": 24}, "reads": 3}]
+    assert {r["kind"]: r["count"] for r in s["sites"]} == {"to host": 1, "read": 3}
+
+
+def test_measure_generation_tallies_every_block_and_changes_nothing(tmp_path):
+    """On the tiny CPU engine: one tally per block with its decision, no crossings on a CPU, and the committed
+    latents of the observed run equal an unobserved one's (the counter only watches)."""
+    m = tiny_models(seed=0, workdir=tmp_path)
+    spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 32, 32, 4, 7)
+    pattern = (False, True, False, True)
+
+    def engine():
+        return Engine(m.target, m.vae, m.drafter, m.scorer, EngineConfig(recipe=KreaRecipe()))
+
+    plain = engine().generate(spec, FixedPattern(pattern))
+    summary, observed = traffic.measure_generation(engine(), spec, FixedPattern(pattern), cuda_sync_warnings=False)
+    assert [b["decision"] for b in summary["per_block"]] == [r.decision for r in plain.blocks]
+    assert [b["decision"] for b in summary["per_block"]] == ["forced", "accepted", "rejected", "accepted"]
+    assert all(b["copies"] == {} and b["reads"] == 0 for b in summary["per_block"])
+    assert summary["cuda_reported_syncs"] is None
+    torch.testing.assert_close(observed.committed_latents(), plain.committed_latents(), rtol=0, atol=0)
+    md = traffic.markdown({**summary, "preprocessing": "pil"}, "cpu")
+    assert md.count("\n| ") >= 1 + len(pattern) + 1  # header row, a row per block, the site table's header
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the GPU check runs this)")
+def test_a_cuda_generation_crosses_devices(tmp_path):
+    """On a GPU: the gpu-check's traffic phase on the tiny bench models; every block crosses (its noise at least)."""
+    import bench_scale as bs
+    import gpu_check
+
+    setup, _ = bs.make_setup(bs.parse_args(["--size", "tiny", "--device", "cuda"]), tmp_path)
+    doc = gpu_check.measure_traffic(setup)
+    assert doc["pattern"] == ["forced", "accepted", "accepted", "rejected", "accepted"]
+    for run in doc["runs"]:
+        assert all(b["copies"].get("to device", 0) >= 1 for b in run["per_block"])
+        assert run["cuda_reported_syncs"] is not None
