@@ -12,9 +12,13 @@ from pathlib import Path
 from .config import RESULTS_FILE, RUN_FILE, UNITS_FILE
 
 # the paper's per-prompt record is `config, prompt, vr, time_s, s1..s8, b1..b8` with `prompt` the prompt's index in
-# the prompt file (MovieGenVideoBench: id k = line k+1): the same names for the same quantities, extra columns after
-HEAD = ["config", "prompt", "seed"]
-TAIL = ["time_s", "fresh_time", "counted_cost", "target_only_cost", "counted_speedup", "drafter_forwards",
+# the prompt file (MovieGenVideoBench: id k = line k+1): those columns first, in that order, with the same names for
+# the same quantities; then the seed, the other metrics and the extra columns
+HEAD = ["config", "prompt"]
+PAPER_METRIC = "vr"  # VisionReward-Video, the paper's quality column
+TIME = "time_s"
+SEED = "seed"
+TAIL = ["fresh_time", "counted_cost", "target_only_cost", "counted_speedup", "drafter_forwards",
         "target_forwards", "computed_drafter_forwards", "computed_target_forwards", "computed_cost", "acceptance"]
 # recipe: the context recipes that ran (`krea`, or `drafter longlive / target krea`); prompt_text: the prompt, or a
 # prompt schedule as `0: text | 12: text`
@@ -30,8 +34,18 @@ class RunMismatch(RuntimeError):
 
 
 def columns(metric_names: list[str], block_cols: list[str]) -> list[str]:
-    """The CSV header: ids, metrics, time and counted cost, per-block scores/decisions, digest and video."""
-    return HEAD + metric_names + TAIL + block_cols + END
+    """The CSV header: the paper's columns in its order (config, prompt, vr when measured, time_s, s1.., b1..),
+    then the seed, the other metrics, counted cost, digest and video."""
+    paper = [PAPER_METRIC] if PAPER_METRIC in metric_names else []
+    others = [m for m in metric_names if m != PAPER_METRIC]
+    return HEAD + paper + [TIME] + block_cols + [SEED] + others + TAIL + END
+
+
+def metric_columns(header: list[str]) -> list[str]:
+    """The metric columns of a rows.csv header (vr first when present, then those between the seed and the
+    cost columns)."""
+    paper = [PAPER_METRIC] if PAPER_METRIC in header else []
+    return paper + header[header.index(SEED) + 1: header.index(TAIL[0])]
 
 
 def code_version(root: Path | None = None) -> dict[str, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .config import BASELINE_KINDS, CURVE_KINDS, PLOT_FILE, RUN_FILE, SPEEDUP_BASELINE, SUMMARY_FILE, UNITS_FILE, parse_config
 from .metrics import IMAGEREWARD_NOTE, ImageRewardMean
-from .records import HEAD, TAIL, UNIT_COLUMNS, read_rows
+from .records import UNIT_COLUMNS, metric_columns, read_rows
 
 PNG_KEY = "sdvg-points"  # PNG text chunk holding the plotted points
 PLOT_SIZE = (900, 600)  # pixels (PIL path); matplotlib uses the same at 100 dpi
@@ -37,11 +37,6 @@ class ConfigSummary:
     speedup_measured: float | None
     speedup_counted: float
     acceptance: float | None
-
-
-def metric_columns(header: list[str]) -> list[str]:
-    """The metric columns of a rows.csv header (between the ids and the time/cost columns)."""
-    return header[len(HEAD): header.index(TAIL[0])]
 
 
 def _mean(xs: list[float]) -> float:

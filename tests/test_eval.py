@@ -274,13 +274,25 @@ def test_ray_stays_out_of_the_pack():
 
 # ------------------------------------------------------------------------------------------ the paper's record
 def test_rows_carry_the_papers_names(local_run):
-    """config, prompt (the index in the prompt file), the metrics, time_s, s1.., b1..; the text as prompt_text."""
+    """The paper's columns first and in its order: config, prompt (the index in the prompt file), vr, time_s,
+    s1.., b1..; then the seed, other metrics and extras; the text as prompt_text."""
     rows = read_rows(local_run / "rows.csv")
     header = list(rows[0])
-    assert header[:3] == ["config", "prompt", "seed"] and "prompt_id" not in header
-    assert header.index("time_s") < header.index("s1") < header.index("b1") and header[-1] == "prompt_text"
+    k = int(rows[0]["blocks"]) - 1 if "blocks" in header else sum(c.startswith("b") and c[1:].isdigit()
+                                                                  for c in header)
+    blocks = [f"s{i}" for i in range(1, k + 1)] + [f"b{i}" for i in range(1, k + 1)]
+    assert header[:3 + 2 * k] == ["config", "prompt", "time_s"] + blocks and "prompt_id" not in header
+    assert header[3 + 2 * k] == "seed" and header[-1] == "prompt_text"
     for r in rows:
         assert r["prompt_text"] == PROMPTS[int(r["prompt"])]
+    # with VisionReward measured, its column `vr` sits where the paper's record has it
+    from sdvg_eval.records import columns, metric_columns
+    from sdvg_eval.worker import block_columns
+
+    head = columns(["imagereward", "vr"], block_columns(9))
+    assert head[:20] == ["config", "prompt", "vr", "time_s"] + [f"s{i}" for i in range(1, 9)] + [
+        f"b{i}" for i in range(1, 9)]
+    assert metric_columns(head) == ["vr", "imagereward"]
 
 
 def test_prompt_ids_are_line_numbers_minus_one(tmp_path):
@@ -413,7 +425,8 @@ def test_visionreward_metric_fills_the_vr_column(work, tmp_path, monkeypatch):
                  "--metrics", f"visionreward:{folder}", "imagereward", "--vr-checklist", str(checkout),
                  "--vr-video", "frames", *GEOMETRY, "--workers", "0", "--out", str(out)]) == 0
     rows = read_rows(out / "rows.csv")
-    assert list(rows[0])[:5] == ["config", "prompt", "seed", "vr", "imagereward_mean"]
+    header = list(rows[0])
+    assert header[:4] == ["config", "prompt", "vr", "time_s"] and header.index("imagereward_mean") > header.index("seed")
     assert len(rows) == 4 and all(float(r["vr"]) == pytest.approx(_expected(), rel=1e-12) for r in rows)
     assert loaded == [str(folder)]
     assert json.loads((out / "run.json").read_text())["identity"]["metrics"][0].startswith(f"visionreward:{folder}|")

@@ -234,6 +234,36 @@ def test_requeue_after_moving_tau_on_a_long_video_recomputes_only_from_the_first
     assert all(torch.equal(a.latents, b.latents) for a, b in zip(first.blocks[:flip], again.blocks[:flip]))
 
 
+@pytest.mark.parametrize("drafter_recipe", ["krea", "longlive"])
+def test_requeue_after_moving_tau_on_a_100_block_video(models, drafter_recipe):
+    """README "Long videos": a 100-block video, re-queued with its first flipped decision at block 80 and the
+    engine's default memo: no forward, no decode and no scoring before block 80; at block 80 only the target works
+    (the draft is the first run's); after it the drafter does exactly the first run's work (a LongLive ring
+    included: its view at block 80 comes from the memo's snapshot)."""
+    from sdvg_core.engine.recipes import LongLiveRecipe
+
+    blocks, flip = 100, 80
+    spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 16, 16, blocks, 3)
+    first_pattern = (False,) + ((True, True, False) * blocks)[:blocks - 1]
+    assert first_pattern[flip]
+    second_pattern = first_pattern[:flip] + (False,) + first_pattern[flip + 1:]
+    drafter = LongLiveRecipe() if drafter_recipe == "longlive" else KreaRecipe()
+    e = Engine(models.target, models.vae, models.drafter, models.scorer,
+               EngineConfig(recipe=KreaRecipe(), drafter_recipe=drafter))
+    first = e.generate(spec, FixedPattern(first_pattern))
+    again = e.generate(spec, FixedPattern(second_pattern))
+    before = {k: sum(r.work[k] for r in again.blocks[:flip]) for k in WORK_KEYS}
+    assert set(before.values()) == {0}, before
+    at = again.blocks[flip]  # the draft is the first run's (same prefix, same noise): only the target works
+    assert at.producer == "target" and at.work["drafter_forwards"] == at.work["scored_frames"] == 0
+    assert at.work["target_forwards"] > 0
+    drafter_keys = ("drafter_forwards", "drafter_context_forwards", "scored_frames")
+    later = {k: sum(r.work[k] for r in again.blocks[flip + 1:]) for k in drafter_keys}
+    first_later = {k: sum(r.work[k] for r in first.blocks[flip + 1:]) for k in drafter_keys}
+    assert later == first_later
+    assert [r.decision for r in again.blocks[flip + 1:]] == [r.decision for r in first.blocks[flip + 1:]]
+
+
 def test_four_hundred_blocks_end_to_end(models):
     """A 400-block video (1200 latent frames: LongLive's absolute RoPE positions pass the references' 1024-frame
     table) with a LongLive drafter and the Krea target regenerating every fifth block (its anchor re-encoded from
