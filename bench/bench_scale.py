@@ -58,7 +58,7 @@ from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
 from sdvg_core.engine.policy import FixedPattern, TargetOnly  # noqa: E402
-from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_by_name  # noqa: E402
+from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.models.vae import VAE_PRESETS  # noqa: E402
@@ -525,10 +525,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU threads (0: torch's default; 1 by default: steadier on a shared CPU)")
     ap.add_argument("--compile", action="store_true", help="regional torch.compile of the DiT blocks")
-    ap.add_argument("--recipe", default="krea",
-                    help=f"both roles' context recipe: {', '.join(RECIPE_NAMES)} (default krea)")
-    ap.add_argument("--drafter-recipe", default=None, help="the drafter's recipe (default --recipe)")
-    ap.add_argument("--target-recipe", default=None, help="the target's recipe (default --recipe)")
+    ap.add_argument("--recipe", default="krea", type=recipe_arg,
+                    help=f"both roles' context recipe: {', '.join(RECIPE_NAMES)}, parameters after a colon "
+                         "(longlive:window=15,sink=3; default krea)")
+    ap.add_argument("--drafter-recipe", default=None, type=recipe_arg, help="the drafter's recipe (default --recipe)")
+    ap.add_argument("--target-recipe", default=None, type=recipe_arg, help="the target's recipe (default --recipe)")
     ap.add_argument("--memo-gb", type=float, default=DEFAULT_MEMO_BYTES / GIB,
                     help=f"memo budget in GiB, reuse across runs only (default the engine's "
                          f"{DEFAULT_MEMO_BYTES / GIB:g}; each run here starts with an empty memo)")

@@ -59,7 +59,7 @@ from units import DIT_KINDS, CallClass, Geometry, _dit_plan, _Setup, class_flops
 from sdvg_core.demo.tiny import DEMO_PROMPT, random_vae  # noqa: E402
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
-from sdvg_core.engine.recipes import recipe_by_name  # noqa: E402
+from sdvg_core.engine.recipes import recipe_arg, recipe_by_name  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.models.vae import VAE_PRESETS, DecoderCache  # noqa: E402
@@ -616,9 +616,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=bs.DEFAULT_ROUNDS)
     ap.add_argument("--blocks", type=int, default=bs.BLOCKS)
     ap.add_argument("--configs", default="all")
-    ap.add_argument("--recipe", default="krea")
-    ap.add_argument("--drafter-recipe", default=None)
-    ap.add_argument("--target-recipe", default=None)
+    ap.add_argument("--recipe", default="krea", type=recipe_arg)
+    ap.add_argument("--drafter-recipe", default=None, type=recipe_arg)
+    ap.add_argument("--target-recipe", default=None, type=recipe_arg)
     ap.add_argument("--memo-gb", type=float, default=DEFAULT_MEMO_BYTES / GIB)
     ap.add_argument("--size", choices=tuple(SCALES), default="full", help=argparse.SUPPRESS)  # tests: tiny on a CPU
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)

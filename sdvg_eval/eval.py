@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from sdvg_core.demo.cli import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR, add_drafter_kind_args,
-                                add_recipe_args)
+                                add_recipe_args, recipe_problems)
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
 from sdvg_core.engine.recipes import RECIPE_NAMES
 from sdvg_core.engine.state import SIZE_MULTIPLE
@@ -162,6 +162,7 @@ def preflight(a: argparse.Namespace) -> list[str]:
         if not a.umt5 and not _all_entries_have_embeddings(a):
             problems.append("--umt5 is missing (a local umT5 folder: each prompt is encoded once and cached)")
     problems += _drafter_flag_problems(a)
+    problems += recipe_problems(a, real=not a.tiny)
     if a.workers != 0 and importlib.util.find_spec("ray") is None:
         problems.append("Ray is not installed: pip install -r requirements-eval.txt, or run with --workers 0")
     return problems

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from sdvg_core.demo.tiny import random_vae
-from sdvg_core.models.wan import CausalWan, KVCache, build_random
+from sdvg_core import CausalWan
+from sdvg_core.models.wan import KVCache, build_random
 from sdvg_core.models.wan_config import PRESETS
 
 
@@ -136,9 +137,9 @@ def test_kv_estimate_is_the_allocated_window():
 
 def test_self_forcing_window_is_the_whole_video():
     """At 832x480, 9 blocks: Krea's window is 9,360 tokens, Self-Forcing's the whole video (27 frames, 42,120)."""
-    from sdvg_core.engine.memory import estimate_for_spec
-    from sdvg_core.engine.recipes import recipe_by_name
-    from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+    from sdvg_core import estimate_for_spec
+    from sdvg_core import recipe_by_name
+    from sdvg_core import GenerationSpec, PromptConditioning
     from sdvg_core.models.vae import VAE_PRESETS
 
     spec = GenerationSpec(PromptConditioning.make("p", torch.zeros(1, 4, 4096)), 832, 480, 9, 0)
@@ -151,7 +152,8 @@ def test_self_forcing_window_is_the_whole_video():
 
 
 def test_refuses_a_size_that_cannot_fit_naming_estimate_and_limit():
-    from sdvg_core.engine.memory import GIB, MemoryRefused, check_fits, estimate_generation
+    from sdvg_core import MemoryRefused
+    from sdvg_core.engine.memory import GIB, check_fits, estimate_generation
     from sdvg_core.models.vae import VAE_PRESETS
 
     def est(h, w):

@@ -16,15 +16,14 @@ from safetensors.torch import save_file
 
 from sdvg_core.demo.tiny import random_vae
 from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
-from sdvg_core.io.checkpoint import CheckpointError, file_identity, load_wan_dit, load_wan_vae, read_state_dict
-from sdvg_core.io.reward_files import IMAGEREWARD_LAYOUT, export_state_dict, load_model, load_scorer
+from sdvg_core import CheckpointError, load_scorer, load_wan_dit, load_wan_vae, WanDiTConfig
+from sdvg_core.io.checkpoint import file_identity, read_state_dict
+from sdvg_core.io.reward_files import IMAGEREWARD_LAYOUT, export_state_dict, load_model
 from sdvg_core.models.reward import ImageRewardError, build_model
 from sdvg_core.models.state_dict import normalize_prefix
 from sdvg_core.models.vae import VAE_LAYOUT
 from sdvg_core.models.wan import WanDiT, build_random
-from sdvg_core.models.wan_config import (
-    PRESETS, T2V_TOP_LEVEL, WanDiTConfig, WrongWanModel, check_t2v, check_t2v_state_dict,
-)
+from sdvg_core.models.wan_config import PRESETS, T2V_TOP_LEVEL, WrongWanModel, check_t2v, check_t2v_state_dict
 
 FORMATS = ("safetensors", "pt-zip", "pt-state_dict")
 KINDS = ("dit", "vae", "imagereward")

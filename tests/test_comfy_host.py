@@ -70,10 +70,12 @@ def write_models(root: Path) -> None:
     """Tiny random models under the workflows' file names, plus a ComfyUI-loadable tiny Wan and embeddings."""
     from safetensors.torch import save_file
 
-    from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
+    from sdvg_core import WanDiTConfig
+    from sdvg_core.models.wan_config import PRESETS
     from sdvg_core.io.reward_files import export_state_dict, random_scorer
     from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
-    from sdvg_core.io.text import demo_embeddings, save_embeddings
+    from sdvg_core import save_embeddings
+    from sdvg_core.io.text import demo_embeddings
     from sdvg_core.demo.tiny import random_vae
     from sdvg_core.models.wan import build_random
 

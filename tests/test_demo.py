@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sdvg_core.demo.cli import main
-from sdvg_core.io.video import write_video
+from sdvg_core import write_video
 
 
 def test_demo_tiny_writes_video_and_report(tmp_path, capsys):
@@ -80,6 +80,9 @@ def test_demo_names_every_bad_file_before_loading(tmp_path, capsys, monkeypatch)
     (["--width", "100"], "--width 100 is not a multiple of 16"),
     (["--tau", "nan"], "--tau nan is not a number"),
     (["--accept-rate", "1.5"], "--accept-rate 1.5 must be between 0 and 1"),
+    (["--drafter-recipe", "longlive:window=2"], "--drafter-recipe longlive:window=2: LongLive window of 2 latent "
+                                                "frames is smaller than a block (3 frames)"),
+    (["--recipe", "longlive:sink=12"], "cannot hold its sink (12) plus a block (3)"),
 ])
 def test_demo_refuses_bad_numbers(tmp_path, capsys, monkeypatch, args, message):
     _no_loading(monkeypatch)
@@ -91,11 +94,21 @@ def test_demo_usage_errors_exit_2(capsys):
     assert main(["--no-such-flag"]) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
     assert main(["--blocks", "two"]) == 2
+    assert main(["--drafter-recipe", "longlive:windw=6"]) == 2
+    assert "has no parameter 'windw'; it has window (default 12), sink (default 3)" in capsys.readouterr().err
+
+
+def test_demo_runs_a_recipe_with_its_parameters(tmp_path):
+    """--drafter-recipe longlive:window=6,sink=0 runs that ring (its 6-frame window fills at block 2) and the
+    report names it so."""
+    assert main(["--out", str(tmp_path), "--blocks", "3", "--quiet", "--drafter-recipe", "longlive:window=6,sink=0"]) == 0
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["recipe"] == "drafter longlive:window=6,sink=0 / target krea"
 
 
 def test_demo_real_mode_names_the_missing_file(tmp_path, capsys):
     emb = tmp_path / "p.safetensors"
-    from sdvg_core.io.text import save_embeddings
+    from sdvg_core import save_embeddings
 
     save_embeddings(emb, "p", torch.zeros(1, 4, 32))
     rc = main(["--policy", "target-only", "--target", str(tmp_path / "nope.safetensors"), "--vae", str(tmp_path / "v.pth"),
@@ -116,7 +129,8 @@ def test_demo_real_mode_runs_on_model_files(tmp_path):
     from safetensors.torch import save_file
 
     from sdvg_core.demo.tiny import random_vae
-    from sdvg_core.io.text import demo_embeddings, save_embeddings
+    from sdvg_core import save_embeddings
+    from sdvg_core.io.text import demo_embeddings
     from sdvg_core.models.wan import build_random
     from sdvg_core.models.wan_config import PRESETS
 

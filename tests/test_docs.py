@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sdvg_core.engine.report import BlockReport, RunReport
+from sdvg_core import BlockReport, RunReport
 
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = REPO / "docs" / "design.md"

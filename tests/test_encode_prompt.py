@@ -13,7 +13,8 @@ import torch
 
 from sdvg_core.demo.cli import main as demo_main
 from sdvg_core.io.encode_prompt import main
-from sdvg_core.io.text import WAN_TEXT_LEN, load_embeddings
+from sdvg_core import load_embeddings
+from sdvg_core.io.text import WAN_TEXT_LEN
 from sdvg_core.models.wan_config import get_preset
 
 PROMPT = "a red fox in the snow"
@@ -104,7 +105,7 @@ def test_encode_prompt_lists_every_problem_before_loading(tmp_path, capsys, monk
 
 def test_kept_encoder_equals_one_shot_encoding(umt5):
     """UMT5Encoder (kept model, used by sdvg_eval for many prompts) gives encode_umt5's bits for every prompt."""
-    from sdvg_core.io.text import UMT5Encoder, encode_umt5
+    from sdvg_core import UMT5Encoder, encode_umt5
     from sdvg_eval.prompts import umt5_encoder
 
     kept, enc = UMT5Encoder(umt5), umt5_encoder(umt5)

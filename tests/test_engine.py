@@ -9,17 +9,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
-from sdvg_core.engine.engine import Engine, EngineConfig, ProgressEvent
-from sdvg_core.engine.noise import BlockNoise
-from sdvg_core.engine.policy import DraftOnly, FixedPattern, RandomPolicy, TargetOnly, ThresholdPolicy
-from sdvg_core.engine.recipes import KreaRecipe, LongLiveRecipe, SelfForcingRecipe
-from sdvg_core.engine.report import build_report, reference_forwards
-from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+from sdvg_core import (BlockNoise, build_report, CausalWan, DraftOnly, Engine, EngineConfig, FixedPattern,
+                       GenerationSpec, KreaRecipe, LongLiveRecipe, ProgressEvent, PromptConditioning, RandomPolicy,
+                       SelfForcingRecipe, TargetOnly, ThresholdPolicy, tiny_models, WanDiTConfig, WanVAE, WanVAEConfig)
+from sdvg_core.models.wan_config import PRESETS
+from sdvg_core.engine.report import reference_forwards
 from sdvg_core.io.text import demo_embeddings
-from sdvg_core.demo.tiny import DEMO_PROMPT, tiny_models
-from sdvg_core.models.vae import WanVAE, WanVAEConfig
-from sdvg_core.models.wan import CausalWan, WanDiT, build_random
+from sdvg_core.demo.tiny import DEMO_PROMPT
+from sdvg_core.models.wan import WanDiT, build_random
 
 TOL = 1e-4
 W, H, BLOCKS = 48, 32, 4  # the fixture geometry: latent 4x6, 6 tokens per frame

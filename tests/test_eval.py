@@ -17,7 +17,7 @@ import torch
 
 from sdvg_eval.config import PAPER_CONFIGS, parse_config, parse_configs
 from sdvg_eval.records import read_rows
-from sdvg_core.engine.policy import DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
+from sdvg_core import DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = ["a red fox jumps over a frozen creek at dawn", "two astronauts play chess on the moon",
@@ -142,6 +142,16 @@ def test_bad_flags_exit_2_before_loading(work, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_recipe_that_cannot_run_the_video_exits_2_before_loading(work, tmp_path, capsys):
+    """--drafter-recipe with parameters the video's blocks cannot run (a LongLive window smaller than a block)."""
+    from sdvg_eval.eval import main
+
+    rc = main(["--tiny", "--prompts", str(work["prompts"]), "--drafter-recipe", "longlive:window=2", "--workers", "0",
+               "--out", str(tmp_path / "o")])
+    assert rc == 2 and "--drafter-recipe longlive:window=2: LongLive window of 2" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_clip_metric_from_a_local_folder(work):
     from sdvg_eval.metrics import ClipScore
 
@@ -162,10 +172,10 @@ def test_clip_metric_from_a_local_folder(work):
 
 def test_rows_equal_single_engine_runs_and_saving_is_exact(work, local_run):
     """Every row of the shared-memo sweep equals a fresh single-engine run bit for bit; the saving is exact."""
-    from sdvg_core.demo.tiny import tiny_models
-    from sdvg_core.engine.engine import Engine
-    from sdvg_core.engine.memo import Memo
-    from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+    from sdvg_core import tiny_models
+    from sdvg_core import Engine
+    from sdvg_core import Memo
+    from sdvg_core import GenerationSpec, PromptConditioning
     from sdvg_core.io.text import demo_embeddings
     from sdvg_eval.metrics import ClipScore
     from sdvg_eval.report import unit_savings

@@ -12,10 +12,8 @@ import pytest
 import torch
 
 import sdvg_eval.eval as ev
-from sdvg_core.engine.engine import Engine, EngineConfig
-from sdvg_core.engine.recipes import recipe_by_name
-from sdvg_core.engine.state import GenerationSpec, PromptConditioning
-from sdvg_core.io.text import demo_embeddings, save_embeddings
+from sdvg_core import Engine, EngineConfig, GenerationSpec, PromptConditioning, recipe_by_name, save_embeddings
+from sdvg_core.io.text import demo_embeddings
 from sdvg_eval.config import parse_config
 from sdvg_eval.prompts import demo_encoder
 from sdvg_eval.records import read_rows
@@ -91,7 +89,7 @@ def test_role_recipes_resolve_like_the_demo():
 def test_role_recipes_reach_the_engine_and_label_the_rows(inputs, tmp_path):
     """A sweep with --drafter-recipe longlive --target-recipe self_forcing computes what one engine with that
     EngineConfig computes (and not what the default pairing does); rows, run.json and summary.md say so."""
-    from sdvg_core.demo.tiny import tiny_models
+    from sdvg_core import tiny_models
 
     out = tmp_path / "out"
     assert ev.main(["--tiny", "--prompts", str(inputs["prompts"]), "--configs", "accept-all", "--metrics",
@@ -126,7 +124,7 @@ def _model_files(d: Path) -> dict:
     from safetensors.torch import save_file
 
     from sdvg_core.demo.tiny import random_vae
-    from sdvg_core.io.drafters import DRAFTER_KINDS
+    from sdvg_core import DRAFTER_KINDS
     from sdvg_core.io.lora import PEFT_PREFIX, block_linear_names
     from sdvg_core.models.wan import build_random
     from sdvg_core.models.wan_config import PRESETS
@@ -215,7 +213,7 @@ def test_schedule_sweep_runs_the_schedule_and_scores_each_segment(inputs, tmp_pa
     """--prompt-schedule: one unit per seed (prompt id 0); each row is the demo's video of that schedule (each
     prompt's stand-in embeddings), routed block by block under its own prompt; the metric scores each segment's
     frames against its own prompt; prompt_text and run.json say which schedule ran."""
-    from sdvg_core.demo.tiny import tiny_models
+    from sdvg_core import tiny_models
 
     out = tmp_path / "out"
     configs = ["target-only", "sdvg:-0.8"]

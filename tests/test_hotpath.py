@@ -5,8 +5,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.models.wan import (CausalWan, KVCache, RopeCosSin, WanDiT, apply_rope, apply_rope_real, attention,
-                                  build_random)
+from sdvg_core import CausalWan
+from sdvg_core.models.wan import KVCache, RopeCosSin, WanDiT, apply_rope, apply_rope_real, attention, build_random
 from sdvg_core.models.wan_config import PRESETS, detect_preset
 
 TOL = 1e-4  # fixtures README §5: the parity bound of every fp32 path

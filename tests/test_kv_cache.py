@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sdvg_core.models.kv_cache import KV_COPIES, KVCache, KVWrite, StaleKVError
-from sdvg_core.models.wan_config import WanDiTConfig
+from sdvg_core import WanDiTConfig
 
 CFG = WanDiTConfig(name="kv-test", dim=8, ffn_dim=8, num_heads=2, num_layers=2, text_dim=4)  # head_dim 4
 TPF = 2  # tokens per latent frame

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from sdvg_core.models.wan_config import PRESETS
-from sdvg_core.io.checkpoint import CheckpointError, load_wan_dit, save_state_dict
-from sdvg_core.io.drafters import DrafterError, drafter_problems, load_drafter
-from sdvg_core.io.model_files import load_model_files
+from sdvg_core import CheckpointError, load_drafter, load_model_files, load_wan_dit
+from sdvg_core.io.checkpoint import save_state_dict
+from sdvg_core.io.drafters import DrafterError, drafter_problems
 from sdvg_core.models.wan import build_random
 
 

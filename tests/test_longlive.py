@@ -13,17 +13,14 @@ import torch
 from safetensors.torch import load_file
 
 from sdvg_core.demo.tiny import random_vae
-from sdvg_core.engine.engine import Engine, EngineConfig
-from sdvg_core.engine.noise import BlockNoise
-from sdvg_core.engine.policy import TargetOnly
-from sdvg_core.engine.recipes import LongLiveRecipe, SelfForcingRecipe, recipe_by_name
+from sdvg_core import (BlockNoise, CausalWan, Engine, EngineConfig, GenerationSpec, LongLiveRecipe,
+                       PromptConditioning, recipe_by_name, SelfForcingRecipe, TargetOnly, WanDiTConfig, WanVAE,
+                       WanVAEConfig)
 from sdvg_core.engine.schedule import FlowMatchSchedule, add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
-from sdvg_core.engine.state import GenerationSpec, PromptConditioning
 from sdvg_core.engine.tally import Tally
 from sdvg_core.models.kv_cache import KV_COPIES, KVWrite
-from sdvg_core.models.vae import WanVAE, WanVAEConfig
-from sdvg_core.models.wan import CausalWan, KVCache, WanDiT, build_random
-from sdvg_core.models.wan_config import PRESETS, WanDiTConfig
+from sdvg_core.models.wan import KVCache, WanDiT, build_random
+from sdvg_core.models.wan_config import PRESETS
 
 TOL = 1e-4  # the fixture's own harness differs from causal_wan_tiny by 1.3e-6; real bugs are >= 1e-2
 
@@ -494,7 +491,7 @@ def test_infinity_variant_positions_stay_in_the_window():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from sdvg_core.demo.tiny import tiny_models
+    from sdvg_core import tiny_models
 
     return tiny_models(seed=0, workdir=tmp_path_factory.mktemp("vocab"))
 
@@ -511,7 +508,7 @@ def test_requeue_with_windowed_caches_equals_a_fresh_run(models, pair):
     """Run with every draft accepted, re-queue with a middle block rejected (as moving tau does): the result is
     bit-identical to a fresh run of the second decisions (the first run's ring caches were overwritten in place: their
     stale views are memo misses, never read), and the blocks before the flip are reused."""
-    from sdvg_core.engine.policy import FixedPattern
+    from sdvg_core import FixedPattern
     from sdvg_core.io.text import demo_embeddings
 
     drafter_recipe, target_recipe, switch = PAIRS[pair]
@@ -568,3 +565,26 @@ def test_recipe_names():
     assert recipe_by_name("longlive") == LongLiveRecipe()
     assert recipe_by_name("longlive_infinity") == LongLiveRecipe(variant="infinity")
     assert (LongLiveRecipe().window, LongLiveRecipe().sink, LongLiveRecipe().global_sink) == (12, 3, True)
+
+
+def test_recipe_parameters_by_name():
+    """`name:field=value,...` sets a recipe's parameters (CLI, bench, eval); `recipe_spec` writes it back."""
+    from sdvg_core import KreaRecipe
+    from sdvg_core.engine.recipes import recipe_spec
+
+    assert recipe_by_name("longlive:window=15,sink=3") == LongLiveRecipe(window=15)
+    assert recipe_by_name("longlive: sink = 0 , global_sink = false") == LongLiveRecipe(sink=0, global_sink=False)
+    assert recipe_by_name("self_forcing:window=6") == SelfForcingRecipe(window=6)
+    assert recipe_by_name("krea:context_frames=5") == KreaRecipe(context_frames=5)
+    for r in (LongLiveRecipe(), LongLiveRecipe(window=15, global_sink=False), LongLiveRecipe(variant="infinity"),
+              SelfForcingRecipe(window=6), KreaRecipe(context_frames=5), KreaRecipe()):
+        assert recipe_by_name(recipe_spec(r)) == r, recipe_spec(r)
+    assert recipe_spec(LongLiveRecipe()) == "longlive" and recipe_spec(LongLiveRecipe(window=15)) == "longlive:window=15"
+    for bad, message in (("longlive:win=3", "has no parameter 'win'; it has window (default 12)"),
+                         ("longlive:window=x", "longlive:window='x': expected int"),
+                         ("longlive:global_sink=maybe", "expected bool"),
+                         ("longlive:window", "is not field=value"),
+                         ("longlive:name=krea", "has no parameter 'name'"),
+                         ("rolling:window=3", "unknown context recipe 'rolling'")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            recipe_by_name(bad)

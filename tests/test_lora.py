@@ -10,12 +10,12 @@ from safetensors.torch import save_file
 from torch import nn
 
 import sdvg_core.io.checkpoint as checkpoint
-from sdvg_core.io.checkpoint import CheckpointError, load_wan_dit
-from sdvg_core.io.drafters import DrafterError, load_drafter
+from sdvg_core import CausalWan, CheckpointError, load_drafter, load_wan_dit
+from sdvg_core.io.drafters import DrafterError
 from sdvg_core.io.lora import (
     PEFT_PREFIX, LoraError, LoraSpec, block_linear_names, merge_lora, parse_lora, read_lora,
 )
-from sdvg_core.models.wan import CausalWan, KVCache, build_random
+from sdvg_core.models.wan import KVCache, build_random
 from sdvg_core.models.wan_config import PRESETS
 
 TOL = 1e-5  # float32 sums of O(1) terms over 64-128 wide layers: rounding ~1e-6

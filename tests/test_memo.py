@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from sdvg_core.engine.memo import Memo, TieredMemo
+from sdvg_core import Memo, TieredMemo
 
 
 def test_big_entries_do_not_evict_small_ones():

@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sdvg_core.demo.tiny import tiny_models
-from sdvg_core.engine.engine import Engine, EngineConfig
-from sdvg_core.engine.memo import Memo
-from sdvg_core.engine.plot import render_report_plot
-from sdvg_core.engine.policy import FixedPattern, ThresholdPolicy
-from sdvg_core.engine.recipes import KreaRecipe
-from sdvg_core.engine.report import build_report
-from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+from sdvg_core import (build_report, Engine, EngineConfig, FixedPattern, GenerationSpec, KreaRecipe, Memo,
+                       PromptConditioning, render_report_plot, ThresholdPolicy, tiny_models)
 from sdvg_core.io.text import demo_embeddings
 
 W, H, BLOCKS = 48, 32, 6
@@ -100,7 +94,7 @@ def _work(state):
 def test_requeue_after_editing_a_prompt_recomputes_from_its_first_block(models, edit, recipe_name):
     """Editing the second prompt's text, or moving its first block later or earlier, recomputes nothing before the
     first block whose conditioning changed (shown by the forwards, as for tau), and equals a fresh run."""
-    from sdvg_core.engine.recipes import recipe_by_name
+    from sdvg_core import recipe_by_name
 
     policy = FixedPattern((False, True, False, True, True, False))
     memo = Memo(1 << 40)
@@ -161,8 +155,8 @@ def test_krea_rebuilds_each_block_under_its_own_prompt(models):
 def test_target_only_baseline_counts_each_recipes_switch_work(models, recipe_name):
     """The counted target-only baseline equals a target-only run's real forwards, switches included (a recache per
     switch for append caches, none for Krea's per-block rebuild)."""
-    from sdvg_core.engine.policy import TargetOnly
-    from sdvg_core.engine.recipes import recipe_by_name
+    from sdvg_core import TargetOnly
+    from sdvg_core import recipe_by_name
 
     e = _engine(models, recipe=recipe_by_name(recipe_name))
     state = e.generate(_spec(), TargetOnly())
@@ -175,7 +169,7 @@ def test_each_role_recaches_lazily_when_it_next_generates(models, recipe_name):
     """At a switch each model recaches only when it next generates a block, and the recache is counted as one more
     context forward of that block (in the report's forwards too): the drafter at the switch block, the target at
     the next block it is asked to make, none in between."""
-    from sdvg_core.engine.recipes import LongLiveRecipe, SelfForcingRecipe
+    from sdvg_core import LongLiveRecipe, SelfForcingRecipe
 
     recipe = LongLiveRecipe(window=6, sink=3) if recipe_name == "longlive" else SelfForcingRecipe()
     blocks, switch, target_next = 8, 3, 6

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from sdvg_core.demo.cli import main
-from sdvg_core.io.prompt_schedule import ScheduleError, parse_schedule, read_schedule, schedule_embeddings
+from sdvg_core import load_embeddings, parse_schedule, read_schedule, save_embeddings
+from sdvg_core.io.prompt_schedule import ScheduleError, schedule_embeddings
 import torch
 
-from sdvg_core.io.text import load_embeddings, save_embeddings
 
 
 def test_both_forms_parse_to_the_same_entries(tmp_path):

@@ -106,8 +106,9 @@ def compare(name: str, got: torch.Tensor, ref: dict[str, Any], atol: float = 0.0
 # the model paths (each takes the recorded setup, returns named outputs)
 # ---------------------------------------------------------------------------------------------------------------
 def _dit(setup: dict):
-    from sdvg_core.models.wan import CausalWan, WanDiT
-    from sdvg_core.models.wan_config import WanDiTConfig
+    from sdvg_core import CausalWan
+    from sdvg_core.models.wan import WanDiT
+    from sdvg_core import WanDiTConfig
 
     cfg = WanDiTConfig.from_mapping(setup["config"], name="regression-dit")
     net = seed_weights(WanDiT(cfg).eval(), setup["weight_seed"])
@@ -148,7 +149,7 @@ def case_dit_full_sequence(setup: dict) -> dict[str, torch.Tensor]:
 
 
 def _vae(setup: dict):
-    from sdvg_core.models.vae import WanVAE, WanVAEConfig
+    from sdvg_core import WanVAE, WanVAEConfig
 
     c = setup["config"]
     cfg = WanVAEConfig(name="regression-vae", dim=c["dim"], z_dim=c["z_dim"], dim_mult=tuple(c["dim_mult"]),
@@ -204,11 +205,11 @@ def case_imagereward(setup: dict) -> dict[str, torch.Tensor]:
 
 def case_krea_engine(setup: dict) -> dict[str, torch.Tensor]:
     """One engine run under the Krea recipe with the demo's tiny models (re-seeded), a fixed accept pattern."""
-    from sdvg_core.demo.tiny import tiny_models
-    from sdvg_core.engine.engine import Engine, EngineConfig
-    from sdvg_core.engine.policy import FixedPattern
-    from sdvg_core.engine.recipes import KreaRecipe
-    from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+    from sdvg_core import tiny_models
+    from sdvg_core import Engine, EngineConfig
+    from sdvg_core import FixedPattern
+    from sdvg_core import KreaRecipe
+    from sdvg_core import GenerationSpec, PromptConditioning
     from sdvg_core.io.text import demo_embeddings
 
     with tempfile.TemporaryDirectory(prefix="sdvg-regression-") as d:

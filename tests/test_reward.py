@@ -13,16 +13,13 @@ import torch
 from conftest import require_shared
 from safetensors.torch import load_file, save_file
 
-from sdvg_core.models.reward import (
-    TINY, ImageRewardCheckpointError, ImageRewardConfig, ImageRewardFileNotFound, ImageRewardScorer,
-    ImageRewardVocabError, build_model, check_base_tokenizer,
-)
+from sdvg_core import CheckpointError, ImageRewardConfig, ImageRewardScorer, load_scorer
+from sdvg_core.models.reward import (TINY, ImageRewardCheckpointError, ImageRewardFileNotFound, ImageRewardVocabError,
+                                     build_model, check_base_tokenizer)
 from sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
-from sdvg_core.io.checkpoint import CheckpointError
 from sdvg_core.models.reward_config import BERT_BASE_VOCAB_TOKENS, VOCAB_URL, WEIGHTS_REPO
-from sdvg_core.io.reward_files import (
-    detect_config, export_state_dict, find_vocab, load_model, load_scorer, load_tokenizer, random_scorer,
-)
+from sdvg_core.io.reward_files import (detect_config, export_state_dict, find_vocab, load_model, load_tokenizer,
+                                       random_scorer)
 from sdvg_core.models.reward_preprocess import (
     crop_offsets, frames_to_uint8, normalize_pixels, preprocess_uint8, resized_hw,
 )

@@ -5,15 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sdvg_core.demo.tiny import DEMO_PROMPT, tiny_models
-from sdvg_core.engine.engine import Engine, EngineConfig
+from sdvg_core import (build_report, Engine, EngineConfig, estimate_for_spec, FixedPattern, GenerationSpec,
+                       KreaRecipe, Memo, PromptConditioning, SelfForcingRecipe, TargetOnly, ThresholdPolicy,
+                       TieredMemo, tiny_models)
+from sdvg_core.demo.tiny import DEMO_PROMPT
 from sdvg_core.engine.keys import key_kind
-from sdvg_core.engine.memo import Memo, TieredMemo, nbytes_of
-from sdvg_core.engine.memory import GIB, estimate_for_spec
-from sdvg_core.engine.policy import FixedPattern, TargetOnly, ThresholdPolicy
-from sdvg_core.engine.recipes import KreaRecipe, SelfForcingRecipe
-from sdvg_core.engine.report import build_report
-from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+from sdvg_core.engine.memo import nbytes_of
+from sdvg_core.engine.memory import GIB
 from sdvg_core.engine.tally import WORK_KEYS
 from sdvg_core.io.text import demo_embeddings
 from sdvg_core.models.vae import VAE_PRESETS
@@ -240,7 +238,7 @@ def test_requeue_after_moving_tau_on_a_100_block_video(models, drafter_recipe):
     engine's default memo: no forward, no decode and no scoring before block 80; at block 80 only the target works
     (the draft is the first run's); after it the drafter does exactly the first run's work (a LongLive ring
     included: its view at block 80 comes from the memo's snapshot)."""
-    from sdvg_core.engine.recipes import LongLiveRecipe
+    from sdvg_core import LongLiveRecipe
 
     blocks, flip = 100, 80
     spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 16, 16, blocks, 3)
@@ -268,7 +266,7 @@ def test_four_hundred_blocks_end_to_end(models):
     """A 400-block video (1200 latent frames: LongLive's absolute RoPE positions pass the references' 1024-frame
     table) with a LongLive drafter and the Krea target regenerating every fifth block (its anchor re-encoded from
     decoded pixels far past block 9): the same work per block from start to end, no KV copy, held memory flat."""
-    from sdvg_core.engine.recipes import LongLiveRecipe
+    from sdvg_core import LongLiveRecipe
     from sdvg_core.models.kv_cache import KV_COPIES
 
     blocks = 400
@@ -293,7 +291,7 @@ def test_requeue_with_a_windowed_drafter_restarts_from_the_flip_not_block_zero(m
     """A LongLive drafter's ring is overwritten in place as the video goes on; the memo keeps a snapshot of each
     block's view when its budget can, so a re-queue at another tau commits only from the flipped block (not the
     whole chain from block 0) and still equals a fresh run."""
-    from sdvg_core.engine.recipes import LongLiveRecipe
+    from sdvg_core import LongLiveRecipe
 
     blocks, flip = 24, 16
     spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 16, 16, blocks, 9)

@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import traffic  # noqa: E402
 from sdvg_core import Engine, EngineConfig, FixedPattern, GenerationSpec, KreaRecipe, PromptConditioning  # noqa: E402
-from sdvg_core.demo.tiny import DEMO_PROMPT, tiny_models  # noqa: E402
+from sdvg_core import tiny_models  # noqa: E402
+from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 
 META = torch.device("meta")

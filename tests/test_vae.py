@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from sdvg_core.models.vae import VAE_PRESETS, DecoderCache, WanVAE, WanVAEConfig, detect_vae_preset, strip_vae_prefix
+from sdvg_core import WanVAE, WanVAEConfig
+from sdvg_core.models.vae import VAE_PRESETS, DecoderCache, detect_vae_preset, strip_vae_prefix
 
 ATOL = 1e-4  # fixtures README §5: honest float32 implementations land at 1e-6..1e-5
 

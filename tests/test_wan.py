@@ -8,10 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.models.wan_config import PRESETS, WanDiTConfig, detect_preset
+from sdvg_core import CausalWan, WanDiTConfig
+from sdvg_core.models.wan_config import PRESETS, detect_preset
 from sdvg_core.engine.schedule import add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
 from sdvg_core.models.kv_cache import KV_COPIES, StaleKVError
-from sdvg_core.models.wan import CausalWan, KVCache, WanDiT, build_random
+from sdvg_core.models.wan import KVCache, WanDiT, build_random
 
 TOL = 1e-4  # fixtures README §5: honest fp32 implementations land at 1e-6..1e-5; real bugs are >= 1.7e-3
 

@@ -26,7 +26,7 @@ from ..io.checkpoint import CheckpointError
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND, drafter_problems
 from ..io.model_files import DTYPES, load_model_files
 from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
-from ..engine.recipes import RECIPE_NAMES, recipe_by_name
+from ..engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name
 from ..engine.report import build_report
 from ..engine.plot import render_report_plot
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning
@@ -54,11 +54,12 @@ DRAFTER_FLAGS = ("drafter_lora", "drafter_lora_alpha", "pt_entry")
 
 def add_recipe_args(p: argparse.ArgumentParser) -> None:
     """--recipe / --drafter-recipe / --target-recipe: a context recipe per model (the demo, sdvg_eval)."""
-    p.add_argument("--recipe", choices=list(RECIPE_NAMES), default="krea",
-                   help="context recipe of both models (krea: the published SDVG pairing)")
-    p.add_argument("--drafter-recipe", choices=list(RECIPE_NAMES), default=None,
+    names = f"{', '.join(RECIPE_NAMES)}; parameters after a colon, e.g. longlive:window=15,sink=3"
+    p.add_argument("--recipe", type=recipe_arg, default="krea",
+                   help=f"context recipe of both models (krea: the published SDVG pairing; {names})")
+    p.add_argument("--drafter-recipe", type=recipe_arg, default=None,
                    help="the drafter's own recipe (default: --recipe; a LongLive drafter: longlive)")
-    p.add_argument("--target-recipe", choices=list(RECIPE_NAMES), default=None,
+    p.add_argument("--target-recipe", type=recipe_arg, default=None,
                    help="the target's own recipe (default: --recipe)")
 
 
@@ -140,6 +141,24 @@ def _file_problem(flag: str, path: str) -> str | None:
     return None
 
 
+def recipe_problems(a: argparse.Namespace, real: bool) -> list[str]:
+    """Each recipe flag's recipe checked against the video's blocks (a LongLive window smaller than a block, a
+    sink larger than the window, ...), as Engine.start would, before anything loads."""
+    blocks = a.blocks if a.blocks and a.blocks >= 1 else (REAL_BLOCKS if real else TINY_BLOCKS)
+    size = REAL_SIZE if real else TINY_SIZE
+    # the recipes' rules depend on the block and video length, not on the frame size (checked on its own)
+    probe = GenerationSpec(PromptConditioning.make("recipe check", torch.zeros(1, 1, 1)), size[0], size[1], blocks, 0)
+    problems = []
+    for flag, name in (("--recipe", a.recipe), ("--drafter-recipe", a.drafter_recipe),
+                       ("--target-recipe", a.target_recipe)):
+        if name:
+            try:
+                recipe_by_name(name).validate(probe)
+            except ValueError as e:
+                problems.append(f"{flag} {name}: {e}")
+    return problems
+
+
 def preflight(a: argparse.Namespace, real: bool) -> list[str]:
     """Every problem with the flags and input files, found without loading anything (empty list: go)."""
     problems: list[str] = []
@@ -197,6 +216,7 @@ def preflight(a: argparse.Namespace, real: bool) -> list[str]:
         except CheckpointError as e:
             problems.append(f"--umt5: {e}")
     problems += _schedule_problems(a, real)
+    problems += recipe_problems(a, real)
     return problems
 
 

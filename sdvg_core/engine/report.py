@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from .recipes import Recipe
+from .recipes import Recipe, recipe_spec
 from .state import GenerationState
 
 DEFAULT_COST_RATIO = 7.4  # target (14B) forward / drafter (1.3B) forward at 832x480 (docs/design.md §5)
@@ -130,8 +130,8 @@ def reference_forwards(recipe: Recipe, rejected: list[bool], steps: int) -> tupl
 def recipe_label(target: Recipe, drafter: Recipe | None = None) -> str:
     """`krea` when both roles run the same recipe, else `drafter longlive / target krea`."""
     if drafter is None or drafter == target:
-        return target.name
-    return f"drafter {drafter.name} / target {target.name}"
+        return recipe_spec(target)
+    return f"drafter {recipe_spec(drafter)} / target {recipe_spec(target)}"
 
 
 def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps: int,

@@ -1,9 +1,12 @@
 """Context recipes, one per model role (docs/design.md §2.3): `krea` (the published SDVG pairing), `self_forcing`,
 `longlive` (frame sink + sliding window; `longlive_infinity`: its slot-relative RoPE variant).
 
-`recipe_by_name` builds one from its command-line / node name.
+`recipe_by_name` builds one from its command-line / node name, optionally with its parameters:
+`longlive:window=15,sink=3,global_sink=false` (every field of the recipe's dataclass but its name).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from .base import ContextHost, Recipe
 from .krea import KreaRecipe
@@ -11,22 +14,92 @@ from .longlive import LongLiveRecipe
 from .self_forcing import SelfForcingRecipe
 
 __all__ = ["ContextHost", "Recipe", "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "RECIPE_NAMES",
-           "recipe_by_name", "check_prompt_switches"]
+           "recipe_by_name", "recipe_params", "recipe_spec", "recipe_arg", "check_prompt_switches"]
 
 RECIPE_NAMES = ("krea", "self_forcing", "longlive", "longlive_infinity")
 
 
 def recipe_by_name(name: str) -> Recipe:
-    """The recipe called `name` with its reference defaults."""
-    if name == "krea":
-        return KreaRecipe()
-    if name in ("self_forcing", "self-forcing"):
-        return SelfForcingRecipe()
-    if name == "longlive":
-        return LongLiveRecipe()
-    if name in ("longlive_infinity", "longlive-infinity"):
-        return LongLiveRecipe(variant="infinity")
-    raise ValueError(f"unknown context recipe {name!r}; use one of {', '.join(RECIPE_NAMES)}")
+    """The recipe called `name` with its reference defaults, or `name:field=value,...` with some set."""
+    base, _, params = name.partition(":")
+    if base == "krea":
+        recipe: Recipe = KreaRecipe()
+    elif base in ("self_forcing", "self-forcing"):
+        recipe = SelfForcingRecipe()
+    elif base == "longlive":
+        recipe = LongLiveRecipe()
+    elif base in ("longlive_infinity", "longlive-infinity"):
+        recipe = LongLiveRecipe(variant="infinity")
+    else:
+        raise ValueError(f"unknown context recipe {base!r}; use one of {', '.join(RECIPE_NAMES)}")
+    return _with_params(recipe, base, params) if params.strip() else recipe
+
+
+def recipe_params(recipe: Recipe) -> dict[str, object]:
+    """The fields `recipe_by_name` accepts after the colon, with the recipe's current values."""
+    return {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe) if f.name != "name"}
+
+
+def recipe_spec(recipe: Recipe) -> str:
+    """The name `recipe_by_name` reads back as this recipe: its name, and the parameters that differ from that
+    name's defaults (`longlive:window=15`)."""
+    try:
+        default = recipe_by_name(recipe.name)
+    except ValueError:
+        return recipe.name
+    if not dataclasses.is_dataclass(recipe) or type(default) is not type(recipe):
+        return recipe.name
+    changed = {k: v for k, v in recipe_params(recipe).items() if getattr(default, k) != v}
+    if not changed:
+        return recipe.name
+    text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changed.items())
+    return f"{recipe.name}:{text}"
+
+
+def _with_params(recipe: Recipe, base: str, params: str) -> Recipe:
+    known = recipe_params(recipe)
+    values: dict[str, object] = {}
+    for item in params.split(","):
+        key, eq, raw = (x.strip() for x in item.partition("="))
+        if not eq or not key or not raw:
+            raise ValueError(f"recipe parameter {item.strip()!r} of {base!r} is not field=value "
+                             f"(e.g. {base}:{next(iter(known), 'field')}=...)")
+        if key not in known:
+            raise ValueError(f"context recipe {base!r} has no parameter {key!r}; it has "
+                             f"{', '.join(f'{k} (default {v!r})' for k, v in known.items())}")
+        values[key] = _parse_like(known[key], raw, f"{base}:{key}")
+    return dataclasses.replace(recipe, **values)
+
+
+def _parse_like(default: object, raw: str, where: str) -> object:
+    """`raw` as the type of the field's default value (bool, int, float or str; an optional size, default None,
+    takes an int or `none`)."""
+    try:
+        if default is None:
+            return None if raw.lower() == "none" else int(raw)
+        if isinstance(default, bool):
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return raw.lower() in ("true", "1")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        kind = "int or none" if default is None else type(default).__name__
+        raise ValueError(f"{where}={raw!r}: expected {kind}") from None
+    return raw
+
+
+def recipe_arg(value: str) -> str:
+    """argparse `type` for a recipe option: the name as given, refused with the recipe's own message if bad."""
+    import argparse
+
+    try:
+        recipe_by_name(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
 
 
 def check_prompt_switches(recipes: dict[str, Recipe], spec) -> None:
