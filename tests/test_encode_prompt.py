@@ -112,3 +112,47 @@ def test_kept_encoder_equals_one_shot_encoding(umt5):
     for text in ("a red fox", "a blue bird in the snow"):
         one = encode_umt5(umt5, text)
         assert torch.equal(kept(text), one) and torch.equal(enc.encode(text), one)
+
+
+def test_demo_prompt_schedule_encodes_each_prompt_with_umt5(umt5, tmp_path, monkeypatch):
+    """Real-model mode with --prompt-schedule and --umt5 (issue 16 item 6): every entry without an embeddings file
+    is encoded by the local umT5 (the same bits as encode_umt5 of its text), the engine gets one conditioning per
+    entry at its first block, and the report lists the segments and each block's prompt."""
+    import json
+
+    from safetensors.torch import save_file
+
+    import sdvg_core.demo.cli as cli
+    from sdvg_core import encode_umt5
+    from sdvg_core.demo.tiny import random_vae
+    from sdvg_core.models.wan import build_random
+    from sdvg_core.models.wan_config import PRESETS
+
+    cfg = PRESETS["tiny-target"]
+    save_file({f"model.{k}": v.contiguous() for k, v in build_random(cfg, seed=1).state_dict().items()},
+              str(tmp_path / "target.safetensors"))
+    save_file({k: v.contiguous() for k, v in random_vae(seed=2).state_dict().items()}, str(tmp_path / "vae.safetensors"))
+    texts = {0: "a red fox in the snow", 2: "the fox runs", 4: "a fox in the snow"}
+    sched = tmp_path / "story.txt"
+    sched.write_text("".join(f"{b}: {t}\n" for b, t in texts.items()))
+    seen = {}
+
+    class Recording(cli.Engine):
+        def generate(self, spec, *a, **k):
+            seen["spec"] = spec
+            return super().generate(spec, *a, **k)
+
+    monkeypatch.setattr(cli, "Engine", Recording)
+    out = tmp_path / "out"
+    rc = demo_main(["--policy", "target-only", "--target", str(tmp_path / "target.safetensors"),
+                    "--vae", str(tmp_path / "vae.safetensors"), "--umt5", str(umt5), "--prompt-schedule", str(sched),
+                    "--width", "48", "--height", "32", "--blocks", "6", "--out", str(out), "--quiet"])
+    assert rc == 0
+    spec = seen["spec"]
+    got = [(0, spec.prompt)] + list(spec.switches)
+    assert [(b, c.text) for b, c in got] == list(texts.items())
+    for (_, c), text in zip(got, texts.values()):
+        assert torch.equal(c.embeddings, encode_umt5(umt5, text).to(c.embeddings.dtype))
+    report = json.loads((out / "report.json").read_text())
+    assert report["prompts"] == [{"first_block": b, "text": t} for b, t in texts.items()]
+    assert [b["prompt"] for b in report["blocks"]] == [0, 0, 1, 1, 2, 2]
