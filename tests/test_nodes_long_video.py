@@ -207,7 +207,7 @@ def test_comfy_lora_patched_model_as_drafter(env, models):
     from safetensors.torch import save_file
 
     wan, cfgm = core(pack, "models.wan"), core(pack, "models.wan_config")
-    ema = torch.load(base / "models" / "diffusion_models" / "self_forcing_dmd.pt")["generator_ema"]
+    ema = torch.load(base / "models" / "diffusion_models" / "self_forcing_dmd.pt", weights_only=True)["generator_ema"]
     save_file({k: v.contiguous() for k, v in ema.items()}, str(base / "models" / "diffusion_models" / "tiny_drafter.safetensors"))
     _lora_file(pack, base, "tiny_lora_peft.safetensors", seed=21)
     _lora_file(pack, base, "tiny_lora_comfy.safetensors", seed=21, comfy_format=True)
