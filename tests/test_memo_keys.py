@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from sdvg_core import (BlockNoise, DraftOnly, Engine, EngineConfig, FixedPattern, GenerationSpec, KreaRecipe, Memo,
-                       PromptConditioning, SelfForcingRecipe, TargetOnly, ThresholdPolicy, block_noise, tiny_models)
+from sdvg_core import (BlockNoise, DraftOnly, Engine, EngineConfig, FixedPattern, GenerationSpec, KreaRecipe,
+                       LongLiveRecipe, Memo, PromptConditioning, SelfForcingRecipe, TargetOnly, ThresholdPolicy,
+                       block_noise, recipe_by_name, tiny_models)
 
 W, H, BLOCKS = 48, 32, 4  # 4 Krea blocks: block 2 and 3 use the VAE re-encoded anchor
 MEMO = 256 << 20  # large enough that nothing is evicted (an eviction would hide a wrong hit)
@@ -165,7 +166,11 @@ def test_the_same_model_as_drafter_and_target(models):
     (KreaRecipe(), KreaRecipe(anchor=False)),  # same plan and window, another context rule from block 2 on
     (KreaRecipe(), SelfForcingRecipe()),
     (KreaRecipe(), KreaRecipe(num_steps=4)),
-], ids=["anchor-off", "self-forcing", "4-steps"])
+    # parameters given by name (--drafter-recipe longlive:window=6): the window evicts from block 2 on
+    (LongLiveRecipe(), recipe_by_name("longlive:window=6")),
+    (recipe_by_name("longlive:window=6"), recipe_by_name("longlive:window=6,sink=0")),
+    (recipe_by_name("longlive:window=6"), recipe_by_name("longlive_infinity:window=6")),
+], ids=["anchor-off", "self-forcing", "4-steps", "longlive-window", "longlive-sink", "longlive-variant"])
 def test_another_recipe_sharing_the_memo(models, first, second):
     m = models
     memo = Memo(MEMO)
