@@ -73,13 +73,14 @@ AFTER_BENCH_RESERVE_S = 120.0
 # tests/comfy_peer_probe.py on CUDA: ComfyUI's imports, two 1.3B builds (fp32, bf16) and a few forwards (assumed)
 PEER_S = 60.0
 PEER_ARGS = ("--layers", "30", "--latent", "60x104", "--repeats", "5")  # the real 1.3B at 832x480 (4,680 tokens)
-# the README "VRAM" rows: (role, recipe) per DiT call, then the VAE decode and the scorer
 # the traffic run: blocks 0-4 of the 6/8 pattern are forced, accepted, accepted (Krea's first anchor), rejected,
 # accepted: every kind of block once; run once per ImageReward preprocessing path
 TRAFFIC_BLOCKS = 5
 TRAFFIC_PREPROCESSING = ("pil", "tensor")
-# the dispatch mode's Python work per aten op over an unobserved run (assumed; tiny CPU models: 1.2x)
+# the dispatch mode's Python work per aten op, as a factor on an unobserved run: measured 1.23-1.25x on the tiny
+# bench models (CPU, 5 blocks, many short ops: the worst case); full-size kernels run longer, so 1.5 is a margin
 TRAFFIC_OVERHEAD = 1.5
+# the README "VRAM" rows: (role, recipe) per DiT call, then the VAE decode and the scorer
 MEMORY_ROWS = (("target", "krea"), ("drafter", "krea"), ("target", "self_forcing"), ("drafter", "self_forcing"))
 
 

@@ -90,22 +90,21 @@ class TrafficCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func is _aten._to_copy.default:
-            src = args[0]
-            way = direction(src.device, out.device, self.host)
-            if way:
-                pinned = (out if out.device == self.host else src).is_pinned() if way != "device to device" else False
-                self._add(way, _nbytes(out), func, pinned)
-        elif func is _aten.copy_.default:
-            dst, src = args[0], args[1]
-            way = direction(src.device, dst.device, self.host) if isinstance(src, torch.Tensor) else None
-            if way:
-                pinned = (dst if dst.device == self.host else src).is_pinned() if way != "device to device" else False
-                self._add(way, _nbytes(dst), func, pinned)
+            self._copy(args[0], out, func)
+        elif func is _aten.copy_.default and isinstance(args[1], torch.Tensor):
+            self._copy(args[1], args[0], func)
         elif func in SCALAR_READS or func in SHAPE_READS:
             operand = args[0]
             if isinstance(operand, torch.Tensor) and operand.device != self.host:
                 self._add("read", operand.element_size() if func in SCALAR_READS else 0, func)
         return out
+
+    def _copy(self, src: torch.Tensor, dst: torch.Tensor, func) -> None:
+        """A copy from `src` into `dst`, recorded when it crosses devices (bytes written; host side pinned?)."""
+        way = direction(src.device, dst.device, self.host)
+        if way:
+            pinned = way != "device to device" and (dst if dst.device == self.host else src).is_pinned()
+            self._add(way, _nbytes(dst), func, pinned)
 
     def _add(self, kind: str, nbytes: int, func, pinned: bool = False) -> None:
         self.records.append(Crossing(self.block, kind, nbytes, call_site(), str(func.overloadpacket.__name__),
