@@ -137,9 +137,7 @@ def test_kv_estimate_is_the_allocated_window():
 
 def test_self_forcing_window_is_the_whole_video():
     """At 832x480, 9 blocks: Krea's window is 9,360 tokens, Self-Forcing's the whole video (27 frames, 42,120)."""
-    from sdvg_core import estimate_for_spec
-    from sdvg_core import recipe_by_name
-    from sdvg_core import GenerationSpec, PromptConditioning
+    from sdvg_core import estimate_for_spec, recipe_by_name, GenerationSpec, PromptConditioning
     from sdvg_core.models.vae import VAE_PRESETS
 
     spec = GenerationSpec(PromptConditioning.make("p", torch.zeros(1, 4, 4096)), 832, 480, 9, 0)

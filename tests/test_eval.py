@@ -172,10 +172,7 @@ def test_clip_metric_from_a_local_folder(work):
 
 def test_rows_equal_single_engine_runs_and_saving_is_exact(work, local_run):
     """Every row of the shared-memo sweep equals a fresh single-engine run bit for bit; the saving is exact."""
-    from sdvg_core import tiny_models
-    from sdvg_core import Engine
-    from sdvg_core import Memo
-    from sdvg_core import GenerationSpec, PromptConditioning
+    from sdvg_core import tiny_models, Engine, Memo, GenerationSpec, PromptConditioning
     from sdvg_core.io.text import demo_embeddings
     from sdvg_eval.metrics import ClipScore
     from sdvg_eval.report import unit_savings

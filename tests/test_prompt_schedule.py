@@ -155,8 +155,7 @@ def test_krea_rebuilds_each_block_under_its_own_prompt(models):
 def test_target_only_baseline_counts_each_recipes_switch_work(models, recipe_name):
     """The counted target-only baseline equals a target-only run's real forwards, switches included (a recache per
     switch for append caches, none for Krea's per-block rebuild)."""
-    from sdvg_core import TargetOnly
-    from sdvg_core import recipe_by_name
+    from sdvg_core import TargetOnly, recipe_by_name
 
     e = _engine(models, recipe=recipe_by_name(recipe_name))
     state = e.generate(_spec(), TargetOnly())

@@ -205,10 +205,7 @@ def case_imagereward(setup: dict) -> dict[str, torch.Tensor]:
 
 def case_krea_engine(setup: dict) -> dict[str, torch.Tensor]:
     """One engine run under the Krea recipe with the demo's tiny models (re-seeded), a fixed accept pattern."""
-    from sdvg_core import tiny_models
-    from sdvg_core import Engine, EngineConfig
-    from sdvg_core import FixedPattern
-    from sdvg_core import KreaRecipe
+    from sdvg_core import tiny_models, Engine, EngineConfig, FixedPattern, KreaRecipe
     from sdvg_core import GenerationSpec, PromptConditioning
     from sdvg_core.io.text import demo_embeddings
 

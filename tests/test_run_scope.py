@@ -2,6 +2,9 @@
 runs its own recipe, and only an earlier execution's results make a run's time not fresh."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -16,6 +19,9 @@ from sdvg_core.engine.tally import WORK_KEYS
 from sdvg_core.io.text import demo_embeddings
 from sdvg_core.models.vae import VAE_PRESETS
 from sdvg_core.models.wan_config import PRESETS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_scale import PATTERN_6_OF_8  # noqa: E402  (the benchmark's own decision pattern)
 
 W, H, BLOCKS = 48, 32, 5
 PATTERN = (False, True, False, True, True)  # 3 of 4 drafts accepted after the forced block 0
@@ -109,7 +115,6 @@ def test_full_size_bytes_give_the_work_of_an_unbounded_memo(models, pair):
 
 # The issue's table: 9 blocks, 6 of blocks 1-8 accepted (the benchmark's pattern), tiny models; per config the
 # decoded frames, text encodes and target forwards of an unbounded memo (Krea recipe)
-PATTERN_6_OF_8 = (False, True, True, False, True, True, True, False, True)
 ISSUE_TABLE_KREA = {"target-only": (27, 1, 53), "reference algorithm (lazy=False)": (36, 2, 23),
                     "this engine": (33, 2, 17), "all-reject": (51, 2, 53)}
 
