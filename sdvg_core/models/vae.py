@@ -447,6 +447,7 @@ class WanVAE(nn.Module):
         piece and the causal histories are alive at a time, so memory does not grow with the video's length."""
         for piece in chunks:
             latents, cache = self.encode_stream(piece, cache, interrupt)
+            del piece  # released before the next piece is read: one piece alive at a time
             if latents.shape[2]:
                 yield latents
 
