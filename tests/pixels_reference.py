@@ -1,6 +1,6 @@
-"""A test-local reference driver for the pixels_tiny fixture (PIXELS.md): every run reproduced model call by model call
-with the pack's own building blocks (CausalWan over the tiny weights, its KV cache, the schedule, the VAE encoder and
-decoder), fed the fixture's stored random draws.
+"""A test-local reference driver for the pixels_tiny fixture (its PIXELS.md): every run reproduced model call by model
+call with the pack's own building blocks (CausalWan over the tiny weights, its KV cache, the schedule, the VAE encoder
+and decoder), fed the fixture's stored random draws.
 
 It pins down what the engine must do per recipe and mode (docs/pixels.md): which calls, at which timesteps, at which
 RoPE frame positions, into which KV slots, which latents enter the context and which frames are output. Each call is
@@ -171,7 +171,7 @@ def run_self_forcing(fx: PixelsFixture, name: str) -> RunResult:
 
 # --------------------------------------------------------------------------------------------------------- Krea
 class KreaSession:
-    """Krea's `GenerationSession` block loop (README §14-17, PIXELS.md P4-P5) over the pack's blocks."""
+    """Krea's `GenerationSession` block loop (fixtures README §14-17, PIXELS.md P4-P5) over the pack's blocks."""
 
     def __init__(self, fx: PixelsFixture, name: str):
         self.fx, self.name = fx, name
@@ -216,7 +216,8 @@ class KreaSession:
         self.num_blocks = min(latents.shape[1] // self.F - 1, self.num_blocks)  # release_server 429-430
 
     def setup_start_frame(self) -> None:
-        """`setup_start_frame`: the image repeated 1 + (ctx - 1) * 4 times, encoded; its latents seed block 0's context."""
+        """`setup_start_frame`: the image repeated 1 + (ctx - 1) * 4 times and encoded; the latents seed block 0's
+        context."""
         u8 = self.fx.T["start_image_u8"]  # [H, W, 3]
         image = ((u8.float() / 255 - 0.5) * 2).permute(2, 0, 1).unsqueeze(0)  # push_frame / setup_start_frame
         assert start_frame_repeats(self.ctx, self.vae.config.temporal_compression) == 9

@@ -80,7 +80,8 @@ def test_self_forcing_strength_plan_starts_at_the_first_step_not_noisier_than_as
     assert self_forcing_strength_plan(1.0) == sf
     assert self_forcing_strength_plan(0.75).timesteps == sf.timesteps[1:]  # 937.5: exactly Krea's t0 at 0.75
     assert self_forcing_strength_plan(0.7).timesteps == sf.timesteps[2:]  # Krea's t0 at 0.7 is 921: 833.3 <= it
-    assert self_forcing_strength_plan(0.5).timesteps == sf.timesteps[2:] == (krea_strength_plan(0.5).timesteps[0], 625.0)
+    krea_t0 = krea_strength_plan(0.5).timesteps[0]
+    assert self_forcing_strength_plan(0.5).timesteps == sf.timesteps[2:] == (krea_t0, 625.0)
     assert self_forcing_strength_plan(0.25).timesteps == (625.0,)
     assert all(self_forcing_strength_plan(s).commit_clean for s in (1.0, 0.5, 0.25))
     for s in (0.9, 0.75, 0.5, 0.3):  # never noisier than the strength's own first timestep

@@ -1,7 +1,7 @@
 """How given pixels become the latents a run starts from: Krea's clip encode and start-frame encode (docs/pixels.md).
 
-Both are one causal VAE encode from an empty cache (krea-ai/realtime-video `v2v.encode_video_latent`,
-`release_server.GenerationSession.encode_v2v` / `setup_start_frame`; the pixels_tiny fixture, PIXELS.md P4-P5):
+Both are one causal VAE encode from an empty cache (krea-ai/realtime-video `v2v.encode_video_latent`, `release_server.
+GenerationSession.encode_v2v` / `setup_start_frame`; pinned by the pixels_tiny fixture, docs/pixels.md §2):
 - a clip is cut to 1 + 4k frames, resized bicubically to the run's size rounded down to the VAE stride (an identity
   when it already has that size), encoded and normalised;
 - a start image is repeated 1 + (context_frames - 1) * 4 times (9 for Krea's 3 context frames) and encoded like a

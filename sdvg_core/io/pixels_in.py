@@ -98,7 +98,7 @@ def _open_image(path: Path):
     try:
         img = Image.open(path)
         img.load()  # decode now: a truncated or corrupt file fails here, not later
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError, ValueError) as e:
         raise PixelInputError(f"start image {path} is not an image Pillow can read ({e}): give a PNG, JPEG or WebP "
                               f"file") from None
     return ImageOps.exif_transpose(img)  # camera photos: upright as viewers show them (as ComfyUI's Load Image)
@@ -240,6 +240,8 @@ def read_video(path: str | Path, run_hw: tuple[int, int], *, fps: float | None =
     path = Path(path)
     if piece_frames < 1:
         raise ValueError(f"piece_frames must be at least 1, got {piece_frames}")
+    if max_frames is not None and max_frames < 1:
+        return
     timed = _decoded(path)
     frames = resample_times(timed, fps) if fps else (img for _, img in timed)
     batch: list[np.ndarray] = []
