@@ -45,6 +45,11 @@ class Mutation:
 
 
 PRE = "sdvg_core/models/reward_preprocess.py"
+SCHED, VAE, VIDEO_IN, PIXELS_IN, DRIVER = ("sdvg_core/engine/schedule.py", "sdvg_core/models/vae.py",
+                                           "sdvg_core/engine/video_input.py", "sdvg_core/io/pixels_in.py",
+                                           "tests/pixels_reference.py")
+X_TESTS = ("tests/test_schedule.py", "tests/test_vae_encode.py", "tests/test_pixels_in.py",
+           "tests/test_pixels_reference.py")
 PRE_TESTS = ("tests/test_reward_tensor_path.py",)
 POLICY, ENGINE, STATE, KEYS, PIXELS = ("sdvg_core/engine/policy.py", "sdvg_core/engine/engine.py",
                                        "sdvg_core/engine/state.py", "sdvg_core/engine/keys.py", "sdvg_core/engine/pixels.py")
@@ -172,6 +177,54 @@ MUTATIONS = [
              tests=PRE_TESTS),
     Mutation("R7", PRE, "support not widened when shrinking", "support = _PIL_BICUBIC_SUPPORT * filterscale",
              "support = _PIL_BICUBIC_SUPPORT", tests=PRE_TESTS),
+    # pixels in (issue 26): the VAE encoder, the strength schedules, the fit rule, the reference procedures
+    Mutation("X1", SCHED, "v2v noise level a = the strength (from the plan's name) instead of t0 / 1000",
+             "return torch.tensor(plan.timesteps[0], dtype=torch.float32) / NUM_TRAIN_TIMESTEPS",
+             'return torch.tensor(float(plan.name.rpartition("_s")[2]), dtype=torch.float32)', tests=X_TESTS),
+    Mutation("X2", VAE, "encoder chunks of 5 pixel frames instead of 4",
+             "size = 1 if consumed == 0 else self.config.temporal_compression",
+             "size = 1 if consumed == 0 else self.config.temporal_compression + 1", tests=X_TESTS),
+    Mutation("X3", VAE, "frames short of a chunk dropped between calls instead of kept pending",
+             "pending = rest.clone(memory_format=torch.contiguous_format) if rest.shape[2] else None",
+             "pending = None", tests=X_TESTS),
+    Mutation("X4", VAE, "encode_chunks reads the whole video before encoding", "for piece in chunks:",
+             "for piece in list(chunks):", tests=X_TESTS),
+    Mutation("X5", VIDEO_IN, "start image repeated ctx * 4 times instead of 1 + (ctx - 1) * 4",
+             "return 1 + (context_frames - 1) * temporal_compression",
+             "return context_frames * temporal_compression", tests=X_TESTS),
+    Mutation("X6", VIDEO_IN, "clip never resized to the run's size", "if tuple(frames.shape[-2:]) == target:",
+             "if True:", tests=X_TESTS),
+    Mutation("X7", SCHED, "Self-Forcing v2v starts at the step before the strength's (noisier than asked)",
+             "kept = tuple(n for n in SELF_FORCING_NOMINAL if n <= start)",
+             "kept = tuple(n for n in SELF_FORCING_NOMINAL if n < start + 250)", tests=X_TESTS),
+    Mutation("X8", SCHED, "Krea v2v plan keeps the text-to-video name (two strengths share memo entries)",
+             "return plan if strength == 1.0 else replace(plan, name=f\"{plan.name}_s{strength:g}\")",
+             "return plan", tests=X_TESTS),
+    Mutation("X9", PIXELS_IN, "crop offsets floored instead of rounded",
+             "y = round((h - h * (src_aspect / run_aspect)) / 2)", "y = int((h - h * (src_aspect / run_aspect)) / 2)",
+             tests=X_TESTS),
+    Mutation("X10", PIXELS_IN, "exactly half cropped is refused", "if lost > MAX_CROPPED_FRACTION:",
+             "if lost >= MAX_CROPPED_FRACTION:", tests=X_TESTS),
+    Mutation("X11", PIXELS_IN, "rotation turned the wrong way",
+             'quarter_turns = round(getattr(frame, "rotation", 0) / 90) % 4',
+             'quarter_turns = -round(getattr(frame, "rotation", 0) / 90) % 4', tests=X_TESTS),
+    Mutation("X12", PIXELS_IN, "resampling takes the newest frame instead of the nearest",
+             "while start + n * step <= (prev[0] + t) / 2:", "while start + n * step < t:", tests=X_TESTS),
+    Mutation("X13", PIXELS_IN, "no centre crop (the whole picture squeezed to the run's size)",
+             "x = x[:, :, top:top + h, left:left + w]", "top, left = 0, 0", tests=X_TESTS),
+    # the reference procedures the driver pins (tests/pixels_reference.py): the fixture must notice each
+    Mutation("D1", DRIVER, "Krea anchor from the newest decoded frame instead of the oldest of 9",
+             "frame = self.history[0]", "frame = self.history[-1]", tests=X_TESTS),
+    Mutation("D2", DRIVER, "SF blocks after given latents start their RoPE at 3b (not shifted)",
+             "start = n + F * b", "start = F * b", tests=X_TESTS),
+    Mutation("D3", DRIVER, "Krea v2v runs the full text-to-video schedule",
+             'self.plan = krea_strength_plan(self.run["strength"])', "self.plan = krea_strength_plan(1.0)",
+             tests=X_TESTS),
+    Mutation("D4", DRIVER, "Krea start frame: the first block at RoPE 0-2 after the rebuild",
+             "rope_start = min(self.current_start, self.ctx)", "rope_start = 0", tests=X_TESTS),
+    Mutation("D5", DRIVER, "webcam: each block encoded with a fresh encoder cache",
+             "self.vae.encode_stream(self._clip(*stream_frames), self.encoder_cache)",
+             "self.vae.encode_stream(self._clip(*stream_frames), None)", tests=X_TESTS),
 ]
 
 

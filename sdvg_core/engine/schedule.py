@@ -6,7 +6,7 @@ so x0 = x_t - sigma v.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import torch
@@ -80,6 +80,58 @@ def krea_plan(num_steps: int = 5, strength: float = 1.0, schedule: FlowMatchSche
     """Krea realtime server: linspace(1000*strength, 0, num_steps) truncated to ints, warped (default 5 calls)."""
     nominal = torch.linspace(NUM_TRAIN_TIMESTEPS * strength, 0, num_steps).to(torch.int64).tolist()
     return StepPlan(f"krea_{num_steps}", schedule.warp(tuple(nominal)), commit_clean=False, schedule=schedule)
+
+
+def check_strength(strength: float) -> float:
+    """The denoising strength of a video-to-video run, refused outside [0, 1] (1 = from pure noise, 0 = keep)."""
+    if not 0.0 <= float(strength) <= 1.0:
+        raise ValueError(f"denoising strength must be between 0 and 1, got {strength}: 1 regenerates from pure noise, "
+                         f"lower values keep more of the input video")
+    return float(strength)
+
+
+def strength_nominal(strength: float) -> int:
+    """The nominal step a strength starts from: 1000 * strength in float32, truncated (Krea v2v.py's first step)."""
+    return int(torch.tensor(NUM_TRAIN_TIMESTEPS * check_strength(strength), dtype=torch.float32).to(torch.int64))
+
+
+def krea_strength_plan(strength: float, num_steps: int = 5, schedule: FlowMatchSchedule = FlowMatchSchedule()
+                       ) -> StepPlan:
+    """Krea's video-to-video schedule (v2v.py get_denoising_schedule, computed once per session): `krea_plan`'s
+    linspace(1000 * strength, 0, num_steps) truncated and warped; named with the strength below 1, and equal to the
+    text-to-video plan at 1. 0.7 -> 921.05, 846.77, 729.17, 514.71, 0 (pixels_tiny fixture)."""
+    plan = krea_plan(num_steps, check_strength(strength), schedule)
+    return plan if strength == 1.0 else replace(plan, name=f"{plan.name}_s{strength:g}")
+
+
+def self_forcing_strength_plan(strength: float, schedule: FlowMatchSchedule = FlowMatchSchedule()) -> StepPlan:
+    """Self-Forcing at a strength (no reference defines it; docs/pixels.md): the few-step model only knows its four
+    trained timesteps, so the block starts at the first of them whose nominal step is at most `strength_nominal`
+    (never noisier than the strength asks; Krea starts at exactly that step) and keeps the rest and the commit.
+    1 -> the text-to-video plan; 0.7 -> 833.33, 625; strengths under the last step (0.25) have no step: refused."""
+    start = strength_nominal(strength)
+    kept = tuple(n for n in SELF_FORCING_NOMINAL if n <= start)
+    if kept == SELF_FORCING_NOMINAL:
+        return self_forcing_plan(schedule)
+    if not kept:
+        lowest = min(SELF_FORCING_NOMINAL) / NUM_TRAIN_TIMESTEPS
+        raise ValueError(f"Self-Forcing's few-step model starts only from its trained steps; strength {strength} is "
+                         f"below its last one: use a strength of at least {lowest:g} (or the krea recipe)")
+    # named by its first step: strengths that keep the same steps are the same plan
+    return StepPlan(f"self_forcing_from{kept[0]}", schedule.warp(kept), commit_clean=True, schedule=schedule)
+
+
+def input_noise_level(plan: StepPlan) -> torch.Tensor:
+    """a = t0 / 1000, a float32 scalar (Krea release_server: denoising_step_list[0] / 1000; sigma(t0) in this table,
+    0.9210526 at strength 0.7, not the strength itself)."""
+    return torch.tensor(plan.timesteps[0], dtype=torch.float32) / NUM_TRAIN_TIMESTEPS
+
+
+def noise_input(latents: torch.Tensor, eps: torch.Tensor, plan: StepPlan) -> torch.Tensor:
+    """Encoded input latents noised to the plan's first step: latents * (1 - a) + eps * a, a = `input_noise_level`,
+    in float32 tensor arithmetic as Krea does (its session noise; the first call's input)."""
+    a = input_noise_level(plan).to(latents.device)
+    return latents * (1.0 - a) + eps.to(latents) * a
 
 
 def flow_to_x0(x_t: torch.Tensor, flow: torch.Tensor, sigma: float) -> torch.Tensor:

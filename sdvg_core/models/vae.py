@@ -8,6 +8,10 @@ Streaming: `decode_stream(z_chunk, cache)` returns the chunk's pixels and a NEW 
 cache (and every tensor in it) is left untouched, so decoding a draft that is later rejected leaves
 nothing behind - the caller simply drops the returned cache. From an empty cache, decoding chunk by
 chunk equals one `decode` of the whole latent (both run one latent frame at a time internally).
+The encoder streams the same way: `encode_stream(pixels, cache)` takes any number of pixel frames, encodes the
+reference's chunks (the video's first frame alone, then 4 frames each) and returns a NEW `EncoderCache` holding
+the causal histories and the frames still waiting for their chunk; `encode_chunks` does it over an iterator, so
+a long input video is never one tensor. One-shot `encode` is the same call, hence the same bits.
 
 Decode rules (they differ only in the temporal upsamplers, see `vae_layers.RuleSpec`):
 - "standard": the Wan reference / Self-Forcing `decode` / ComfyUI VAEDecode.
@@ -21,7 +25,7 @@ Parameter names equal those of the public `Wan2.1_VAE.pth` and of ComfyUI's `Wan
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +51,7 @@ from .vae_layers import (
 )
 
 __all__ = [
-    "WanVAEConfig", "VAE_PRESETS", "detect_vae_preset", "strip_vae_prefix", "DecoderCache", "WanVAE",
+    "WanVAEConfig", "VAE_PRESETS", "detect_vae_preset", "strip_vae_prefix", "DecoderCache", "EncoderCache", "WanVAE",
     "DecodeRule", "RULES",
 ]
 
@@ -179,6 +183,38 @@ class DecoderCache:
         """A copy with every history moved/cast (e.g. to offload a committed cache to CPU)."""
         moved = tuple(None if h is None else h.to(device=device, dtype=dtype) for h in self.histories)
         return replace(self, histories=moved)
+
+
+@dataclass(frozen=True)
+class EncoderCache:
+    """What the streaming encoder remembers between calls. Immutable: encoding returns a new one.
+
+    histories: one entry per causal conv of the encoder, in network order: the last (<= 2) input frames that
+        conv saw ([B, C, <=2, h, w]; 1 frame for a temporal downsampler), or None where it has seen nothing.
+    frames_consumed: pixel frames encoded so far (0 = the next frame is the video's first; then 1 + 4k).
+    pending: pixel frames received that do not fill a chunk yet, [B, 3, <4, H, W], or None.
+    """
+
+    histories: tuple[torch.Tensor | None, ...]
+    frames_consumed: int = 0
+    pending: torch.Tensor | None = None
+
+    @property
+    def pending_frames(self) -> int:
+        """Frames waiting for their chunk (dropped if the video ends here, as the reference drops them)."""
+        return 0 if self.pending is None else self.pending.shape[2]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the history and pending tensors (for a memory budget)."""
+        held = [h for h in self.histories if h is not None] + ([self.pending] if self.pending is not None else [])
+        return sum(t.numel() * t.element_size() for t in held)
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "EncoderCache":
+        """A copy with every tensor moved/cast."""
+        moved = tuple(None if h is None else h.to(device=device, dtype=dtype) for h in self.histories)
+        pending = None if self.pending is None else self.pending.to(device=device, dtype=dtype)
+        return replace(self, histories=moved, pending=pending)
 
 
 class Encoder3d(nn.Module):
@@ -361,31 +397,85 @@ class WanVAE(nn.Module):
                              f"latents are {[b, h, w]}")
 
     # ----------------------------------------------------------------------------------------- encode
+    def empty_encoder_cache(self) -> EncoderCache:
+        """The encoder cache before any pixel frame: every history empty, nothing pending."""
+        return EncoderCache(histories=(None,) * self.encoder_slots)
+
     @torch.no_grad()
+    def encode_stream(self, pixels: torch.Tensor, cache: EncoderCache | None = None,
+                      interrupt: Callable[[], None] | None = None) -> tuple[torch.Tensor, EncoderCache]:
+        """Encode the next pixel frames, continuing from `cache` (None = start of the video).
+
+        pixels: [B, 3, T, H, W] in [-1, 1], T >= 0. Frames are taken in the reference's chunks: the video's
+        first frame alone, then 4 frames at a time; frames that do not fill a chunk yet wait in the returned
+        cache's `pending` and are encoded by the next call. Returns (normalised latent means
+        [B, z_dim, n, H/8, W/8], n >= 0 chunks completed, new cache). Neither `cache` nor any tensor it holds
+        is modified, so one-shot, chunked and frame-by-frame encodes give the same bits. `interrupt()` (may
+        raise to cancel) runs before every encoder block of every chunk (the encoder's convention, as for the
+        anchor); a cancelled call returns nothing and changes nothing.
+        """
+        cache = self.empty_encoder_cache() if cache is None else cache
+        self._validate_encoder_cache(cache, pixels)
+        x = pixels.to(device=self.device, dtype=self.dtype)
+        if cache.pending is not None:
+            x = torch.cat([cache.pending.to(x), x], dim=2)  # [B, 3, pending + T, H, W]
+        histories, consumed, outs = cache.histories, cache.frames_consumed, []
+        start = 0
+        while True:
+            size = 1 if consumed == 0 else self.config.temporal_compression
+            if x.shape[2] - start < size:
+                break
+            step = CausalStep(old=histories, first=consumed == 0)
+            chunk = x[:, :, start:start + size]  # [B, 3, 1 or 4, H, W]
+            outs.append(self.conv1(self.encoder(chunk, step, interrupt)))  # [B, 2 z_dim, 1, H/8, W/8] moments
+            histories, consumed, start = step.finish(), consumed + size, start + size
+        rest = x[:, :, start:]
+        pending = rest.clone(memory_format=torch.contiguous_format) if rest.shape[2] else None
+        new_cache = EncoderCache(histories=histories, frames_consumed=consumed, pending=pending)
+        f = self.config.spatial_compression
+        if not outs:
+            b, _, _, h, w = x.shape
+            return x.new_zeros(b, self.config.z_dim, 0, h // f, w // f), new_cache
+        mu = torch.cat(outs, dim=2)[:, :self.config.z_dim]  # the second half is the log-variance, unused
+        mean, inv_std = self._stats(mu.device)
+        return ((mu.float() - mean) * inv_std).to(self.dtype), new_cache
+
+    def encode_chunks(self, chunks: Iterable[torch.Tensor], interrupt: Callable[[], None] | None = None,
+                      cache: EncoderCache | None = None) -> Iterator[torch.Tensor]:
+        """Encode a video given piece by piece ([B, 3, T_i, H, W] each, any T_i): yields each piece's latents
+        [B, z_dim, n_i, h, w] as soon as its chunks complete (pieces that complete none yield nothing). Only one
+        piece and the causal histories are alive at a time, so memory does not grow with the video's length."""
+        for piece in chunks:
+            latents, cache = self.encode_stream(piece, cache, interrupt)
+            del piece  # released before the next piece is read: one piece alive at a time
+            if latents.shape[2]:
+                yield latents
+
     def encode(self, video: torch.Tensor, interrupt: Callable[[], None] | None = None) -> torch.Tensor:
         """Pixels [B, 3, T, H, W] in [-1, 1] -> normalised latent mean [B, z_dim, 1 + (T-1)//4, H/8, W/8].
 
         As in the reference, the first frame is encoded alone and the rest in chunks of 4 with causal
-        histories; trailing frames that do not fill a chunk of 4 are ignored.
+        histories; trailing frames that do not fill a chunk of 4 are ignored. Same bits as `encode_stream`
+        fed the video in any pieces.
         """
+        if video.dim() != 5 or video.shape[2] == 0:
+            raise ValueError(f"expected video [B, {self.config.image_channels}, T>0, H, W], got {list(video.shape)}")
+        return self.encode_stream(video, None, interrupt)[0]
+
+    def _validate_encoder_cache(self, cache: EncoderCache, pixels: torch.Tensor) -> None:
         c = self.config
-        f, tc = c.spatial_compression, c.temporal_compression
-        if video.dim() != 5 or video.shape[1] != c.image_channels or video.shape[2] == 0:
-            raise ValueError(f"expected video [B, {c.image_channels}, T>0, H, W], got {list(video.shape)}")
-        if video.shape[3] % f or video.shape[4] % f:
-            raise ValueError(f"video height/width {list(video.shape[3:])} must be multiples of {f}")
-        x = video.to(device=self.device, dtype=self.dtype)
-        chunks = [x[:, :, :1]] + [x[:, :, s:s + tc] for s in range(1, 1 + tc * ((x.shape[2] - 1) // tc), tc)]
-        histories: tuple[torch.Tensor | None, ...] = (None,) * self.encoder_slots
-        outs = []
-        for i, chunk in enumerate(chunks):
-            step = CausalStep(old=histories, first=i == 0)
-            outs.append(self.encoder(chunk, step, interrupt))  # [B, 2 z_dim, 1, H/8, W/8]
-            histories = step.finish()
-        moments = self.conv1(torch.cat(outs, dim=2))  # [B, 2 z_dim, T', H/8, W/8]
-        mu = moments[:, :c.z_dim]  # the second half is the log-variance, unused
-        mean, inv_std = self._stats(mu.device)
-        return ((mu.float() - mean) * inv_std).to(self.dtype)
+        f = c.spatial_compression
+        if pixels.dim() != 5 or pixels.shape[1] != c.image_channels:
+            raise ValueError(f"expected pixels [B, {c.image_channels}, T, H, W], got {list(pixels.shape)}")
+        if pixels.shape[3] % f or pixels.shape[4] % f:
+            raise ValueError(f"video height/width {list(pixels.shape[3:])} must be multiples of {f}")
+        if len(cache.histories) != self.encoder_slots:
+            raise ValueError(f"encoder cache has {len(cache.histories)} slots, this VAE has {self.encoder_slots}")
+        seen = cache.pending if cache.pending is not None else cache.histories[0]  # encoder.conv1: [B, 3, <=2, H, W]
+        b, _, _, h, w = pixels.shape
+        if seen is not None and (seen.shape[0], *seen.shape[3:]) != (b, h, w):
+            raise ValueError(f"encoder cache is for batch/size {[seen.shape[0], *seen.shape[3:]]}, "
+                             f"pixels are {[b, h, w]}")
 
     def encode_anchor_frame(self, frame: torch.Tensor, target_hw: tuple[int, int],
                             interrupt: Callable[[], None] | None = None) -> torch.Tensor:

@@ -1,0 +1,192 @@
+"""Pixels in (sdvg_core/io/pixels_in.py): start images and input videos read from real small files written here,
+fitted to the run's size by the stated rule, and bad files refused with one clear message."""
+from __future__ import annotations
+
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sdvg_core.io import pixels_in
+from sdvg_core.io.pixels_in import (PixelInputError, check_image, check_video, crop_box, cropped_fraction, fit_frames,
+                                    probe_video, read_image, read_video, resample_times)
+
+av = pytest.importorskip("av")
+from PIL import Image  # noqa: E402  (after the PyAV skip: Pillow is a runtime dependency anyway)
+
+RUN_HW = (32, 48)  # the fixtures' pixel size (height, width)
+
+
+def _frames(n: int, h: int = 32, w: int = 48, seed: int = 0) -> np.ndarray:
+    """n distinct uint8 RGB frames [n, h, w, 3]; frame i's top-left pixel holds i (to identify frames)."""
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 256, size=(n, h, w, 3), dtype=np.uint8)
+    frames[:, 0, 0, :] = np.arange(n, dtype=np.uint8)[:, None]
+    return frames
+
+
+def write_video(path: Path, frames: np.ndarray, fps: int = 16, lossless: bool = True, rotation: int = 0) -> Path:
+    """An MP4 through PyAV: lossless RGB H.264 (exact pixels back) or ordinary yuv420p H.264."""
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264rgb" if lossless else "libx264", rate=Fraction(fps))
+        s.height, s.width = frames.shape[1:3]
+        s.pix_fmt = "rgb24" if lossless else "yuv420p"
+        if lossless:
+            s.options = {"qp": "0"}
+        if rotation:
+            s.set_display_rotation(rotation)
+        for f in frames:
+            for p in s.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def _vae_range(u8: np.ndarray) -> torch.Tensor:
+    """Krea's conversion of uint8 frames [T, H, W, 3] -> [1, 3, T, H, W]."""
+    return ((torch.from_numpy(u8).float() / 255 - 0.5) / 0.5).permute(3, 0, 1, 2).unsqueeze(0)
+
+
+# ------------------------------------------------------------------------------------------------- the fit rule
+def test_crop_box_is_the_centred_region_of_the_runs_aspect():
+    assert crop_box((1080, 1920), (480, 832)) == (0, 24, 1080, 1872)  # wider than the run: sides cut, 24 px each
+    assert crop_box((480, 480), (480, 832)) == (102, 0, 276, 480)  # taller: top and bottom cut equally
+    assert crop_box((64, 96), (32, 48)) == (0, 0, 64, 96)  # same aspect: nothing cut
+    assert cropped_fraction((64, 96), (32, 48)) == 0.0
+
+
+def test_more_than_half_cropped_is_refused_half_is_not():
+    check_image_hw = pixels_in.check_aspect
+    check_image_hw((32, 96), RUN_HW, "x")  # twice as wide as the run: exactly half cropped, allowed
+    with pytest.raises(PixelInputError, match="crop away 51%"):
+        check_image_hw((32, 98), RUN_HW, "x")
+    with pytest.raises(PixelInputError, match=r"portrait\.png is 32x96.*run's 48x32"):
+        check_image_hw((96, 32), RUN_HW, "portrait.png")
+
+
+def test_fit_keeps_the_centre_and_resizes_to_the_run():
+    h, w = 64, 192  # twice the run's aspect: the outer quarters on each side are cut
+    img = np.zeros((h, w, 3), np.uint8)
+    img[:, :48, 0] = img[:, -48:, 0] = 255  # red margins that the crop must remove
+    img[:, 48:-48, 1] = 200  # green centre
+    out = fit_frames(torch.from_numpy(img)[None], RUN_HW)  # [1, 3, 32, 48] in [0, 1]
+    assert out.shape == (1, 3, *RUN_HW)
+    assert out[:, 0].max() < 1e-6 and torch.allclose(out[:, 1], torch.full_like(out[:, 1], 200 / 255), atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------------ images
+def test_png_of_the_runs_size_reads_exactly_as_krea_converts_it(tmp_path, fixtures_dir):
+    u8 = load_file(fixtures_dir / "pixels_tiny" / "tensors.safetensors")["start_image_u8"].numpy()  # [32, 48, 3]
+    Image.fromarray(u8).save(tmp_path / "start.png")
+    got = read_image(tmp_path / "start.png", RUN_HW)  # [1, 3, H, W]
+    assert torch.equal(got, _vae_range(u8[None])[:, :, 0])  # (u8/255 - 0.5) / 0.5, bit for bit
+    assert torch.equal(got, (torch.from_numpy(u8).permute(2, 0, 1)[None].float() / 255 - 0.5) * 2)  # Krea's start frame
+
+
+def test_jpeg_rgba_grayscale_and_exif_rotation(tmp_path):
+    rgb = _frames(1, 64, 96)[0]
+    Image.fromarray(rgb).save(tmp_path / "a.jpg", quality=95)
+    assert read_image(tmp_path / "a.jpg", RUN_HW).shape == (1, 3, *RUN_HW)
+    rgba = np.dstack([rgb, np.full(rgb.shape[:2], 7, np.uint8)])
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "a.png")
+    Image.fromarray(rgb).save(tmp_path / "b.png")
+    assert torch.equal(read_image(tmp_path / "a.png", RUN_HW), read_image(tmp_path / "b.png", RUN_HW))  # alpha dropped
+    Image.fromarray(rgb[:, :, 0]).save(tmp_path / "g.png")
+    assert read_image(tmp_path / "g.png", RUN_HW).shape == (1, 3, *RUN_HW)
+    # a portrait photo stored sideways with EXIF orientation 6 (rotate 90 degrees clockwise to view): read upright
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(rgb).save(tmp_path / "r.jpg", exif=exif, quality=95)
+    assert check_image(tmp_path / "r.jpg", (96, 64)) == (96, 64)
+    with pytest.raises(PixelInputError, match="crop away"):
+        check_image(tmp_path / "r.jpg", (32, 96))  # upright it is 96 tall x 64 wide: too narrow for a 3:1 run
+
+
+def test_bad_images_are_refused_with_one_message(tmp_path):
+    (tmp_path / "notes.png").write_text("not an image")
+    with pytest.raises(PixelInputError, match=r"notes\.png is not an image Pillow can read"):
+        check_image(tmp_path / "notes.png", RUN_HW)
+    Image.fromarray(_frames(1, 64, 96)[0]).save(tmp_path / "full.png")
+    data = (tmp_path / "full.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])  # truncated: the header reads, the pixels do not
+    with pytest.raises(PixelInputError, match="not an image Pillow can read"):
+        read_image(tmp_path / "cut.png", RUN_HW)
+    with pytest.raises(PixelInputError, match="not found"):
+        check_image(tmp_path / "missing.png", RUN_HW)
+    Image.fromarray(_frames(1, 96, 32)[0]).save(tmp_path / "portrait.png")
+    with pytest.raises(PixelInputError, match="crop away 77%"):
+        read_image(tmp_path / "portrait.png", RUN_HW)
+
+
+# ------------------------------------------------------------------------------------------------------ videos
+def test_video_streams_in_pieces_with_exact_pixels(tmp_path):
+    frames = _frames(10)
+    path = write_video(tmp_path / "in.mp4", frames)
+    info = check_video(path, RUN_HW)
+    assert (info.height, info.width, info.fps, info.frames) == (32, 48, 16.0, 10)
+    pieces = read_video(path, RUN_HW)
+    first = next(pieces)  # available before the rest of the file is decoded
+    rest = list(pieces)
+    assert [p.shape[2] for p in [first, *rest]] == [4, 4, 2]
+    assert torch.equal(torch.cat([first, *rest], dim=2), _vae_range(frames))  # lossless file: exact
+    assert sum(p.shape[2] for p in read_video(path, RUN_HW, max_frames=5, piece_frames=3)) == 5
+
+
+def test_video_of_another_size_is_fitted_and_a_lossy_file_reads(tmp_path):
+    path = write_video(tmp_path / "big.mp4", _frames(6, 64, 112), lossless=False)  # wider than 3:2 by 7/6
+    pieces = list(read_video(path, RUN_HW))
+    assert [tuple(p.shape) for p in pieces] == [(1, 3, 4, *RUN_HW), (1, 3, 2, *RUN_HW)]
+    assert all(p.min() >= -1 and p.max() <= 1 for p in pieces)
+
+
+def test_rotated_video_reads_upright(tmp_path):
+    frames = _frames(2)
+    frames[:, :4, :4] = 255  # a white top-left corner
+    path = write_video(tmp_path / "rot.mp4", frames, rotation=90)
+    info = probe_video(path)
+    assert (info.height, info.width) == (48, 32)  # shown upright: a portrait frame
+    upright = next(read_video(path, (48, 32)))[0, :, 0]  # [3, 48, 32]
+    # counter-clockwise 90 degrees (what ffmpeg's autorotate shows): the corner lands bottom-left
+    assert torch.all(upright[:, -4:, :4] == 1.0) and upright[:, :4, :4].max() < 1.0
+
+
+def test_resampling_to_16_fps_picks_the_nearest_frame_in_time(tmp_path):
+    frames = _frames(12)
+    path = write_video(tmp_path / "fast.mp4", frames, fps=32)
+    got = torch.cat(list(read_video(path, RUN_HW, fps=16)), dim=2)
+    assert torch.equal(got, _vae_range(frames[::2]))  # every other frame
+    times = [i * 1001 / 30000 for i in range(60)]  # two seconds at 29.97 fps (no exact ties) -> 16 fps
+    picked = list(resample_times([(t, i) for i, t in enumerate(times)], 16))
+    end = times[-1] + 1001 / 30000
+    nearest = [min(range(60), key=lambda i: abs(times[i] - n / 16)) for n in range(40) if n / 16 < end]
+    assert picked == nearest and len(picked) == 33  # 2.002 s of video: frames at 0, 1/16, ..., 2 s
+    slow = list(resample_times([(i / 8, i) for i in range(4)], 16))  # 8 fps -> each frame twice
+    assert slow == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_bad_videos_are_refused_with_one_message(tmp_path):
+    (tmp_path / "noise.mp4").write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    good = write_video(tmp_path / "good.mp4", _frames(8), lossless=False).read_bytes()
+    (tmp_path / "head.mp4").write_bytes(good[:64])  # the container header cut off
+    for name in ("noise.mp4", "empty.mp4", "head.mp4"):
+        with pytest.raises(PixelInputError, match=rf"input video .*{name} (cannot be opened|has no)"):
+            check_video(tmp_path / name, RUN_HW)
+    with pytest.raises(PixelInputError, match="not found"):
+        check_video(tmp_path / "missing.mp4", RUN_HW)
+    portrait = write_video(tmp_path / "portrait.mp4", _frames(2, 96, 32))
+    with pytest.raises(PixelInputError, match="crop away"):
+        check_video(portrait, RUN_HW)
+    with pytest.raises(PixelInputError, match="crop away"):
+        next(read_video(portrait, RUN_HW))
+
+
+def test_missing_pyav_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
+    with pytest.raises(PixelInputError, match="pip install av"):
+        check_video(tmp_path / "any.mp4", RUN_HW)
