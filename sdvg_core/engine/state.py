@@ -9,56 +9,14 @@ from __future__ import annotations
 import bisect
 import hashlib
 from dataclasses import dataclass, replace
-from typing import Iterator, Literal, Mapping, TypeVar
+from typing import Literal
 
 import torch
 
+from .tally import Account, Counts
+
 Producer = Literal["drafter", "target"]
 Decision = Literal["accepted", "rejected", "forced"]  # forced: rejected without drafting (block 0 / target-only)
-
-V = TypeVar("V", int, float)
-
-
-class Counts(Mapping[str, V]):
-    """An immutable name -> number mapping (work, cost, seconds of a block): a frozen record stays frozen.
-
-    Reads like a dict (`c["drafter_forwards"]`, `c.get(...)`, `dict(c)`), compares equal to any mapping with
-    the same items, hashes, pickles; it has no way to be changed after creation.
-    """
-
-    __slots__ = ("_items",)
-
-    def __init__(self, data: Mapping[str, V] | None = None):
-        object.__setattr__(self, "_items", tuple((str(k), v) for k, v in (data or {}).items()))
-
-    def __setattr__(self, name, value):
-        raise AttributeError("Counts is immutable")
-
-    def __getitem__(self, key: str) -> V:
-        for k, v in self._items:
-            if k == key:
-                return v
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return (k for k, _ in self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(frozenset(self._items))
-
-    def __reduce__(self):
-        return (Counts, (dict(self._items),))
-
-    def __repr__(self) -> str:
-        return f"Counts({dict(self._items)!r})"
-
-
-def _frozen(c: Mapping) -> Counts:
-    return c if isinstance(c, Counts) else Counts(c)
-
 
 LATENT_SPATIAL = 8  # Wan 2.1 VAE: 8x8 pixels per latent
 PATCH_SPATIAL = 2  # Wan 2.1 DiT patch (1, 2, 2)
@@ -164,8 +122,39 @@ class GenerationSpec:
         return f"{self.prompt.key}|{self.width}x{self.height}|{self.num_blocks}x{self.frames_per_block}|seed{self.seed}"
 
 
+class Accounted:
+    """The account's fields read directly off a record or pending block (`record.work["target_forwards"]`)."""
+
+    account: Account
+
+    @property
+    def work(self) -> Counts:
+        """Work computed by this call: drafter_forwards, target_forwards, vae_decode_frames, ..."""
+        return self.account.work
+
+    @property
+    def cost(self) -> Counts:
+        """Work the block takes in a fresh run (work + results reused from the memo)."""
+        return self.account.cost
+
+    @property
+    def seconds(self) -> Counts:
+        """Per phase: context, draft, decode, score, target."""
+        return self.account.seconds
+
+    @property
+    def reused(self) -> tuple[str, ...]:
+        """Derived results taken from the memo instead of recomputed."""
+        return self.account.reused
+
+    @property
+    def carried(self) -> tuple[str, ...]:
+        """The reused results an earlier execution computed (not a fresh run's time)."""
+        return self.account.carried
+
+
 @dataclass(frozen=True)
-class BlockRecord:
+class BlockRecord(Accounted):
     """One committed block: latents [1, F, C, h, w] (float32), who made it and the evidence for the decision."""
 
     index: int
@@ -174,39 +163,28 @@ class BlockRecord:
     decision: Decision
     score: float | None  # aggregated (min or mean) draft score, None when nothing was scored
     frame_scores: tuple[float, ...]
-    work: Counts  # work computed by this call: drafter_forwards, target_forwards, vae_decode_frames, ...
-    cost: Counts  # work the block takes in a fresh run (work + results reused from the memo)
-    seconds: Counts  # per phase: context, draft, decode, score, target
-    reused: tuple[str, ...]  # derived results taken from the memo instead of recomputed
+    account: Account  # work, cost, seconds, reused and carried of every operation on the block
     lineage: str  # lineage after committing this block
     run_id: str = ""  # the execution that computed this record (the host's run id, or one the engine made)
-    carried: tuple[str, ...] = ()  # the reused results an earlier execution computed (not a fresh run's time)
 
     def __post_init__(self):
-        for name in ("work", "cost", "seconds"):
-            object.__setattr__(self, name, _frozen(getattr(self, name)))
         object.__setattr__(self, "frame_scores", tuple(self.frame_scores))
-        object.__setattr__(self, "reused", tuple(self.reused))
-        object.__setattr__(self, "carried", tuple(self.carried))
 
 
 @dataclass(frozen=True)
-class PendingBlock:
-    """A draft in flight (between the draft, decode, score and route operations)."""
+class PendingBlock(Accounted):
+    """A draft in flight (between the draft, decode, score and route operations) and what they cost so far."""
 
     index: int
     latents: torch.Tensor | None = None  # drafter output [1, F, C, h, w]
     frames: torch.Tensor | None = None  # decoded draft frames [T, H, W, 3] in 0..1
     frame_scores: tuple[float, ...] | None = None
-    work: Counts = Counts()
-    cost: Counts = Counts()
-    seconds: Counts = Counts()
-    reused: tuple[str, ...] = ()
-    carried: tuple[str, ...] = ()
+    account: Account = Account()
 
-    def __post_init__(self):
-        for name in ("work", "cost", "seconds"):
-            object.__setattr__(self, name, _frozen(getattr(self, name)))
+    def then(self, account: Account, **done) -> "PendingBlock":
+        """This pending block after one more operation: its results (`latents`, `frames`, `frame_scores`) and
+        account added."""
+        return replace(self, account=self.account + account, **done)
 
 
 @dataclass(frozen=True)
