@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import _legacy
-
 __version__ = "0.1.0"
 
 # Public name -> the module (relative to this package) that defines it. One line per name keeps moves reviewable;
@@ -101,9 +99,6 @@ __all__ = [
     "tiny_models", "TinyModels",
     "__version__",
 ]
-
-
-_legacy.install()  # old flat-layout module paths (sdvg_core.wan, sdvg_core.policy, ...) as deprecated aliases
 
 
 def __getattr__(name: str) -> Any:
