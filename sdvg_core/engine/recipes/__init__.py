@@ -108,11 +108,11 @@ def recipe_arg(value: str) -> str:
 
 def check_prompt_switches(recipes: dict[str, Recipe], spec) -> None:
     """Refuse, before any work, a prompt schedule for a role whose recipe cannot switch prompts, naming those that can."""
-    if not spec.switches:
+    if not spec.schedule.switches:
         return
     for role, recipe in recipes.items():
         if not recipe.supports_prompt_switch:
             able = [n for n in RECIPE_NAMES if recipe_by_name(n).supports_prompt_switch]
             raise ValueError(f"the {role}'s context recipe {recipe.name!r} cannot change the prompt between blocks, "
-                             f"but the prompt schedule switches at block {spec.switches[0][0]}: use one prompt, or "
+                             f"but the prompt schedule switches at block {spec.schedule.switches[0].first_block}: use one prompt, or "
                              f"a recipe that can ({', '.join(able)})")
