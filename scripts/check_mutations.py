@@ -52,7 +52,8 @@ WORK, NOISE, PROMPTS = "sdvg_core/engine/work.py", "sdvg_core/engine/noise.py", 
 MEMO, TALLY, KV = "sdvg_core/engine/memo.py", "sdvg_core/engine/tally.py", "sdvg_core/models/kv_cache.py"
 APPEND, REGISTRY_FILE = "sdvg_core/engine/recipes/append_cache.py", "sdvg_core/engine/recipes/__init__.py"
 # what the accounting mutations are checked against: fresh-run costs, reuse and carry-over, re-queues
-ACCOUNT_TESTS = ("tests/test_engine.py", "tests/test_run_scope.py", "tests/test_memo_keys.py")
+ACCOUNT_TESTS = (
+    "tests/test_memo.py", "tests/test_engine.py", "tests/test_run_scope.py", "tests/test_memo_keys.py")
 
 MUTATIONS = [
     # the SDVG rule (policy.py)
@@ -182,9 +183,10 @@ MUTATIONS = [
              "Entry(value, {k: n for k, n in (cost or {}).items() if n})", "Entry(value, {})", tests=ACCOUNT_TESTS),
     Mutation("A8", MEMO, "links rebuilt before a lost view count as the block's cost",
              "(tally.add if k >= fresh_from else tally.rebuilt)(name, n)", "tally.add(name, n)",
-             tests=("tests/test_longlive.py",)),
+             tests=("tests/test_memo.py", "tests/test_longlive.py")),
     Mutation("A9", MEMO, "a lost view's cost is not credited to the block it served",
-             "if lost is not None and lost[0] == b and b > 0:", "if False:", tests=("tests/test_longlive.py",)),
+             "if lost is not None and lost[0] == b and b > 0:", "if False:",
+             tests=("tests/test_memo.py", "tests/test_longlive.py")),
     Mutation("A10", TALLY, "a memoised computation's work not added to the operation",
              "            self.work[k] = self.work.get(k, 0) + v\n        self.credit(part.cost)",
              "            pass\n        self.credit(part.cost)", tests=ACCOUNT_TESTS),

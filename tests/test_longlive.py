@@ -564,8 +564,16 @@ def test_bad_longlive_settings_are_refused_before_any_work(recipe, match):
 
 
 def test_recipe_names():
+    """Every name of the one registry builds its recipe (a dash may stand for an underscore, as the CLI took it)."""
+    from sdvg_core import RECIPE_NAMES, KreaRecipe
+
     assert recipe_by_name("longlive") == LongLiveRecipe()
     assert recipe_by_name("longlive_infinity") == LongLiveRecipe(variant="infinity")
+    assert recipe_by_name("longlive-infinity") == LongLiveRecipe(variant="infinity")
+    assert recipe_by_name("self-forcing") == recipe_by_name("self_forcing") == SelfForcingRecipe()
+    assert RECIPE_NAMES == ("krea", "self_forcing", "longlive", "longlive_infinity")
+    assert [type(recipe_by_name(n)) for n in RECIPE_NAMES] == [KreaRecipe, SelfForcingRecipe, LongLiveRecipe,
+                                                               LongLiveRecipe]
     assert (LongLiveRecipe().window, LongLiveRecipe().sink, LongLiveRecipe().global_sink) == (12, 3, True)
 
 
