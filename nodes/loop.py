@@ -36,7 +36,7 @@ class SDVGLoopStart(io.ComfyNode):
         spec = state.state.spec
         b = state.state.next_block
         text = f"block {b} of {spec.num_blocks}"
-        if spec.switches and b < spec.num_blocks:  # the schedule's prompt for this block (part of the state's spec)
+        if spec.schedule.switches and b < spec.num_blocks:  # the schedule's prompt for this block (part of the state's spec)
             text += f", prompt {spec.segment_of(b)}: {spec.prompt_at(b).text[:60]!r}"
         return io.NodeOutput(f"sdvg-loop:{b}", state, ui=ui.PreviewText(text))
 

@@ -20,7 +20,7 @@ import torch
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.io.checkpoint import CheckpointError
-from ..sdvg_core.io.prompt_schedule import ScheduleError, parse_schedule, schedule_embeddings
+from ..sdvg_core.io.prompt_schedule import ScheduleError, encode_schedule, parse_schedule
 from ..sdvg_core.io.text import load_embeddings
 from .conditioning import conditioning_embeddings
 from .errors import SDVGError, sentence
@@ -120,13 +120,13 @@ class SDVGPromptSchedule(io.ComfyNode):
         except SDVGError as e:
             return str(e)
         has_clip = bool(input_types) and "clip" in input_types
-        for e in entries:
-            if e.embeddings is not None:
-                found = check_file(PROMPTS_FOLDER, str(e.embeddings), what, SOURCES["prompts"])
+        for block, src in entries:
+            if src.embeddings is not None:
+                found = check_file(PROMPTS_FOLDER, str(src.embeddings), what, SOURCES["prompts"])
                 if found is not True:
                     return found
             elif not has_clip:
-                return (f"{what}: the prompt at block {e.block} ({e.prompt[:60]!r}) needs the text encoder: connect "
+                return (f"{what}: the prompt at block {block} ({src.text[:60]!r}) needs the text encoder: connect "
                         f"Load CLIP (umt5_xxl, type wan) to 'clip', or name an embeddings file for every entry")
         return True
 
@@ -148,8 +148,8 @@ class SDVGPromptSchedule(io.ComfyNode):
             except CheckpointError as e:
                 raise SDVGError(f"{what}: {e}") from e
 
-        items = tuple(ScheduleItem(b, text, emb.float().cpu())
-                      for b, text, emb in schedule_embeddings(entries, encode, load))
+        items = tuple(ScheduleItem(b, p.text, p.embeddings.float().cpu())
+                      for b, p in encode_schedule(entries, encode, load))
         out = PromptSchedule(items)
         text = f"{len(items)} prompt(s): {out.describe()}"
         LOG.info("SDVG %s: %s", what, text)

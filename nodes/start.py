@@ -5,6 +5,7 @@ from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.engine import EngineConfig
 from ..sdvg_core.engine.recipes import RECIPE_NAMES, recipe_by_name
+from ..sdvg_core.engine.prompts import PromptSchedule as CoreSchedule  # the node value below is nodes' own
 from ..sdvg_core.engine.state import GenerationSpec, PromptConditioning
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
@@ -123,7 +124,7 @@ def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: i
                               drafter_recipe=recipe_by_name(names["drafter"]),
                               target_recipe=recipe_by_name(names["target"]))
         session = Session(target, drafter, host_vae(vae), image_reward, config)
-        spec = GenerationSpec.from_schedule(entries, width, height, num_blocks, seed)
+        spec = GenerationSpec(CoreSchedule.of(entries), width, height, num_blocks, seed)
         session.reserve(spec)  # size ComfyUI's reservation for this window; refuse sizes that cannot fit
         state = session.engine().start(spec)
     except ValueError as e:
@@ -157,7 +158,7 @@ def describe_start(run: Run) -> str:
     text = (f"{spec.num_blocks} blocks x {spec.frames_per_block} latent frames -> {frames} frames at "
             f"{spec.width}x{spec.height}, seed {spec.seed}, recipes: drafter {config.recipe_for('drafter').name}, "
             f"target {config.recipe_for('target').name}")
-    if spec.switches:
+    if spec.schedule.switches:
         text += "\nprompts: " + "; ".join(f"block {b}: {p.text[:50]!r}" for b, p in spec.schedule)
     return text
 

@@ -143,7 +143,7 @@ class SDVGRoute(io.ComfyNode):
         score = "-" if rec.score is None else f"{rec.score:+.3f}"
         text = f"block {b}: {rec.decision} -> {rec.producer} (min score {score}, tau {tau:+.2f})"
         spec = new.spec
-        if spec.switches:  # a schedule: which prompt the block was generated and scored under
+        if spec.schedule.switches:  # a schedule: which prompt the block was generated and scored under
             text += f", prompt {spec.segment_of(b)}: {spec.prompt_at(b).text[:60]!r}"
         show_text(text)
         return io.NodeOutput(state.with_state(new, tau=float(tau), policy=policy.describe()), text,

@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import _legacy
-
 __version__ = "0.1.0"
 
 # Public name -> the module (relative to this package) that defines it. One line per name keeps moves reviewable;
@@ -42,7 +40,8 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_TAU": ".engine.policy",
     # what to generate and what was generated
     "GenerationSpec": ".engine.state",
-    "PromptConditioning": ".engine.state",
+    "PromptConditioning": ".engine.prompts",
+    "PromptSchedule": ".engine.prompts",
     "GenerationState": ".engine.state",
     "BlockRecord": ".engine.state",
     "PendingBlock": ".engine.state",
@@ -91,7 +90,7 @@ __all__ = [
     "Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DEFAULT_MEMO_BYTES", "to_image",
     "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "Recipe", "recipe_by_name", "RECIPE_NAMES",
     "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "aggregate", "DEFAULT_TAU",
-    "GenerationSpec", "PromptConditioning", "GenerationState", "BlockRecord", "PendingBlock",
+    "GenerationSpec", "PromptConditioning", "PromptSchedule", "GenerationState", "BlockRecord", "PendingBlock",
     "Memo", "TieredMemo", "BlockNoise", "block_noise",
     "RunReport", "BlockReport", "build_report", "render_report_plot", "estimate_for_spec", "MemoryRefused",
     "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "ImageRewardScorer", "ImageRewardConfig",
@@ -101,9 +100,6 @@ __all__ = [
     "tiny_models", "TinyModels",
     "__version__",
 ]
-
-
-_legacy.install()  # old flat-layout module paths (sdvg_core.wan, sdvg_core.policy, ...) as deprecated aliases
 
 
 def __getattr__(name: str) -> Any:
@@ -131,7 +127,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
                                 aggregate)
     from .engine.recipes import RECIPE_NAMES, KreaRecipe, LongLiveRecipe, Recipe, SelfForcingRecipe, recipe_by_name
     from .engine.report import BlockReport, RunReport, build_report
-    from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, PromptConditioning
+    from .engine.prompts import PromptConditioning, PromptSchedule
+    from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock
     from .io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
     from .io.model_files import ModelSet, load_model_files
     from .io.reward_files import load_scorer

@@ -33,9 +33,9 @@ from sdvg_core.demo.cli import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, 
                                 add_recipe_args, recipe_problems)
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
 from sdvg_core.engine.recipes import RECIPE_NAMES
-from sdvg_core.engine.state import SIZE_MULTIPLE
+from sdvg_core.engine.state import SIZE_MULTIPLE, PromptSchedule
 from sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
-from sdvg_core.io.prompt_schedule import ScheduleError, read_schedule
+from sdvg_core.io.prompt_schedule import PromptSource, ScheduleError, read_schedule
 from sdvg_core.io.text import load_embeddings
 from sdvg_core.models.state_dict import CheckpointError
 from sdvg_core.models.wan_config import PRESETS
@@ -187,18 +187,18 @@ def _prompt_problems(a: argparse.Namespace) -> list[str]:
     except ScheduleError as e:
         return problems + [f"--prompt-schedule: {e}"]
     blocks = a.blocks or (TINY_BLOCKS if a.tiny else REAL_BLOCKS)
-    late = [e.block for e in entries if e.block >= blocks]
+    late = [b for b, _ in entries if b >= blocks]
     if late:
         problems.append(f"--prompt-schedule: entries start at block {late} but the videos have {blocks} blocks "
                         f"(0..{blocks - 1}; --blocks sets it)")
     widths = {}
-    for e in entries:
-        if e.embeddings is None:
+    for b, src in entries:
+        if src.embeddings is None:
             continue
         try:
-            widths[e.block] = load_embeddings(e.embeddings)[1].shape[-1]  # a few MB: known before the models load
+            widths[b] = load_embeddings(src.embeddings)[1].shape[-1]  # a few MB: known before the models load
         except (CheckpointError, OSError) as err:
-            problems.append(f"--prompt-schedule (block {e.block}): {err}")
+            problems.append(f"--prompt-schedule (block {b}): {err}")
     text_dim = PRESETS["tiny-target"].text_dim if a.tiny else None  # real: the loaded target's, checked by the engine
     if text_dim is not None and any(w != text_dim for w in widths.values()):
         problems.append(f"--prompt-schedule: embeddings of width {sorted(set(widths.values()))} but the tiny models "
@@ -213,7 +213,7 @@ def _all_entries_have_embeddings(a: argparse.Namespace) -> bool:
     if not a.prompt_schedule:
         return False
     try:
-        return all(e.embeddings is not None for e in read_schedule(a.prompt_schedule))
+        return all(src.embeddings is not None for _, src in read_schedule(a.prompt_schedule))
     except ScheduleError:
         return True  # reported by _prompt_problems
 
@@ -250,13 +250,14 @@ def sweep_units(a: argparse.Namespace, encoder: Encoder, cache_dir: Path) -> tup
     if not a.prompt_schedule:
         prompts = read_prompts(a.prompts, a.limit)
         files, encoded = cached_embeddings(cache_dir, encoder, prompts)
-        return [Unit(p.id, p.text, s, str(files[p.id])) for p in prompts for s in a.seeds], encoded
+        return [Unit(p.id, s, PromptSchedule.one(PromptSource(p.text, files[p.id]))) for p in prompts
+                for s in a.seeds], encoded
     entries = read_schedule(a.prompt_schedule)
-    to_encode = [Prompt(i, e.prompt) for i, e in enumerate(entries) if e.embeddings is None]
+    to_encode = [Prompt(i, src.text) for i, (_, src) in enumerate(entries) if src.embeddings is None]
     files, encoded = cached_embeddings(cache_dir, encoder, to_encode)
-    rows = [(e.block, e.prompt, str(e.embeddings if e.embeddings is not None else files[i]))
-            for i, e in enumerate(entries)]
-    return [Unit(0, rows[0][1], s, rows[0][2], tuple(rows[1:])) for s in a.seeds], encoded
+    schedule = PromptSchedule.of((b, src if src.embeddings is not None else PromptSource(src.text, files[i]))
+                                 for i, (b, src) in enumerate(entries))
+    return [Unit(0, s, schedule) for s in a.seeds], encoded
 
 
 def schedule_identity(path: str) -> dict:
@@ -265,10 +266,10 @@ def schedule_identity(path: str) -> dict:
     from sdvg_core.io.checkpoint import file_identity
 
     entries = read_schedule(path)
-    ident: dict = {"schedule": " | ".join(f"{e.block}: {e.prompt}" for e in entries)}
-    if any(e.embeddings is not None for e in entries):
-        ident["schedule_embeddings"] = [f"{e.block}: {file_identity(e.embeddings)}" for e in entries
-                                        if e.embeddings is not None]
+    ident: dict = {"schedule": " | ".join(f"{b}: {src.text}" for b, src in entries)}
+    if any(src.embeddings is not None for _, src in entries):
+        ident["schedule_embeddings"] = [f"{b}: {file_identity(src.embeddings)}" for b, src in entries
+                                        if src.embeddings is not None]
     return ident
 
 

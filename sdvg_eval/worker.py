@@ -17,7 +17,8 @@ from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine, EngineConfig
 from sdvg_core.engine.memo import TieredMemo
 from sdvg_core.engine.recipes import recipe_by_name
 from sdvg_core.engine.report import build_report, recipe_label
-from sdvg_core.engine.state import GenerationSpec, PromptConditioning
+from sdvg_core.engine.state import GenerationSpec, PromptConditioning, PromptSchedule
+from sdvg_core.io.prompt_schedule import PromptSource
 from sdvg_core.io.model_files import DTYPES  # also the --dtype choices of eval.py
 
 from .config import parse_config
@@ -90,21 +91,19 @@ class ModelSetup:
 class Unit:
     """A (prompt, seed) task: every config of the sweep runs on it over one shared memo.
 
-    `text` / `embeddings_file` are block 0's prompt; `switches` the later entries of a prompt schedule, each
-    (first block, text, embeddings file) (empty: one prompt for the whole video)."""
+    `schedule`: the prompts by first block, each with its embeddings file (one entry: one prompt for the whole
+    video)."""
 
     prompt_id: int
-    text: str
     seed: int
-    embeddings_file: str
-    switches: tuple[tuple[int, str, str], ...] = ()
+    schedule: PromptSchedule[PromptSource]
 
     @property
     def label(self) -> str:
         """The prompt as rows show it: its text, or a schedule in its file's `block: prompt` form, ' | ' between."""
-        if not self.switches:
-            return self.text
-        return " | ".join(f"{b}: {t}" for b, t in ((0, self.text), *((b, t) for b, t, _ in self.switches)))
+        if len(self.schedule) == 1:
+            return self.schedule.first.text
+        return " | ".join(f"{b}: {src.text}" for b, src in self.schedule)
 
 
 def load_models(s: ModelSetup):
@@ -228,12 +227,8 @@ class UnitRunner:
 
         cfg = parse_config(config_name)
         s = self.setup
-        prompt = PromptConditioning.make(unit.text, load_cached(unit.embeddings_file))
-        if unit.switches:
-            schedule = [(0, prompt)] + [(b, PromptConditioning.make(t, load_cached(f))) for b, t, f in unit.switches]
-            spec = GenerationSpec.from_schedule(schedule, s.width, s.height, s.blocks, unit.seed)
-        else:
-            spec = GenerationSpec(prompt, s.width, s.height, s.blocks, unit.seed)
+        schedule = unit.schedule.map(lambda src: PromptConditioning.make(src.text, load_cached(src.embeddings)))
+        spec = GenerationSpec(schedule, s.width, s.height, s.blocks, unit.seed)
         policy = cfg.policy(unit.prompt_id, unit.seed)
         engine = Engine(self.target, self.vae, self.drafter if cfg.needs_drafter else None,
                         self.scorer if cfg.needs_scorer else None, self.engine_config, memo=self._memo_for(unit))
@@ -242,7 +237,7 @@ class UnitRunner:
         run_id = engine.callbacks.run_id = f"{self.worker_name}:{cfg.name}:{unit.prompt_id}:{unit.seed}:{uuid.uuid4().hex}"
         t0 = time.perf_counter()
         state = engine.generate(spec, policy)
-        if unit.switches:  # engine.frames, keeping where each block's frames start (segments are scored apart)
+        if schedule.switches:  # engine.frames, keeping where each block's frames start (segments are scored apart)
             parts = [engine.block_frames(state, b) for b in range(len(state.blocks))]
             frames = torch.cat(parts)
         else:
@@ -252,8 +247,8 @@ class UnitRunner:
                            run_id=run_id, drafter_recipe=engine.recipes["drafter"])
         # the paper's record: config, prompt (the prompt's index in the prompt file), vr, time_s, s1..s8, b1..b8
         row: dict = {"config": cfg.name, "prompt": unit.prompt_id, "seed": unit.seed}
-        segments = (prompt_segments(spec, [f.shape[0] for f in parts]) if unit.switches
-                    else [(0, frames.shape[0], unit.text)])
+        segments = (prompt_segments(spec, [f.shape[0] for f in parts]) if schedule.switches
+                    else [(0, frames.shape[0], schedule.first.text)])
         for spec_str, metric in self.metrics:
             row[metric_name(spec_str)] = score_segments(metric, frames, segments)
         computed_cost = rep.recomputed_drafter_forwards + rep.cost_ratio * rep.recomputed_target_forwards

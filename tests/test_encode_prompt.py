@@ -149,7 +149,7 @@ def test_demo_prompt_schedule_encodes_each_prompt_with_umt5(umt5, tmp_path, monk
                     "--width", "48", "--height", "32", "--blocks", "6", "--out", str(out), "--quiet"])
     assert rc == 0
     spec = seen["spec"]
-    got = [(0, spec.prompt)] + list(spec.switches)
+    got = [(b, p) for b, p in spec.schedule]
     assert [(b, c.text) for b, c in got] == list(texts.items())
     for (_, c), text in zip(got, texts.values()):
         assert torch.equal(c.embeddings, encode_umt5(umt5, text).to(c.embeddings.dtype))

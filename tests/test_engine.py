@@ -10,8 +10,9 @@ import torch
 from safetensors.torch import load_file
 
 from sdvg_core import (BlockNoise, build_report, CausalWan, DraftOnly, Engine, EngineConfig, FixedPattern,
-                       GenerationSpec, KreaRecipe, LongLiveRecipe, ProgressEvent, PromptConditioning, RandomPolicy,
-                       SelfForcingRecipe, TargetOnly, ThresholdPolicy, tiny_models, WanDiTConfig, WanVAE, WanVAEConfig)
+                       GenerationSpec, KreaRecipe, LongLiveRecipe, ProgressEvent, PromptConditioning, PromptSchedule,
+                       RandomPolicy, SelfForcingRecipe, TargetOnly, ThresholdPolicy, tiny_models, WanDiTConfig, WanVAE,
+                       WanVAEConfig)
 from sdvg_core.models.wan_config import PRESETS
 from sdvg_core.engine.report import reference_forwards
 from sdvg_core.io.text import demo_embeddings
@@ -496,7 +497,7 @@ def test_a_new_recipe_is_one_class(models):
     assert not torch.equal(s.blocks[1].latents, s.blocks[0].latents)  # different noise per block
     # a recipe that cannot switch prompts is refused a schedule before any work, naming the recipes that can
     p0, p1 = (PromptConditioning.make(t, demo_embeddings(t, 32)) for t in ("a fox", "a forest"))
-    switching = GenerationSpec.from_schedule([(0, p0), (2, p1)], W, H, BLOCKS, 42)
+    switching = GenerationSpec(PromptSchedule.of([(0, p0), (2, p1)]), W, H, BLOCKS, 42)
     e = _engine(models, NoContext())
     with pytest.raises(ValueError, match=r"'no_context' cannot change the prompt.*block 2.*krea, self_forcing, "
                                          r"longlive, longlive_infinity"):

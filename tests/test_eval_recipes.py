@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import sdvg_eval.eval as ev
-from sdvg_core import Engine, EngineConfig, GenerationSpec, PromptConditioning, recipe_by_name, save_embeddings
+from sdvg_core import (Engine, EngineConfig, GenerationSpec, PromptConditioning, PromptSchedule, recipe_by_name,
+                       save_embeddings)
 from sdvg_core.io.text import demo_embeddings
 from sdvg_eval.config import parse_config
 from sdvg_eval.prompts import demo_encoder
@@ -226,7 +227,7 @@ def test_schedule_sweep_runs_the_schedule_and_scores_each_segment(inputs, tmp_pa
     assert json.loads((out / "run.json").read_text())["identity"]["schedule"] == label
     assert f"schedule {label}" in (out / "summary.md").read_text()
     m = tiny_models(seed=0)
-    spec = GenerationSpec.from_schedule(_story_schedule(m), 48, 32, 4, SEED)
+    spec = GenerationSpec(PromptSchedule.of(_story_schedule(m)), 48, 32, 4, SEED)
     for r in rows:
         state, frames = _direct(m, spec, r["config"])
         assert r["frames_digest"] == frames_digest(frames), r["config"]
@@ -277,8 +278,8 @@ def test_schedule_prompts_encoded_once_and_encoder_released(inputs, tmp_path, mo
     units = [j.unit for j in held["jobs"]]
     assert [(u.prompt_id, u.seed) for u in units] == [(0, 1), (0, 2)]
     u = units[0]
-    assert u.text == "a fox" and [(b, t) for b, t, _ in u.switches] == [(1, "a bird"), (3, "a fox")]
-    assert u.switches[1][2] == u.embeddings_file  # the repeated prompt's one file
+    assert [(b, src.text) for b, src in u.schedule] == [(0, "a fox"), (1, "a bird"), (3, "a fox")]
+    assert u.schedule[2].prompt.embeddings == u.schedule[0].prompt.embeddings  # the repeated prompt's one file
     assert ev.main(argv) == 0 and len(calls) == 2  # cached: nothing encoded again
 
 
@@ -297,7 +298,8 @@ def test_schedule_entry_embeddings_files_are_used(tmp_path, monkeypatch):
     assert ev.main(["--tiny", "--prompt-schedule", str(story), "--blocks", "3", "--workers", "0", "--no-report",
                     "--out", str(tmp_path / "o")]) == 0
     (job,) = seen["jobs"]
-    assert job.unit.switches == ((2, "night", str(emb)),) and calls == ["day"]
+    assert [(b, src.text, src.embeddings) for b, src in job.unit.schedule.switches] == [(2, "night", emb)]
+    assert calls == ["day"]
     ident = json.loads((tmp_path / "o" / "run.json").read_text())["identity"]
     assert ident["schedule_embeddings"] == [f"2: {emb.resolve()}:{emb.stat().st_mtime_ns}:{emb.stat().st_size}"]
 

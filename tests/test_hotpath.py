@@ -6,8 +6,9 @@ import torch
 from safetensors.torch import load_file
 
 from sdvg_core import CausalWan
-from sdvg_core.models.wan import KVCache, RopeCosSin, WanDiT, apply_rope, apply_rope_real, attention, build_random
+from sdvg_core.models.wan import KVCache, RopeCosSin, WanDiT, apply_rope_real, attention, build_random
 from sdvg_core.models.wan_config import PRESETS, detect_preset
+from wan_reference import apply_rope, block_causal_forward, exact_rope, rope_freqs
 
 TOL = 1e-4  # fixtures README §5: the parity bound of every fp32 path
 
@@ -26,11 +27,11 @@ def _kv(cfg, frames: int = 9) -> KVCache:
 
 
 def test_real_rope_matches_complex128_rope():
-    """The fp32 cos/sin rotation equals the complex128 one to fp32 rounding, at positions far from 0."""
+    """The fp32 cos/sin rotation equals the complex128 one (Wan's) to fp32 rounding, at positions far from 0."""
     cfg, net, _, _ = _setup()
     run = CausalWan(net, cfg)
-    freqs = run._rope_freqs(3, 2, 3, frame_offset=500)  # [18, D/2] complex128
-    rope = run._rope_cos_sin(3, 2, 3, frame_offset=500)
+    freqs = rope_freqs(cfg, (500, 501, 502), 2, 3)  # [18, D/2] complex128
+    rope = run.rope.at((500, 501, 502), 2, 3)
     assert isinstance(rope, RopeCosSin) and rope.cos.dtype == torch.float32
     x = torch.randn(2, 18, cfg.num_heads, cfg.head_dim)  # [B, S, N, D]
     exact, fast = apply_rope(x, freqs), apply_rope_real(x, rope)
@@ -52,7 +53,7 @@ def test_fast_rope_matches_fixture_as_exact_rope():
     t = timestep_tensor(self_forcing_plan().timesteps[0], 1, 3)
     flows = {}
     for exact in (True, False):
-        run = CausalWan(net, cfg, exact_rope=exact)
+        run = exact_rope(CausalWan(net, cfg)) if exact else CausalWan(net, cfg)
         out = run.forward(T["call00/model_input"], t, run.encode_text(T["text_context"]), kv=_kv(cfg, 21))
         flows[exact] = out.flow
         assert (out.flow - T["call00/flow_pred"].reshape(out.flow.shape)).abs().max().item() < TOL
@@ -134,14 +135,14 @@ def test_regional_compile_compiles_each_region_once_for_all_layers():
 def test_block_mask_path_still_masks(exact):
     """The training-time full-sequence path (the only masked one) keeps block 0 blind to block 1."""
     cfg, net, ctx, _ = _setup()
-    run = CausalWan(net, cfg, exact_rope=exact)
+    run = exact_rope(CausalWan(net, cfg)) if exact else CausalWan(net, cfg)
     text = run.encode_text(ctx)
     x = torch.randn(1, 6, cfg.in_dim, 4, 6)
     t = torch.full((1, 6), 700.0)
-    a = run.forward(x, t, text, block_mask_frames=3).flow
+    a = block_causal_forward(run, x, t, text, 3)
     y = x.clone()
     y[:, 3:] += 1.0
-    b = run.forward(y, t, text, block_mask_frames=3).flow
+    b = block_causal_forward(run, y, t, text, 3)
     assert torch.equal(a[:, :3], b[:, :3]) and not torch.equal(a[:, 3:], b[:, 3:])
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sdvg_core.models.kv_cache import KV_COPIES, KVCache, KVWrite, StaleKVError
+from sdvg_core.models.kv_cache import KVCache, KVCopyStats, KVWrite, StaleKVError
 from sdvg_core import WanDiTConfig
 
 CFG = WanDiTConfig(name="kv-test", dim=8, ffn_dim=8, num_heads=2, num_layers=2, text_dim=4)  # head_dim 4
 TPF = 2  # tokens per latent frame
 
 
-def _empty(window: int, sink: int = 0, rope: str = "baked") -> KVCache:
+def _empty(window: int, sink: int = 0, rope: str = "baked", copies: KVCopyStats | None = None) -> KVCache:
     return KVCache.empty(CFG, batch=1, window_frames=window, tokens_per_frame=TPF, device="cpu", dtype=torch.float32,
-                         sink_frames=sink, rope=rope)
+                         sink_frames=sink, rope=rope, copies=copies)
 
 
 def _kv_of(frames: list[int], layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -141,28 +141,29 @@ def test_a_view_whose_slots_were_overwritten_is_stale_and_never_read():
 
 
 def test_branch_switch_forks_once_and_keeps_the_other_branch():
-    kv = _empty(window=8)
+    copies = KVCopyStats()
+    kv = _empty(window=8, copies=copies)
     parent, _, _ = _call(kv, [0, 1])
     child_a, _, _ = _call(parent, [2, 3])
-    KV_COPIES.reset()
+    assert copies.forks == 0
     _call(parent, [20, 21], commit=False)  # another branch drafts from the parent: fork (copies frames 0-1)
     _call(parent, [20, 21], commit=False)  # its next step reuses the fork
     child_b, _, _ = _call(parent, [20, 21])  # and commits in it
-    assert KV_COPIES.forks == 1
-    assert KV_COPIES.fork_bytes == 2 * TPF * CFG.num_layers * 2 * CFG.num_heads * CFG.head_dim * 4
+    assert copies.forks == 1
+    assert copies.fork_bytes == 2 * TPF * CFG.num_layers * 2 * CFG.num_heads * CFG.head_dim * 4
     assert child_b.buffer is not child_a.buffer
     assert _logical(child_a) == [0, 1, 2, 3] and _logical(child_b) == [0, 1, 20, 21] and parent.valid
 
 
 def test_a_linear_run_never_copies_and_attends_in_place():
-    kv = _empty(window=6, sink=2)
-    KV_COPIES.reset()
+    copies = KVCopyStats()
+    kv = _empty(window=6, sink=2, copies=copies)
     for b in range(50):
         for _ in range(3):
             _, _, w = _call(kv, [2 * b, 2 * b + 1], commit=False)
             assert w.keys(0).data_ptr() == kv.buffer.k[0].data_ptr()
         kv, _, _ = _call(kv, [2 * b, 2 * b + 1])
-    assert KV_COPIES.forks == 0 and kv.frame_ids == (0, 1, 96, 97, 98, 99)
+    assert copies.forks == 0 and kv.frame_ids == (0, 1, 96, 97, 98, 99)
 
 
 def test_an_interrupted_write_commits_nothing_and_invalidates_what_it_touched():

@@ -1,5 +1,6 @@
 """Layering of sdvg_core: models/ is the bottom layer. It never imports io/, engine/ or demo/ (io/ reads files
-into models, so an import the other way is a cycle). Checked on the source with ast, imports inside functions too."""
+into models, so an import the other way is a cycle); and no two modules of sdvg_core import each other, directly or
+around a circle. Checked on the source with ast, imports inside functions and under TYPE_CHECKING too."""
 from __future__ import annotations
 
 import ast
@@ -58,3 +59,48 @@ def test_the_check_sees_every_import_form():
     for fine in ("from .state_dict import KeyLayout", "import torch", "from . import vae_layers",
                  "from sdvg_core.models.wan import WanDiT"):
         assert not layer_violations(fine, mod), fine
+
+
+def import_graph() -> dict[str, set[str]]:
+    """sdvg_core module -> the sdvg_core modules it imports (a `from package import name` counts as the package)."""
+    files = {_module_name(f): f for f in sorted(ROOT.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, f in files.items():
+        deps = set()
+        for _, imported in imported_modules(f.read_text(), name, f.name == "__init__.py"):
+            while imported and imported not in files:  # `from .recipes import KreaRecipe` -> the package
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                deps.add(imported)
+        graph[name] = deps
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a graph: each a path a -> ... -> a found by depth-first search."""
+    found, state = [], {}  # state: 1 on the current path, 2 done
+
+    def visit(v: str, path: list[str]) -> None:
+        state[v] = 1
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                found.append(path[path.index(w):] + [w])
+            elif w not in state:
+                visit(w, path + [w])
+        state[v] = 2
+
+    for v in sorted(graph):
+        if v not in state:
+            visit(v, [v])
+    return found
+
+
+def test_no_import_circles_in_sdvg_core():
+    graph = import_graph()
+    assert len(graph) >= 40 and "sdvg_core.io.lora" in graph["sdvg_core.io.checkpoint"]
+    assert circles(graph) == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles(graph))
+
+
+def test_the_circle_check_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []

@@ -14,11 +14,11 @@ from safetensors.torch import load_file
 
 from sdvg_core.demo.tiny import random_vae
 from sdvg_core import (BlockNoise, CausalWan, Engine, EngineConfig, GenerationSpec, LongLiveRecipe,
-                       PromptConditioning, recipe_by_name, SelfForcingRecipe, TargetOnly, WanDiTConfig, WanVAE,
-                       WanVAEConfig)
+                       PromptConditioning, PromptSchedule, recipe_by_name, SelfForcingRecipe, TargetOnly, WanDiTConfig,
+                       WanVAE, WanVAEConfig)
 from sdvg_core.engine.schedule import FlowMatchSchedule, add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
 from sdvg_core.engine.tally import Tally
-from sdvg_core.models.kv_cache import KV_COPIES, KVWrite
+from sdvg_core.models.kv_cache import KVCopyStats, KVWrite
 from sdvg_core.models.wan import KVCache, WanDiT, build_random
 from sdvg_core.models.wan_config import PRESETS
 
@@ -138,6 +138,7 @@ def _fixture_recipe(ll: LongLiveFixture, run: str) -> LongLiveRecipe:
 
 
 def _fixture_engine(ll: LongLiveFixture, recipe, tracer=None) -> Engine:
+    """The fixture's models and noise; the engine counts its KV copies (`engine.services.kv_copies`)."""
     F, noise_in = ll.frames_per_block, ll.inputs
 
     def noise(spec, b):  # the fixture's pre-drawn noise, re-noising draws as [steps-1, B, F, C, h, w]
@@ -146,7 +147,7 @@ def _fixture_engine(ll: LongLiveFixture, recipe, tracer=None) -> Engine:
     vae = WanVAE.from_state_dict(ll.vae_weights, config=ll.vae_cfg)
     vae.key = "fixture-vae"
     runner = RecordingWan(ll.net, ll.cfg, key="longlive-tiny-dit")
-    return Engine(runner, vae, config=EngineConfig(recipe=recipe), noise_fn=noise, tracer=tracer)
+    return Engine(runner, vae, config=EngineConfig(recipe=recipe), noise_fn=noise, tracer=tracer, kv_copies=KVCopyStats())
 
 
 def _fixture_spec(ll: LongLiveFixture, run: str) -> GenerationSpec:
@@ -159,7 +160,8 @@ def _fixture_spec(ll: LongLiveFixture, run: str) -> GenerationSpec:
     if run.startswith("switch"):
         first = -(-ll.meta["geometry"]["switch_frame"] // F)
         switches = ((first, PromptConditioning.make("prompt B", ll.inputs["text_B"])),)
-    return GenerationSpec(a, w * scale, h * scale, frames // F, seed=0, frames_per_block=F, switches=switches)
+    return GenerationSpec(PromptSchedule.of(((0, a),) + switches), w * scale, h * scale, frames // F, seed=0,
+                          frames_per_block=F)
 
 
 def _run_fixture(ll: LongLiveFixture, run: str):
@@ -168,7 +170,6 @@ def _run_fixture(ll: LongLiveFixture, run: str):
     traced: dict[str, torch.Tensor] = {}
     engine = _fixture_engine(ll, recipe, tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
     spec = _fixture_spec(ll, run)
-    KV_COPIES.reset()
     state = engine.generate(spec, TargetOnly())
     recipe.context(engine.services, "target", engine.target, state, spec.num_blocks, Tally())
     return engine, state, traced
@@ -239,7 +240,7 @@ def test_longlive_matches_reference(ll, run):
                 assert not ref[:, n:].any(), f"{snap}: the reference wrote past the occupied slots"
     check("output_latents", "output_latents", state.committed_latents(), R["output_latents"])
     assert used == set(R), sorted(set(R) - used)  # every tensor of the run was compared
-    assert KV_COPIES.forks == 0  # a linear run never copies cached keys/values
+    assert engine.services.kv_copies.forks == 0  # a linear run never copies cached keys/values
     print(f"\n[parity longlive_tiny {run}] {len(R)} tensors, {len(log)} calls; "
           + ", ".join(f"{k} {v:.2e}" for k, v in sorted(worst.items())))
     assert max(worst.values()) <= TOL, worst
@@ -353,26 +354,26 @@ def test_append_cache_recipes_match_slow_reference(case):
     gen = torch.Generator().manual_seed(11)
     prompts = [PromptConditioning.make(f"prompt {i}", torch.randn(1, 7, cfg.text_dim, generator=gen))
                for i in range(len(switch_at) + 1)]
-    spec = GenerationSpec(prompts[0], w * 8, h * 8, blocks, seed=5, frames_per_block=F,
-                          switches=tuple(zip(switch_at, prompts[1:])))
+    spec = GenerationSpec(PromptSchedule.of(zip((0, *switch_at), prompts)), w * 8, h * 8, blocks, seed=5,
+                          frames_per_block=F)
     shape = (1, F, cfg.in_dim, h, w)
     noises = [BlockNoise(torch.randn(shape, generator=gen), torch.randn((3, *shape), generator=gen))
               for _ in range(blocks)]
     traced: dict[str, torch.Tensor] = {}
     runner = CausalWan(net, cfg, key=f"dit-{cfg_name}")
+    copies = KVCopyStats()
     engine = Engine(runner, random_vae(0), config=EngineConfig(recipe=recipe), noise_fn=lambda spec, b: noises[b],
-                    tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()))
-    KV_COPIES.reset()
+                    tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()), kv_copies=copies)
     state = engine.generate(spec, TargetOnly())
     final = recipe.context(engine.services, "target", runner, state, blocks, Tally())[0]  # commits the last block
-    assert KV_COPIES.forks == 0
+    assert copies.forks == 0
 
     window, sink, rope = recipe.cache_layout(spec)
     prompt_of = [spec.segment_of(b) for b in range(blocks)]
     texts = [runner.encode_text(p.embeddings) for p in prompts]
     ref_x0, ref_video, ref_sink, ref_win, ref_kv = slow_reference(
         CausalWan(net, cfg), texts, noises, F, cfg.tokens_per_frame(h, w), window, sink, rope,
-        recipe.keep_sink_on_recache(), prompt_of)
+        recipe.rule().keep_sink, prompt_of)
     worst = {"x0": 0.0, "kv": 0.0}
     for b in range(blocks):
         for s in range(len(ref_x0[b])):
@@ -414,7 +415,7 @@ def _tiny_engine(recipe, blocks: int, seed: int = 0):
     spec = GenerationSpec(PromptConditioning.make("a long video", emb), 48, 32, blocks, seed=seed)
     vae = random_vae(seed)
     vae.__class__ = NoDecodeVAE
-    return Engine(runner, vae, config=EngineConfig(recipe=recipe)), spec
+    return Engine(runner, vae, config=EngineConfig(recipe=recipe), kv_copies=KVCopyStats()), spec
 
 
 def _record_writes(monkeypatch) -> list[tuple[int, int, int, int]]:
@@ -440,13 +441,13 @@ def test_400_blocks_flat_cost_and_rope_past_the_table(monkeypatch):
     recipe = LongLiveRecipe()
     engine, spec = _tiny_engine(recipe, blocks)
     writes = _record_writes(monkeypatch)
-    KV_COPIES.reset()
+    copies = engine.services.kv_copies
     state = engine.generate(spec, TargetOnly())
     F, steps = spec.frames_per_block, engine.plan.num_steps
     assert len(state.blocks) == blocks and torch.isfinite(state.committed_latents()).all()
     assert spec.num_latent_frames - 1 >= 1024 + F  # the last blocks' positions are past Wan's table
-    assert engine.target._rope_real[0][0].shape[0] >= spec.num_latent_frames  # grown, not capped
-    assert KV_COPIES.forks == 0 and KV_COPIES.fork_bytes == 0
+    assert engine.target.rope.rows >= spec.num_latent_frames  # grown, not capped
+    assert copies.forks == 0 and copies.fork_bytes == 0
     assert len({buf for buf, *_ in writes}) == 1  # one buffer for the whole video
     # calls: block 0 makes `steps`; later blocks a commit of the previous block + `steps`
     assert len(writes) == steps + (blocks - 1) * (steps + 1)
@@ -460,7 +461,7 @@ def test_400_blocks_flat_cost_and_rope_past_the_table(monkeypatch):
     assert attended[full][0] == recipe.window * engine.target.cfg.tokens_per_frame(*spec.latent_hw)
     assert [b.work["target_forwards"] for b in state.blocks[1:]] == [steps + 1] * (blocks - 1)
     print(f"\n[cost per block] b=10: {moved[10]} bytes written, keys {attended[10]}; b=300: {moved[300]} bytes, "
-          f"keys {attended[300]}; forks {KV_COPIES.forks}")
+          f"keys {attended[300]}; forks {copies.forks}")
     assert moved[10] == moved[300] and attended[10] == attended[300]
 
 
@@ -514,16 +515,18 @@ def test_requeue_with_windowed_caches_equals_a_fresh_run(models, pair):
     drafter_recipe, target_recipe, switch = PAIRS[pair]
     prompts = [PromptConditioning.make(p, demo_embeddings(p, 32)) for p in ("a red fox", "a snowy owl")]
     blocks, k = 8, 5
-    spec = GenerationSpec(prompts[0], 48, 32, blocks, seed=3, switches=((switch, prompts[1]),) if switch else ())
+    spec = GenerationSpec(PromptSchedule.of(((0, prompts[0]),) + (((switch, prompts[1]),) if switch else ())), 48, 32,
+                          blocks, seed=3)
     accept_all = FixedPattern((False,) + (True,) * (blocks - 1))
     flip = FixedPattern(tuple(accept_all.decisions[:k]) + (False,) + (True,) * (blocks - k - 1))
 
+    copies = KVCopyStats()
+
     def engine():
         return Engine(models.target, models.vae, models.drafter, models.scorer,
-                      EngineConfig(drafter_recipe=drafter_recipe, target_recipe=target_recipe))
+                      EngineConfig(drafter_recipe=drafter_recipe, target_recipe=target_recipe), kv_copies=copies)
 
     e = engine()
-    KV_COPIES.reset()
     first = e.generate(spec, accept_all)
     second = e.generate(spec, flip)
     fresh = engine().generate(spec, flip)
@@ -536,16 +539,15 @@ def test_requeue_with_windowed_caches_equals_a_fresh_run(models, pair):
     assert [r.cost for r in second.blocks] == [r.cost for r in fresh.blocks]
     print(f"\n[requeue {pair}] drafter context forwards at block k+1: "
           f"{second.blocks[k + 1].work['drafter_context_forwards']} (fresh run: "
-          f"{fresh.blocks[k + 1].work['drafter_context_forwards']}), forks {KV_COPIES.forks}")
+          f"{fresh.blocks[k + 1].work['drafter_context_forwards']}), forks {copies.forks}")
 
 
 def test_self_forcing_window_copies_nothing():
     """SelfForcingRecipe(window=6) over 8 blocks: the old cache forked (copied the whole buffer) on 29 of 39 calls;
     the ring writes in place."""
     engine, spec = _tiny_engine(SelfForcingRecipe(window=6), 8)
-    KV_COPIES.reset()
     state = engine.generate(spec, TargetOnly())
-    assert KV_COPIES.forks == 0 and engine.target.calls == 8 * 4 + 7
+    assert engine.services.kv_copies.forks == 0 and engine.target.calls == 8 * 4 + 7
 
 
 @pytest.mark.parametrize("recipe, match", [
@@ -562,8 +564,16 @@ def test_bad_longlive_settings_are_refused_before_any_work(recipe, match):
 
 
 def test_recipe_names():
+    """Every name of the one registry builds its recipe (a dash may stand for an underscore, as the CLI took it)."""
+    from sdvg_core import RECIPE_NAMES, KreaRecipe
+
     assert recipe_by_name("longlive") == LongLiveRecipe()
     assert recipe_by_name("longlive_infinity") == LongLiveRecipe(variant="infinity")
+    assert recipe_by_name("longlive-infinity") == LongLiveRecipe(variant="infinity")
+    assert recipe_by_name("self-forcing") == recipe_by_name("self_forcing") == SelfForcingRecipe()
+    assert RECIPE_NAMES == ("krea", "self_forcing", "longlive", "longlive_infinity")
+    assert [type(recipe_by_name(n)) for n in RECIPE_NAMES] == [KreaRecipe, SelfForcingRecipe, LongLiveRecipe,
+                                                               LongLiveRecipe]
     assert (LongLiveRecipe().window, LongLiveRecipe().sink, LongLiveRecipe().global_sink) == (12, 3, True)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from sdvg_core import Memo, TieredMemo
+from sdvg_core.engine.memo import Hold
 
 
 def test_big_entries_do_not_evict_small_ones():
@@ -40,3 +41,114 @@ def test_entries_without_tensors_are_bounded_by_count():
     for i in range(1000):
         m.put(("score", i), ((0.5,) * 12, {"scored_frames": 12}))
     assert len(m) == 100 and m.get(("score", 999)) is not None and m.get(("score", 0)) is None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# memo.Memoiser, the one owner of entries: credit-once, run-id stamps, the KV chain's rules; tally.Account's +
+# ---------------------------------------------------------------------------------------------------------------
+def _forwards(n: int):
+    """A computation of `n` target forwards (what it charges to the part of the tally it is given)."""
+    def compute(part):
+        part.add("target_forwards", n)
+        return f"{n} forwards"
+    return compute
+
+
+def test_a_reused_entry_is_credited_once_per_operation():
+    from sdvg_core.engine.memo import Memoiser
+    from sdvg_core.engine.tally import Tally
+
+    memos = Memoiser(Memo(1 << 20))
+    first = Tally(run_id="a")
+    assert memos.memoised("k", "block", first, _forwards(2)) == "2 forwards"
+    assert (first.work["target_forwards"], first.cost["target_forwards"], first.reused) == (2, 2, [])
+    again = Tally(run_id="a")
+    for _ in range(2):  # the same operation looks it up twice: computed 0, costs 2 in a fresh run, reused twice
+        assert memos.memoised("k", "block", again, _forwards(99)) == "2 forwards"
+    assert (again.work["target_forwards"], again.cost["target_forwards"]) == (0, 2)
+    assert again.reused == ["block", "block"] and again.carried == []  # the same execution computed it
+    later = Tally(run_id="b")
+    memos.memoised("k", "block", later, _forwards(99))
+    assert later.cost["target_forwards"] == 2 and later.carried == ["block"]  # another operation, another run
+
+
+def test_a_result_the_operation_computed_is_not_credited_again():
+    from sdvg_core.engine.memo import Memoiser
+    from sdvg_core.engine.tally import Tally
+
+    memos, op = Memoiser(Memo(1 << 20)), Tally(run_id="a")
+    memos.memoised("k", "block", op, _forwards(3))
+    memos.memoised("k", "block", op, _forwards(3))
+    assert (op.work["target_forwards"], op.cost["target_forwards"], op.reused) == (3, 3, ["block"])
+
+
+class _Link:
+    """A stand-in KV view for Memoiser.extend: usable unless marked stale."""
+
+    nbytes = 1
+
+    def __init__(self, name: str, stale: bool = False):
+        self.name, self.stale = name, stale
+
+
+def _extend(memos, tally, b: int):
+    def step(k, link, part):
+        part.add("target_context_forwards", 1)
+        return _Link(f"{link.name}+{k}")
+    return memos.extend(lambda j: ("kv", j), b, "target_kv", tally, usable=lambda link: not link.stale,
+                        start=lambda: _Link("empty"), step=step, hold=Hold("kv:target", lru=False),
+                        snapshot=lambda link: _Link(link.name))
+
+
+def test_the_kv_chain_credits_what_a_fresh_run_would_have_had():
+    """extend: a reused link b is credited; links rebuilt up to a lost (overwritten) link count as work only, and the
+    lost link's own cost is credited to the block it served."""
+    from sdvg_core.engine.memo import Memoiser
+    from sdvg_core.engine.tally import Tally
+
+    memos = Memoiser(Memo(1 << 20))
+    made = Tally(run_id="a")
+    assert _extend(memos, made, 3).name == "empty+0+1+2"  # links 1..3 built from link 0
+    assert made.work["target_context_forwards"] == made.cost["target_context_forwards"] == 3
+    memos.memo.release_run()
+    reused = Tally(run_id="a")
+    assert _extend(memos, reused, 3).name == "empty+0+1+2"  # link 3's snapshot reused: its cost (1) credited
+    assert (reused.work["target_context_forwards"], reused.cost["target_context_forwards"]) == (0, 1)
+    assert reused.reused == ["target_kv"]
+    memos.memo.release_run()
+    for j in (2, 3):  # a later block of their branch overwrote links 2 and 3 in place
+        memos.memo.get(("kv", j)).value.stale = True
+    rebuilt = Tally(run_id="a")
+    assert _extend(memos, rebuilt, 3).name == "empty+0+1+2"  # from link 1: blocks 1 and 2 committed again
+    assert rebuilt.work["target_context_forwards"] == 2  # both computed now ...
+    assert rebuilt.cost["target_context_forwards"] == 1  # ... but a fresh run had link 3 (lost): its cost only
+    assert rebuilt.reused == []
+
+
+def test_accounts_add_every_field():
+    from sdvg_core.engine.tally import Account
+
+    a = Account({"target_forwards": 1}, {"target_forwards": 2}, {"target": 0.5}, ("pixels",), ("pixels",))
+    b = Account({"target_forwards": 3, "vae_decode_frames": 3}, {"target_forwards": 4}, {"target": 0.25, "decode": 1.0},
+                ("target", "score"), ("score",))
+    s = a + b
+    assert dict(s.work) == {"target_forwards": 4, "vae_decode_frames": 3} and dict(s.cost) == {"target_forwards": 6}
+    assert dict(s.seconds) == {"target": 0.75, "decode": 1.0}
+    assert s.reused == ("pixels", "target", "score") and s.carried == ("pixels", "score")
+    assert a + Account() == a == Account() + a
+
+
+def test_a_rerun_on_one_engine_is_all_reuse_and_says_so():
+    """Generating the same video again on one engine computes nothing and every record names what an earlier
+    execution made (not a fresh run's time); its fresh-run cost is the first run's."""
+    from sdvg_core import Engine, GenerationSpec, PromptConditioning, TargetOnly, build_report, tiny_models
+    from sdvg_core.io.text import demo_embeddings
+
+    m = tiny_models(seed=0)
+    spec = GenerationSpec(PromptConditioning.make("a fox", demo_embeddings("a fox", 32)), 48, 32, 3, 1)
+    engine = Engine(m.target, m.vae)
+    first, again = engine.generate(spec, TargetOnly()), engine.generate(spec, TargetOnly())
+    assert all(r.work["target_forwards"] == 0 and "target" in r.carried for r in again.blocks)
+    assert [r.cost for r in again.blocks] == [r.cost for r in first.blocks]
+    report = build_report(again, "", engine.recipe, engine.plan.num_steps, run_id=again.blocks[0].run_id)
+    assert not report.fresh_run

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from sdvg_core import (BlockNoise, DraftOnly, Engine, EngineConfig, FixedPattern, GenerationSpec, KreaRecipe,
-                       LongLiveRecipe, Memo, PromptConditioning, SelfForcingRecipe, TargetOnly, ThresholdPolicy,
-                       block_noise, recipe_by_name, tiny_models)
+                       LongLiveRecipe, Memo, PromptConditioning, PromptSchedule, SelfForcingRecipe, TargetOnly,
+                       ThresholdPolicy, block_noise, recipe_by_name, tiny_models)
 
 W, H, BLOCKS = 48, 32, 4  # 4 Krea blocks: block 2 and 3 use the VAE re-encoded anchor
 MEMO = 256 << 20  # large enough that nothing is evicted (an eviction would hide a wrong hit)
@@ -40,7 +40,8 @@ def _spec(seed: int = 42, blocks: int = BLOCKS, w: int = W, h: int = H, text: st
           emb_seed: int = 1, frames_per_block: int = 3, prompt: PromptConditioning | None = None,
           switches: tuple = ()) -> GenerationSpec:
     prompt = prompt or PromptConditioning.make(text, _emb(emb_seed))
-    return GenerationSpec(prompt, w, h, blocks, seed, frames_per_block=frames_per_block, switches=switches)
+    return GenerationSpec(PromptSchedule.of(((0, prompt),) + switches), w, h, blocks, seed,
+                          frames_per_block=frames_per_block)
 
 
 def _engine(target, vae, drafter=None, scorer=None, memo=None, noise_fn=None, **cfg) -> Engine:

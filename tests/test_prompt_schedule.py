@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sdvg_core import (build_report, Engine, EngineConfig, FixedPattern, GenerationSpec, KreaRecipe, Memo,
-                       PromptConditioning, render_report_plot, ThresholdPolicy, tiny_models)
+                       PromptConditioning, PromptSchedule, render_report_plot, ThresholdPolicy, tiny_models)
 from sdvg_core.io.text import demo_embeddings
 
 W, H, BLOCKS = 48, 32, 6
@@ -23,7 +23,7 @@ def _p(text: str) -> PromptConditioning:
 
 
 def _spec(schedule=((0, TEXTS[0]), (2, TEXTS[1]), (4, TEXTS[2])), blocks: int = BLOCKS) -> GenerationSpec:
-    return GenerationSpec.from_schedule([(b, _p(t)) for b, t in schedule], W, H, blocks, 42)
+    return GenerationSpec(PromptSchedule.of((b, _p(t)) for b, t in schedule), W, H, blocks, 42)
 
 
 class RecordingScorer:
@@ -46,8 +46,9 @@ def test_single_prompt_is_the_one_entry_schedule(models):
     """A spec with no switch is the schedule of one entry: same bits as before schedules existed."""
     p = _p(TEXTS[0])
     plain = GenerationSpec(p, W, H, 3, 42)
-    sched = GenerationSpec.from_schedule([(0, p)], W, H, 3, 42)
-    assert plain == sched and plain.schedule == ((0, p),) and plain.prompt_at(2) is p
+    sched = GenerationSpec(PromptSchedule.of([(0, p)]), W, H, 3, 42)
+    assert plain == sched and plain.schedule == PromptSchedule.one(p) and [tuple(e) for e in plain.schedule] == [(0, p)]
+    assert plain.prompt_at(2) is p and plain.prompt is p
     a = _engine(models).generate(plain, ThresholdPolicy(tau=-0.8))
     b = _engine(models).generate(sched, ThresholdPolicy(tau=-0.8))
     assert torch.equal(a.committed_latents(), b.committed_latents())
@@ -118,26 +119,26 @@ def test_requeue_after_editing_a_prompt_recomputes_from_its_first_block(models, 
 def test_bad_schedules_are_refused_before_any_work():
     p0, p1 = _p(TEXTS[0]), _p(TEXTS[1])
     with pytest.raises(ValueError, match="first blocks must increase"):
-        GenerationSpec.from_schedule([(0, p0), (3, p1), (3, p0)], W, H, 6, 0)
+        GenerationSpec(PromptSchedule.of([(0, p0), (3, p1), (3, p0)]), W, H, 6, 0)
     with pytest.raises(ValueError, match="first blocks must increase"):
-        GenerationSpec.from_schedule([(0, p0), (4, p1), (2, p0)], W, H, 6, 0)
+        GenerationSpec(PromptSchedule.of([(0, p0), (4, p1), (2, p0)]), W, H, 6, 0)
     with pytest.raises(ValueError, match="past the end"):
-        GenerationSpec.from_schedule([(0, p0), (6, p1)], W, H, 6, 0)
+        GenerationSpec(PromptSchedule.of([(0, p0), (6, p1)]), W, H, 6, 0)
     with pytest.raises(ValueError, match="must start at block 0"):
-        GenerationSpec.from_schedule([(1, p0)], W, H, 6, 0)
+        GenerationSpec(PromptSchedule.of([(1, p0)]), W, H, 6, 0)
     with pytest.raises(ValueError, match="empty"):
-        GenerationSpec.from_schedule([], W, H, 6, 0)
+        GenerationSpec(PromptSchedule.of([]), W, H, 6, 0)
     with pytest.raises(ValueError, match="the prompt is empty"):
-        GenerationSpec.from_schedule([(0, p0), (2, PromptConditioning.make("  ", demo_embeddings("x", 32)))], W, H, 6, 0)
+        GenerationSpec(PromptSchedule.of([(0, p0), (2, PromptConditioning.make("  ", demo_embeddings("x", 32)))]), W, H, 6, 0)
     with pytest.raises(ValueError, match="16 wide, block 0's are 32"):
-        GenerationSpec.from_schedule([(0, p0), (2, PromptConditioning.make("y", demo_embeddings("y", 16)))], W, H, 6, 0)
+        GenerationSpec(PromptSchedule.of([(0, p0), (2, PromptConditioning.make("y", demo_embeddings("y", 16)))]), W, H, 6, 0)
 
 
 def test_a_schedule_wider_than_the_model_is_refused_at_start(models):
     wide = [(0, PromptConditioning.make("a", demo_embeddings("a", 64))),
             (1, PromptConditioning.make("b", demo_embeddings("b", 64)))]
     with pytest.raises(ValueError, match="width 64 but the target expects 32"):
-        _engine(models).start(GenerationSpec.from_schedule(wide, W, H, 3, 0))
+        _engine(models).start(GenerationSpec(PromptSchedule.of(wide), W, H, 3, 0))
 
 
 def test_krea_rebuilds_each_block_under_its_own_prompt(models):

@@ -7,7 +7,7 @@ import pytest
 
 from sdvg_core.demo.cli import main
 from sdvg_core import load_embeddings, parse_schedule, read_schedule, save_embeddings
-from sdvg_core.io.prompt_schedule import ScheduleError, schedule_embeddings
+from sdvg_core.io.prompt_schedule import ScheduleError, encode_schedule
 import torch
 
 
@@ -17,11 +17,11 @@ def test_both_forms_parse_to_the_same_entries(tmp_path):
     js = json.dumps([{"block": 0, "prompt": "a red fox runs through snow"}, {"block": 10, "prompt": "the fox stops"},
                      {"block": 20, "prompt": "the fox jumps"}])
     a, b = parse_schedule(lines), parse_schedule(js)
-    assert a == b and [(e.block, e.prompt) for e in a] == [(0, "a red fox runs through snow"), (10, "the fox stops"),
-                                                           (20, "the fox jumps")]
+    assert a == b and [(first, src.text) for first, src in a] == [(0, "a red fox runs through snow"),
+                                                                  (10, "the fox stops"), (20, "the fox jumps")]
     f = tmp_path / "s.json"
     f.write_text(json.dumps([{"block": 0, "prompt": "x", "embeddings": "e.safetensors"}]))
-    assert read_schedule(f)[0].embeddings == tmp_path / "e.safetensors"  # relative to the file's folder
+    assert read_schedule(f)[0].prompt.embeddings == tmp_path / "e.safetensors"  # relative to the file's folder
 
 
 @pytest.mark.parametrize("text, message", [
@@ -48,9 +48,11 @@ def test_entries_are_encoded_once_per_prompt_or_read_from_their_file(tmp_path):
     entries = parse_schedule(json.dumps([{"block": 0, "prompt": "a"}, {"block": 2, "prompt": "b",
                                           "embeddings": str(tmp_path / "e.safetensors")}, {"block": 4, "prompt": "a"}]))
     calls = []
-    rows = schedule_embeddings(entries, lambda t: calls.append(t) or torch.full((1, 4, 8), float(len(calls))),
-                               load=lambda p: load_embeddings(p)[1])
-    assert calls == ["a"] and torch.equal(rows[1][2], emb) and torch.equal(rows[0][2], rows[2][2])
+    sched = encode_schedule(entries, lambda t: calls.append(t) or torch.full((1, 4, 8), float(len(calls))),
+                            load=lambda p: load_embeddings(p)[1])
+    assert calls == ["a"] and torch.equal(sched[1].prompt.embeddings, emb)
+    assert torch.equal(sched[0].prompt.embeddings, sched[2].prompt.embeddings)
+    assert [(first, p.text) for first, p in sched] == [(0, "a"), (2, "b"), (4, "a")]
 
 
 def test_demo_runs_a_thirty_block_three_prompt_video(tmp_path, capsys):

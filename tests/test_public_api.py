@@ -5,12 +5,10 @@ import importlib
 import json
 import subprocess
 import sys
-import warnings
 
 import pytest
 
 import sdvg_core
-from sdvg_core import _legacy
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -60,39 +58,25 @@ def test_using_every_public_name_still_imports_no_comfyui_and_no_ray():
     assert got["comfy"] == [] and got["ray"] == [] and got["torch"] is True
 
 
-@pytest.mark.parametrize("old", sorted(_legacy.MOVED))
-def test_old_flat_module_paths_are_deprecated_aliases(old):
-    new = importlib.import_module(f"sdvg_core.{_legacy.MOVED[old]}")
-    sys.modules.pop(f"sdvg_core.{old}", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mod = importlib.import_module(f"sdvg_core.{old}")
-    assert mod is new
-    assert any(issubclass(w.category, DeprecationWarning) and new.__name__ in str(w.message) for w in caught)
+def test_every_public_name_has_a_typed_import_from_its_module():
+    """The TYPE_CHECKING imports (what IDEs see) name exactly the public names, each from the module _EXPORTS
+    gives it (which has it)."""
+    import ast
+
+    tree = ast.parse((REPO / "sdvg_core" / "__init__.py").read_text())
+    typed = {alias.name: "." + node.module for guard in tree.body
+             if isinstance(guard, ast.If) and getattr(guard.test, "id", "") == "TYPE_CHECKING"
+             for node in guard.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert typed == sdvg_core._EXPORTS
+    for name, module in sdvg_core._EXPORTS.items():
+        assert hasattr(importlib.import_module(module, "sdvg_core"), name), name
 
 
-def test_names_scripts_used_from_the_old_layout():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from sdvg_core.policy import ThresholdPolicy
-        from sdvg_core.state import GenerationSpec
-        from sdvg_core.tiny import tiny_models
-        from sdvg_core.wan import CausalWan
-    assert (ThresholdPolicy, GenerationSpec, tiny_models, CausalWan) == (
-        sdvg_core.ThresholdPolicy, sdvg_core.GenerationSpec, sdvg_core.tiny_models, sdvg_core.CausalWan)
-    with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("sdvg_core.no_such_module")
-
-
-def test_the_flat_layouts_engine_and_demo_imports_still_work():
-    """`from sdvg_core.engine import Engine` and `from sdvg_core.demo import main` were the flat layout's imports."""
-    from sdvg_core.demo import TINY_BLOCKS, main
-    from sdvg_core.demo.cli import main as cli_main
-    from sdvg_core.engine import Engine, EngineConfig, ProgressEvent
-    from sdvg_core.engine.engine import Engine as E2
-
-    assert Engine is E2 and main is cli_main and TINY_BLOCKS > 0 and EngineConfig and ProgressEvent
-    import sdvg_core.engine as eng
-
-    with pytest.raises(AttributeError):
-        eng.NotAName
+def test_no_import_hook_and_no_old_module_paths():
+    """`import sdvg_core` installs nothing on sys.meta_path; the flat layout's module paths do not import."""
+    probe = _fresh_interpreter("import sys, json\nbefore = len(sys.meta_path)\nimport sdvg_core\n"
+                               "print(json.dumps({'hooks': len(sys.meta_path) - before}))")
+    assert probe == {"hooks": 0}
+    for old in ("policy", "wan", "state", "tiny", "memo"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"sdvg_core.{old}")

@@ -145,7 +145,9 @@ def case_dit_full_sequence(setup: dict) -> dict[str, torch.Tensor]:
     f = setup["frames_per_block"]
     frames = lat.shape[1]
     t = torch.tensor([[0.0] * (frames - f) + [setup["timesteps"][-1]] * f])  # [1, frames]
-    return {"flow": run.forward(lat, t, run.encode_text(ctx), block_mask_frames=f).flow}
+    from wan_reference import block_causal_forward
+
+    return {"flow": block_causal_forward(run, lat, t, run.encode_text(ctx), f)}
 
 
 def _vae(setup: dict):

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from sdvg_core import (build_report, Engine, EngineConfig, estimate_for_spec, FixedPattern, GenerationSpec,
-                       KreaRecipe, Memo, PromptConditioning, SelfForcingRecipe, TargetOnly, ThresholdPolicy,
-                       TieredMemo, tiny_models)
+                       KreaRecipe, Memo, PromptConditioning, PromptSchedule, SelfForcingRecipe, TargetOnly,
+                       ThresholdPolicy, TieredMemo, tiny_models)
 from sdvg_core.demo.tiny import DEMO_PROMPT
 from sdvg_core.engine.keys import key_kind
 from sdvg_core.engine.memo import nbytes_of
@@ -44,11 +44,9 @@ FULL_SIZE_BYTES = {"kv": int(7.14 * GIB), "dcache": int(1.76 * GIB), "draft_deco
 FULL_SIZE_MEMO = 2 * GIB  # the engine's and the nodes' default budget before this change
 
 
-class FullSizeMemo(Memo):
-    """A memo that charges every entry the bytes it would have at 832x480 (the issue's emulation)."""
-
-    def size_of(self, value, key=None) -> int:
-        return FULL_SIZE_BYTES.get(key_kind(key), nbytes_of(value))
+def full_size_bytes(key, value) -> int:
+    """The memo's sizer that charges every entry the bytes it would have at 832x480 (the issue's emulation)."""
+    return FULL_SIZE_BYTES.get(key_kind(key), nbytes_of(value))
 
 
 CONFIGS = {
@@ -97,14 +95,17 @@ def test_full_size_bytes_give_the_work_of_an_unbounded_memo(models, pair):
     configs = CONFIGS if pair != "krea, 5 context frames" else {"this engine": CONFIGS["this engine"]}
     for name, (policy, lazy) in configs.items():
         counts = {}
-        memos = [("unbounded", Memo(1 << 40)), ("tiered, full-size bytes", TieredMemo(FULL_SIZE_MEMO, memo=FullSizeMemo))]
+        memos = [("unbounded", Memo(1 << 40)),
+                 ("tiered, full-size bytes", TieredMemo(FULL_SIZE_MEMO, sizer=full_size_bytes))]
         if name == "this engine":
-            memos += [("one LRU, full-size bytes", FullSizeMemo(FULL_SIZE_MEMO)), ("0 bytes", Memo(0))]
+            memos += [("one LRU, full-size bytes", Memo(FULL_SIZE_MEMO, sizer=full_size_bytes)), ("0 bytes", Memo(0))]
         for label, memo in memos:
             texts: list[int] = []
             e, state = _run(models, memo, RECIPE_PAIRS[pair], policy, lazy, texts)
             counts[label] = {**_work(state), "text_encodes": len(texts)}
             assert memo.pinned_bytes == 0, f"{name}: the generation's held entries outlived it"
+            if "full-size" in label:  # the sizer charged them: a 7 GiB KV window is never kept in a 2 GiB memo
+                assert memo.kinds().get("kv", 0) == 0 and memo.bytes <= FULL_SIZE_MEMO, (label, memo.kinds())
         for label in counts:
             assert counts[label] == counts["unbounded"], (pair, name, label, counts)
         # each committed block decoded once (an accepted draft's decode is the committed one)
@@ -132,7 +133,7 @@ def test_full_size_bytes_at_the_benchmarks_nine_blocks(models, recipe):
     for name, (policy, lazy) in configs.items():
         counts = {}
         for label, memo in (("unbounded", Memo(1 << 40)),
-                            ("tiered, full-size bytes", TieredMemo(FULL_SIZE_MEMO, memo=FullSizeMemo))):
+                            ("tiered, full-size bytes", TieredMemo(FULL_SIZE_MEMO, sizer=full_size_bytes))):
             texts: list[int] = []
             _, state = _run(models, memo, RECIPE_PAIRS[recipe], policy, lazy, texts, blocks)
             counts[label] = {**_work(state), "text_encodes": len(texts)}
@@ -222,7 +223,7 @@ def test_requeue_after_moving_tau_on_a_long_video_recomputes_only_from_the_first
     first_pattern = (False,) + ((True, True, False) * blocks)[:blocks - 1]  # rejected drafts in the prefix too
     assert first_pattern[flip]
     second_pattern = first_pattern[:flip] + (False,) + first_pattern[flip + 1:]
-    memo = TieredMemo(FULL_SIZE_MEMO, memo=FullSizeMemo)  # the engine's and the nodes' default layout
+    memo = TieredMemo(FULL_SIZE_MEMO, sizer=full_size_bytes)  # the engine's and the nodes' default layout
     e = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig(), memo=memo)
     first = e.generate(spec, FixedPattern(first_pattern))
     again = e.generate(spec, FixedPattern(second_pattern))
@@ -272,18 +273,19 @@ def test_four_hundred_blocks_end_to_end(models):
     table) with a LongLive drafter and the Krea target regenerating every fifth block (its anchor re-encoded from
     decoded pixels far past block 9): the same work per block from start to end, no KV copy, held memory flat."""
     from sdvg_core import LongLiveRecipe
-    from sdvg_core.models.kv_cache import KV_COPIES
+    from sdvg_core.models.kv_cache import KVCopyStats
 
     blocks = 400
     spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 16, 16, blocks, 5)
     cfg = EngineConfig(recipe=KreaRecipe(), drafter_recipe=LongLiveRecipe())
-    e = Engine(models.target, models.vae, models.drafter, None, cfg)
-    held, copies = [], KV_COPIES.forks
+    copies = KVCopyStats()
+    e = Engine(models.target, models.vae, models.drafter, None, cfg, kv_copies=copies)
+    held = []
     pattern = tuple(b % 5 != 0 for b in range(blocks))
     state = e.generate(spec, FixedPattern(pattern, score_drafts=False),
                        on_block=lambda eng, st: held.append(eng.memo.pinned_bytes))
     assert state.done and len(state.blocks) == blocks
-    assert KV_COPIES.forks == copies  # a linear run never copies a KV buffer
+    assert copies.forks == 0  # a linear run never copies a KV buffer
     work = {}
     for r in state.blocks[10:]:  # after the cache filled: one work profile per kind of block, whatever b
         work.setdefault(r.producer, set()).add(tuple(sorted(r.work.items())))
@@ -319,7 +321,8 @@ def test_memory_estimate_counts_a_recache_at_a_prompt_switch():
     activations follow; Krea's rebuild does not grow."""
     p = PromptConditioning.make("p", torch.zeros(1, 4, 4096))
     one = GenerationSpec(p, 832, 480, 9, 0)
-    switched = GenerationSpec(p, 832, 480, 9, 0, switches=((4, PromptConditioning.make("q", torch.ones(1, 4, 4096))),))
+    switched = GenerationSpec(PromptSchedule.of([(0, p), (4, PromptConditioning.make("q", torch.ones(1, 4, 4096)))]), 832,
+                              480, 9, 0)
     dits = [(PRESETS["wan2.1-t2v-1.3b"], torch.bfloat16)]
     vae = VAE_PRESETS["wan2.1-vae"]
     sf = [estimate_for_spec(s, SelfForcingRecipe(), dits, vae, torch.bfloat16).dits[0] for s in (one, switched)]

@@ -11,8 +11,9 @@ from safetensors.torch import load_file
 from sdvg_core import CausalWan, WanDiTConfig
 from sdvg_core.models.wan_config import PRESETS, detect_preset
 from sdvg_core.engine.schedule import add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
-from sdvg_core.models.kv_cache import KV_COPIES, StaleKVError
+from sdvg_core.models.kv_cache import KVCopyStats, StaleKVError
 from sdvg_core.models.wan import KVCache, WanDiT, build_random
+from wan_reference import block_causal_forward, exact_rope, rope_freqs
 
 TOL = 1e-4  # fixtures README §5: honest fp32 implementations land at 1e-6..1e-5; real bugs are >= 1.7e-3
 
@@ -103,13 +104,13 @@ def test_full_sequence_masked_forward_matches_reference(causal_fixture):
     cfg, T, F = fx.cfg, fx.T, fx.frames_per_block
     run = CausalWan(fx.net, cfg)
     text = run.encode_text(T["text_context"])
-    a = run.forward(T["output_latents"], T["fullseq_A/timestep"], text, block_mask_frames=F)
-    b = run.forward(T["fullseq_B/model_input"], T["fullseq_B/timestep"], text, block_mask_frames=F)
-    diffs = {"A_flow": _maxdiff(a.flow, T["fullseq_A/flow_pred"]), "B_flow": _maxdiff(b.flow, T["fullseq_B/flow_pred"])}
+    a = block_causal_forward(run, T["output_latents"], T["fullseq_A/timestep"], text, F)
+    b = block_causal_forward(run, T["fullseq_B/model_input"], T["fullseq_B/timestep"], text, F)
+    diffs = {"A_flow": _maxdiff(a, T["fullseq_A/flow_pred"]), "B_flow": _maxdiff(b, T["fullseq_B/flow_pred"])}
     # the last block of B is at t=1000 (sigma 1): it equals the first denoising call of that block
     last = slice(F * (fx.blocks - 1), F * fx.blocks)
     assert torch.all(T["fullseq_B/timestep"][:, last] == self_forcing_plan().timesteps[0])
-    x0_b = flow_to_x0(T["fullseq_B/model_input"], b.flow, 1.0)
+    x0_b = flow_to_x0(T["fullseq_B/model_input"], b, 1.0)
     diffs["B_x0_last_block"] = _maxdiff(x0_b[:, last], T["fullseq_B/x0_pred"][:, last])
     print("\n[parity fullseq] " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
     assert max(diffs.values()) <= TOL, diffs
@@ -140,7 +141,7 @@ def test_cached_block_by_block_equals_full_block_causal_forward():
     cfg, run, ctx, lat = _random_setup()
     text = run.encode_text(ctx)
     t = torch.tensor([[0.0] * 6 + [700.0] * 3])
-    full = run.forward(lat, t, text, block_mask_frames=3).flow
+    full = block_causal_forward(run, lat, t, text, 3)
     kv = KVCache.empty(cfg, batch=1, window_frames=lat.shape[1], tokens_per_frame=_tpf(cfg, lat), device="cpu",
                        dtype=torch.float32)
     outs = []
@@ -184,8 +185,8 @@ def test_window_relative_rope_equals_absolute():
     cfg, run, ctx, lat = _random_setup(seed=5)
     text = run.encode_text(ctx)
     t = timestep_tensor(600.0, 1, 6)
-    a = run.forward(lat[:, :6], t, text, frame_offset=0, block_mask_frames=3).flow
-    b = run.forward(lat[:, :6], t, text, frame_offset=12, block_mask_frames=3).flow
+    a = block_causal_forward(run, lat[:, :6], t, text, 3, frame_offset=0)
+    b = block_causal_forward(run, lat[:, :6], t, text, 3, frame_offset=12)
     diff = _maxdiff(a, b)
     print(f"\n[invariant] RoPE offset 0 vs 12: {diff:.2e}")
     assert diff <= 1e-4
@@ -196,11 +197,12 @@ def test_window_relative_rope_equals_absolute():
 def test_rolling_window_keeps_newest_frames():
     cfg, run, ctx, lat = _random_setup(seed=7, frames=12)
     text = run.encode_text(ctx)
-    kv = KVCache.empty(cfg, batch=1, window_frames=6, tokens_per_frame=_tpf(cfg, lat), device="cpu", dtype=torch.float32)
+    copies = KVCopyStats()
+    kv = KVCache.empty(cfg, batch=1, window_frames=6, tokens_per_frame=_tpf(cfg, lat), device="cpu", dtype=torch.float32,
+                       copies=copies)
     block_tokens = 3 * _tpf(cfg, lat)
     t0 = timestep_tensor(0.0, 1, 3)
     views, keys = [], []
-    KV_COPIES.reset()
     for b in range(4):
         kv = run.forward(lat[:, 3 * b:3 * b + 3], t0, text, frame_offset=3 * b, kv=kv, commit=True).kv
         views.append(kv)
@@ -210,7 +212,7 @@ def test_rolling_window_keeps_newest_frames():
     # after rolling, the window holds blocks 2 and 3: block 3's keys were written in the second block's slots
     assert torch.equal(keys[3][:, :, :block_tokens], keys[2][:, :, block_tokens:])
     # a ring: block 3 went into block 1's slots in place (no copy), so the view that still held block 1 is stale
-    assert KV_COPIES.forks == 0 and views[3].buffer is views[0].buffer
+    assert copies.forks == 0 and views[3].buffer is views[0].buffer
     assert not views[2].valid and views[3].valid
     with pytest.raises(StaleKVError):
         views[2].keys(0)
@@ -244,12 +246,14 @@ def test_real_presets_have_published_sizes(name):
 @pytest.mark.parametrize("exact", [False, True], ids=["fp32", "complex128"])
 def test_rope_positions_past_the_1024_table_are_computed(exact):
     """RoPE has no length limit: positions past Wan's 1024-row table are position x frequency in float64 like the
-    table's own rows (same bits at positions the table has), on both paths; a forward at any offset runs and only
-    position differences matter (a shifted full-sequence forward gives the same output)."""
+    table's own rows (same bits at positions the table has), in the forward's fp32 tables, in float64 tables and in
+    the complex128 reference (tests/wan_reference.py); a forward at any offset runs and only position differences
+    matter (a shifted full-sequence forward gives the same output)."""
     from sdvg_core.models.wan_numerics import rope_angles
 
     cfg, run, ctx, lat = _random_setup(seed=9)
-    run.exact_rope = exact
+    if exact:
+        run = exact_rope(run)
     ref = rope_angles(cfg, rows=6000)[0]  # float64 time angles [positions, pairs]
     assert torch.equal(ref[:cfg.rope_max_positions], rope_angles(cfg)[0])
     for offset in (1020, 1500, 5000):
@@ -258,17 +262,17 @@ def test_rope_positions_past_the_1024_table_are_computed(exact):
         inv = 1.0 / torch.pow(cfg.rope_theta, torch.arange(pairs, dtype=torch.float64) * 2 / (2 * pairs))
         direct = torch.outer(positions, inv)  # what Wan's rope_params computes for any row
         assert torch.equal(ref[offset:offset + 3], direct)
+        rows = tuple(range(offset, offset + 3))
         if exact:
-            got = torch.angle(run._rope_freqs(3, 1, 1, frame_offset=offset)[:, :cfg.rope_pairs[0]])
-            want = torch.angle(torch.polar(torch.ones_like(direct), direct))
+            got = torch.angle(rope_freqs(cfg, rows, 1, 1)[:, :pairs])
+            assert torch.allclose(got, torch.angle(torch.polar(torch.ones_like(direct), direct)), atol=1e-12), offset
+            assert torch.equal(run.rope.at(rows, 1, 1).cos[:, :pairs], direct.cos()), offset
         else:
-            got = run._rope_cos_sin(3, 1, 1, frame_offset=offset).cos[:, :cfg.rope_pairs[0]]
-            want = direct.cos().float()
-        assert torch.allclose(got, want, atol=1e-12 if exact else 0), offset
+            assert torch.equal(run.rope.at(rows, 1, 1).cos[:, :pairs], direct.cos().float()), offset
     text = run.encode_text(ctx)
     t = timestep_tensor(600.0, 1, 6)
-    near = run.forward(lat[:, :6], t, text, frame_offset=0, block_mask_frames=3).flow
-    far = run.forward(lat[:, :6], t, text, frame_offset=4000, block_mask_frames=3).flow
+    near = block_causal_forward(run, lat[:, :6], t, text, 3, frame_offset=0)
+    far = block_causal_forward(run, lat[:, :6], t, text, 3, frame_offset=4000)
     assert _maxdiff(near, far) <= 1e-4
     with pytest.raises(ValueError, match="negative"):
         run.forward(lat[:, :3], timestep_tensor(0.0, 1, 3), text, frame_offset=-1)

@@ -29,9 +29,9 @@ from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, Th
 from ..engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name
 from ..engine.report import build_report
 from ..engine.plot import render_report_plot
-from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning
+from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning, PromptSchedule
 from ..io.reward_files import ImageRewardError, find_vocab
-from ..io.prompt_schedule import ScheduleError, read_schedule, schedule_embeddings
+from ..io.prompt_schedule import ScheduleError, encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings, umt5_folders
 from .tiny import DEMO_PROMPT, tiny_models
 from ..io.video import VideoWriter
@@ -231,13 +231,13 @@ def _schedule_problems(a: argparse.Namespace, real: bool) -> list[str]:
     except ScheduleError as e:
         return problems + [f"--prompt-schedule: {e}"]
     blocks = a.blocks or (REAL_BLOCKS if real else TINY_BLOCKS)
-    late = [e.block for e in entries if e.block >= blocks]
+    late = [b for b, _ in entries if b >= blocks]
     if late:
         problems.append(f"--prompt-schedule: entries start at block {late} but the video has {blocks} blocks (0..{blocks - 1})")
-    for e in entries:
-        if e.embeddings is not None and (msg := _file_problem(f"--prompt-schedule (block {e.block})", str(e.embeddings))):
+    for b, src in entries:
+        if src.embeddings is not None and (msg := _file_problem(f"--prompt-schedule (block {b})", str(src.embeddings))):
             problems.append(msg)
-    if real and not a.umt5 and any(e.embeddings is None for e in entries):
+    if real and not a.umt5 and any(src.embeddings is None for _, src in entries):
         problems.append("--prompt-schedule: entries without an embeddings file need --umt5 (a local umT5 folder) "
                         "to encode their prompts")
     return problems
@@ -255,17 +255,16 @@ def _real_models(a: argparse.Namespace, dtype: torch.dtype):
     return m.drafter, m.target, m.vae, m.scorer
 
 
-def _schedule(a: argparse.Namespace, text_dim: int, real: bool) -> list[tuple[int, PromptConditioning]]:
+def _schedule(a: argparse.Namespace, text_dim: int, real: bool) -> PromptSchedule[PromptConditioning]:
     """The prompt schedule: the --prompt-schedule file's entries (each encoded with --umt5, read from its own
     embeddings file, or given the tiny demo's stand-in embeddings), else the one prompt from block 0."""
     if not a.prompt_schedule:
-        return [(0, _prompt(a, text_dim, real))]
+        return PromptSchedule.one(_prompt(a, text_dim, real))
     if real:
         encode = UMT5Encoder(a.umt5, device=a.device) if a.umt5 else None
     else:
         encode = lambda text: demo_embeddings(text, text_dim)  # noqa: E731 (the tiny stand-in of umT5)
-    rows = schedule_embeddings(read_schedule(a.prompt_schedule), encode, load=lambda p: load_embeddings(p)[1])
-    return [(block, PromptConditioning.make(text, emb)) for block, text, emb in rows]
+    return encode_schedule(read_schedule(a.prompt_schedule), encode, load=lambda p: load_embeddings(p)[1])
 
 
 def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptConditioning:
@@ -333,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             a.tau = DEFAULT_TAU if real else TINY_DEMO_TAU
         width, height = a.width or size[0], a.height or size[1]
         schedule = _schedule(a, target.cfg.text_dim, real)
-        spec = GenerationSpec.from_schedule(schedule, width, height, a.blocks or blocks, a.seed)
+        spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed)
         prompt = spec.prompt
         policy = _policy(a)
         memo_bytes = int(a.memo_gb * 2**30)

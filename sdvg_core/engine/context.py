@@ -1,52 +1,69 @@
-"""What a context recipe may use from the engine: memo, stable keys, model calls, committed pixels, tracing.
+"""What a context recipe may use from the engine: memoised computation, KV views, model calls, committed pixels,
+tracing.
 
-The engine owns one ContextServices; recipes (recipes.py) get it as their `host` and build a block's KV
-context through it, so recipe code never reaches into the engine. Per-prompt cross-attention K/V live here
-too: every context and denoising call needs them (docs/design.md §3.2).
+The engine owns one ContextServices; recipes (recipes/) get it as their `host` and build a block's KV context
+through it, so recipe code never reaches into the engine, its memo or a tally's fields. Per-prompt
+cross-attention K/V live here too: every context and denoising call needs them (docs/design.md §3.2).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Hashable
 
 import torch
 
+from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan, KVCache, KVWrite, TextKV
 from .keys import KVKey, TextKey
+from .memo import Hold, Memoiser
 from .pixels import PixelStore
 from .state import GenerationSpec, GenerationState
 from .tally import Tally
 
 
 class ContextServices:
-    """Implements recipes.ContextHost over the engine's memo, VAE, pixel store, tracer and callbacks."""
+    """Implements recipes.ContextHost over the engine's memoiser, VAE, pixel store, tracer and callbacks.
+    `kv_copies`: an instrumentation hook the engine's caller may install, counting the cached data KV views copy."""
 
-    def __init__(self, memo, vae, pixels: PixelStore, vae_key: str, decode_rule: str,
-                 tracer: Callable[[str, torch.Tensor], None] | None, callbacks):
-        self.memo, self.vae, self.pixels = memo, vae, pixels
+    def __init__(self, memos: Memoiser, vae, pixels: PixelStore, vae_key: str, decode_rule: str,
+                 tracer: Callable[[str, torch.Tensor], None] | None, callbacks, kv_copies: KVCopyStats | None = None):
+        self.memos, self.vae, self.pixels = memos, vae, pixels
         self.vae_key, self.decode_rule = vae_key, decode_rule
         self.tracer, self.callbacks = tracer, callbacks
+        self.kv_copies = kv_copies
 
     def _interrupt(self) -> None:
         if self.callbacks.interrupt is not None:
             self.callbacks.interrupt()
 
-    def text(self, runner: CausalWan, state: GenerationState, b: int | None = None) -> TextKV:
+    def text(self, runner: CausalWan, state: GenerationState, tally: Tally, b: int | None = None) -> TextKV:
         """Cross-attention K/V of block b's prompt (default: the block being generated) for one model, computed
-        once per (model, prompt) and held for the generation (every block's calls need it)."""
+        once per (model, prompt) and held for the generation (every block's calls need it; held again when reused:
+        a new run holds what it uses), one entry per prompt of the schedule. Not work counted per block."""
         prompt = state.spec.prompt_at(state.next_block if b is None else b)
-        key = TextKey(runner.key, prompt.key)
-        text = self.memo.get(key)
-        if text is None:
-            text = runner.encode_text(prompt.embeddings, interrupt=self.callbacks.interrupt)
-        # held for the run (re-held on a hit: a new run holds what it uses), one entry per prompt of the schedule
-        self.memo.pin(f"text:{runner.key}", key, text, keep=len(state.spec.schedule))
-        return text
+        hold = Hold(f"text:{runner.key}", keep=len(state.spec.schedule))
+        return self.memos.memoised(TextKey(runner.key, prompt.key), None, tally,
+                                   lambda _: runner.encode_text(prompt.embeddings, interrupt=self.callbacks.interrupt),
+                                   hold=hold, hold_on_reuse=True)
 
-    def hold(self, role: str, what: str, key, value, keep: int = 1, reuse: bool = True):
-        """Keep `value` for the rest of the generation, outside the memo's budget (the newest `keep` per slot); with
-        `reuse` also in the LRU for later runs (not for a live view a run overwrites in place: keep a snapshot)."""
-        slot = f"{what}:{role}"
-        return self.memo.pin(slot, key, value, keep) if reuse else self.memo.hold(slot, key, value, keep)
+    def memoised(self, key: Hashable, label: str, tally: Tally, compute: Callable[[Tally], Any], *,
+                 hold: Hold | None = None) -> Any:
+        """The result under `key`, reused (recorded as `label`, its cost credited once) or `compute(part)` (whose
+        cost is what it charges to `part`); `hold` keeps it for the rest of the generation outside the memo's budget."""
+        return self.memos.memoised(key, label, tally, compute, hold=hold)
+
+    def extend_kv(self, role: str, runner: CausalWan, recipe, state: GenerationState, b: int, tally: Tally,
+                  layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache]) -> KVCache:
+        """The view block b's calls append to: the newest memoised view of this history (one a later block of its
+        branch overwrote is skipped) extended by `commit(k, view, part)` for each block k it lacks, from an empty
+        cache of `layout` (window frames, sink frames, RoPE mode) when there is none. Each new view is held for the
+        generation (a sequential run never rebuilds from the start) and a snapshot offered to the memo's budget (a
+        re-queue restarts from the block it changed)."""
+        F = state.spec.frames_per_block
+        window, sink, rope = layout
+        return self.memos.extend(lambda j: self.kv_key(runner, recipe, state, j), b, f"{role}_kv", tally,
+                                 usable=lambda kv: kv.valid_for(F),
+                                 start=lambda: self.empty_kv(runner, state.spec, window, sink=sink, rope=rope),
+                                 step=commit, hold=Hold(f"kv:{role}", lru=False), snapshot=KVCache.clone)
 
     @property
     def temporal_compression(self) -> int:
@@ -65,7 +82,8 @@ class ContextServices:
         `rope`: keys stored rotated ("baked") or rotated by slot index at every call ("slot", LongLive infinity)."""
         h, w = spec.latent_hw
         return KVCache.empty(runner.cfg, batch=1, window_frames=window, tokens_per_frame=runner.cfg.tokens_per_frame(h, w),
-                             device=runner.device, dtype=runner.dtype, sink_frames=sink, rope=rope)
+                             device=runner.device, dtype=runner.dtype, sink_frames=sink, rope=rope,
+                             copies=self.kv_copies)
 
     def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
                         state: GenerationState, frame_offset: int, kv: KVCache | KVWrite, tally: Tally,
@@ -74,7 +92,7 @@ class ContextServices:
         recache's `rewrite`: that write) and returning the committed view, under block `text_block`'s prompt
         (default: the block being generated, as Krea's rebuild does; a commit of block k passes k)."""
         self._interrupt()
-        text = self.text(runner, state, text_block)
+        text = self.text(runner, state, tally, text_block)
         out = runner.forward(latents.to(runner.device), t, text, frame_offset=frame_offset, kv=kv, commit=True,
                              want_output=False, interrupt=self.callbacks.interrupt)
         tally.add(f"{role}_forwards", 1)

@@ -5,11 +5,11 @@ caches, anchors, drafts, scores, target blocks) lives in a bounded memo under ty
 every identity it depends on, so a re-run (e.g. after moving tau) recomputes only from the first block whose
 decision changed, and can never read a cache built for another history.
 
-Compute only what a decision needs: a forced block is not drafted; a score-blind policy does not score; the
-target's context is built only when the target generates; a draft is decoded from the committed decoder cache
+Compute only what a decision needs (work.py): a forced block is not drafted; a score-blind policy does not score;
+the target's context is built only when the target generates; a draft is decoded from the committed decoder cache
 without changing it (pixels.py). `EngineConfig(lazy=False)` does all the work the reference implementation
 does, for comparison; outputs are bit-identical either way. Context building belongs to the recipe
-(recipes.py) through ContextServices (context.py), accounting to tally.py.
+(recipes/) through ContextServices (context.py), memoised results to memo.Memoiser, accounting to tally.py.
 """
 from __future__ import annotations
 
@@ -19,17 +19,19 @@ from typing import Callable, Protocol
 
 import torch
 
+from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan
 from .context import ContextServices
+from .denoise import denoise
 from .keys import BlockKey, DraftDecodeKey, ScoreKey, require_key
-from .memo import Memo, TieredMemo
-from .noise import BlockNoise, block_noise
+from .memo import Memo, Memoiser, TieredMemo
+from .noise import BlockNoise, block_noise, noise_identity
 from .pixels import DecodeEntry, PixelStore
 from .policy import Policy, aggregate
 from .recipes import KreaRecipe, Recipe, check_prompt_switches
-from .schedule import add_noise, flow_to_x0, timestep_tensor
 from .state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, extend_lineage
 from .tally import PHASES, WORK_KEYS, Tally
+from .work import LAZY, REFERENCE
 
 __all__ = ["Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DecodeEntry", "to_image",
            "PHASES", "WORK_KEYS", "DEFAULT_MEMO_BYTES"]
@@ -97,58 +99,41 @@ class Callbacks:
 
 
 class Engine:
-    """Holds the models, the recipe and the memo; its operations are pure functions of the state."""
+    """Holds the models, the recipes and the memo; its operations are pure functions of the state.
+
+    `kv_copies`: an instrumentation hook (models.kv_cache.KVCopyStats) counting the cached keys/values the KV views
+    of this engine copy (a branch switch forks a buffer), for tests and benchmarks."""
 
     def __init__(self, target: CausalWan, vae, drafter: CausalWan | None = None, scorer: Scorer | None = None,
                  config: EngineConfig = EngineConfig(), noise_fn: Callable[[GenerationSpec, int], BlockNoise] | None = None,
-                 tracer: Callable[[str, torch.Tensor], None] | None = None, memo: Memo | None = None):
+                 tracer: Callable[[str, torch.Tensor], None] | None = None, memo: Memo | TieredMemo | None = None,
+                 kv_copies: KVCopyStats | None = None):
         if config.decode_rule not in DECODE_RULES:
             raise ValueError(f"decode_rule must be one of {DECODE_RULES}, got {config.decode_rule!r}")
         self.target, self.drafter, self.vae, self.scorer = target, drafter, vae, scorer
         self.config = config
+        self.work = LAZY if config.lazy else REFERENCE
         self.recipes: dict[str, Recipe] = {r: config.recipe_for(r) for r in ROLES}
         self.recipe: Recipe = self.recipes["target"]  # the baseline's recipe (reports compare with target-only)
         self.plan = self.recipe.plan
-        self.keys = {"target": require_key(target, "target model"), "vae": require_key(vae, "VAE")}
-        if drafter is not None:
-            self.keys["drafter"] = require_key(drafter, "drafter model")
-        if scorer is not None:
-            self.keys["scorer"] = require_key(scorer, "ImageReward scorer")
-        if drafter is not None and drafter.cfg.in_dim != target.cfg.in_dim:
-            raise ValueError(f"drafter and target disagree on latent channels ({drafter.cfg.in_dim} vs "
-                             f"{target.cfg.in_dim}): they must share the Wan 2.1 VAE latent space")
-        z_dim = getattr(getattr(vae, "config", None), "z_dim", target.cfg.in_dim)
-        if z_dim != target.cfg.in_dim:
-            raise ValueError(f"VAE latent channels {z_dim} != DiT input channels {target.cfg.in_dim}")
+        self.keys = model_keys(target, vae, drafter, scorer)
         # a host may share one memo between engines built per call (keys hold every model's identity)
         self.memo = memo if memo is not None else TieredMemo.split(config.memo_bytes)
+        self.memos = Memoiser(self.memo)
         self.noise_fn = noise_fn
-        self.noise_key = self._noise_key(noise_fn, shared_memo=memo is not None)
-        self.tracer = tracer
+        self.noise_key = noise_identity(noise_fn, shared_memo=memo is not None)
         self.callbacks = Callbacks()
         self._auto_run = uuid.uuid4().hex  # this engine's run id when the host gives none (a new one per start)
         history = max(r.pixel_history(vae.config.temporal_compression) for r in self.recipes.values())
-        self.pixels = PixelStore(vae, self.keys["vae"], config.decode_rule, self.memo, lambda: self.callbacks.interrupt,
-                                 history_frames=history)
-        self.services = ContextServices(self.memo, vae, self.pixels, self.keys["vae"], config.decode_rule,
-                                        tracer, self.callbacks)
+        self.pixels = PixelStore(vae, self.keys["vae"], config.decode_rule, self.memos,
+                                 lambda: self.callbacks.interrupt, history_frames=history)
+        self.services = ContextServices(self.memos, vae, self.pixels, self.keys["vae"], config.decode_rule,
+                                        tracer, self.callbacks, kv_copies)
 
     @property
     def run_id(self) -> str:
         """The execution computing now: the host's run id, else one the engine made at `start`."""
         return self.callbacks.run_id or self._auto_run
-
-    @staticmethod
-    def _noise_key(noise_fn, shared_memo: bool) -> str:
-        """Identity of the noise source: the seeded default, a custom function's `key`, or private to this engine."""
-        if noise_fn is None:
-            return "seeded"
-        key = getattr(noise_fn, "key", None)
-        if isinstance(key, str) and key:
-            return key
-        if shared_memo:
-            raise ValueError("a custom noise_fn used with a shared memo needs a stable `key` attribute")
-        return f"private-{uuid.uuid4().hex}"  # this engine's own memo: nothing else can see these entries
 
     # ------------------------------------------------------------------------------------------ start
     def start(self, spec: GenerationSpec) -> GenerationState:
@@ -174,11 +159,8 @@ class Engine:
         if state.done:
             raise ValueError("all blocks are committed; nothing to draft")
         tally = self._tally()
-        with self.memo.stamped(self.run_id):
-            latents = self._generate("drafter", state, state.next_block, tally)
-        return state.with_pending(PendingBlock(state.next_block, latents, work=tally.work, cost=tally.cost,
-                                               seconds=tally.seconds, reused=tuple(tally.reused),
-                                               carried=tuple(tally.carried)))
+        latents = self._generate("drafter", state, state.next_block, tally)
+        return state.with_pending(PendingBlock(state.next_block, latents, account=tally.account()))
 
     def decode_draft(self, state: GenerationState) -> GenerationState:
         """Operation: decode the pending draft from the committed decoder cache, leaving it unchanged (pending.frames)."""
@@ -186,9 +168,9 @@ class Engine:
         if p.frames is not None:
             return state
         tally = self._tally()
-        with tally.phase("decode"), self.memo.stamped(self.run_id):
+        with tally.phase("decode"):
             entry = self.pixels.decode_draft(state, p.latents, self._draft_decode_key(state), tally)
-        return state.with_pending(_merge(p, tally, frames=to_image(entry.pixels)))
+        return state.with_pending(p.then(tally.account(), frames=to_image(entry.pixels)))
 
     def score_draft(self, state: GenerationState) -> GenerationState:
         """Operation: ImageReward per frame of the decoded draft, all frames in one batch (pending.frame_scores)."""
@@ -199,47 +181,44 @@ class Engine:
             raise ValueError("this policy scores drafts, but the engine was built without an ImageReward scorer")
         tally = self._tally()
         key = self._score_key(state)
-        text = key.prompt_text
-        with tally.phase("score"), self.memo.stamped(self.run_id):
-            cached = self.memo.get(key)  # (scores, the cost of computing them)
-            if cached is None:
-                scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, text))
-                tally.add("scored_frames", len(scores))
-                self.memo.put(key, (scores, {"scored_frames": len(scores)}))
-            else:
-                scores = cached[0]
-                tally.credit(cached[1])
-                tally.reuse("score", self.memo.origin(key))
-        return state.with_pending(_merge(p, tally, frame_scores=scores))
+
+        def score(part: Tally) -> tuple[float, ...]:
+            scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, key.prompt_text))
+            part.add("scored_frames", len(scores))
+            return scores
+
+        with tally.phase("score"):
+            scores = self.memos.memoised(key, "score", tally, score)
+        return state.with_pending(p.then(tally.account(), frame_scores=scores))
+
+    def scored(self, state: GenerationState) -> tuple[GenerationState, bool]:
+        """The pending draft with its scores. Scores memoised by an earlier pass come without decoding the draft
+        again (a re-run after moving tau: the prefix costs no decode but the commit's); returns whether the
+        draft's decode was skipped."""
+        p = state.pending
+        if p.frame_scores is not None:
+            return state, False
+        if p.frames is None and self.scorer is not None:
+            tally = self._tally()
+            found = self.memos.recall((self._score_key(state),), "score", tally)
+            if found is not None:
+                return state.with_pending(p.then(tally.account(), frame_scores=found[0])), True
+        return self.score_draft(self.decode_draft(state)), False
 
     def route(self, state: GenerationState, policy: Policy) -> GenerationState:
-        """Operation: decide the pending block (computing only what the policy needs) and commit it."""
+        """Operation: decide the pending block (computing what the work mode needs: work.py) and commit it."""
         if state.done:
             raise ValueError("all blocks are committed; nothing to route")
-        with self.memo.stamped(self.run_id):
-            return self._route(state, policy)
-
-    def _route(self, state: GenerationState, policy: Policy) -> GenerationState:
         b = state.next_block
-        lazy = self.config.lazy
         forced = policy.forced(b)
-        decode_skipped = False
-        if not forced or (not lazy and self.drafter is not None):
-            if state.pending is None:
-                state = self.draft(state)
-            if policy.needs_score(b) or (not lazy and self.scorer is not None):
-                state, decode_skipped = self._scored(state)
+        state, decode_skipped = self.work.prepare(self, state, policy)
         p = state.pending or PendingBlock(b)
         tally = self._tally()
-        tally.absorb(p.work, p.cost, p.seconds, p.reused, p.carried)
         score = aggregate(p.frame_scores, policy.aggregation) if p.frame_scores else None
         accepted = (not forced) and policy.accept(b, score)
         if decode_skipped and not accepted:  # a fresh run decoded the rejected draft to score it
             tally.credit({"vae_decode_frames": p.latents.shape[1]})
-        context = None
-        if not lazy and b > 0 and self.recipes["target"].rebuilds_context_every_block:
-            with tally.phase("context"):  # the reference builds the target's context whether it is used or not
-                context = self.recipes["target"].context(self.services, "target", self._role("target"), state, b, tally)
+        context = self.work.target_context(self, state, b, tally)
         if accepted:
             latents, producer, decision = p.latents, "drafter", "accepted"
         else:
@@ -249,21 +228,16 @@ class Engine:
         # no device memory; recipes copy the few frames they read back (the hash below reads the CPU bytes anyway)
         latents = latents.to("cpu")
         lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
-        draft_entry = None
-        if accepted and p.frames is not None:
-            cached = self.memo.get(self._draft_decode_key(state))
-            draft_entry = cached[0] if cached is not None else None
+        draft = self.pixels.draft_decode(self._draft_decode_key(state)) if accepted and p.frames is not None else None
         with tally.phase("decode"):  # decoded now: anchors, previews and the output need it anyway
-            pixels = self.pixels.commit(state, latents, lineage, draft_entry, tally)
+            pixels = self.pixels.commit(state, latents, lineage, draft, tally)
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
-                             frame_scores=tuple(p.frame_scores or ()), work=tally.work, cost=tally.cost,
-                             seconds=tally.seconds, reused=tuple(tally.reused), lineage=lineage,
-                             run_id=self.run_id, carried=tuple(tally.carried))
-        new_state = state.commit(record)
+                             frame_scores=tuple(p.frame_scores or ()), account=p.account + tally.account(),
+                             lineage=lineage, run_id=self.run_id)
         if self.callbacks.progress is not None:
             preview = to_image(pixels[:, :, -1:])[0]
             self.callbacks.progress(ProgressEvent("block", b, state.spec.num_blocks, producer, preview=preview, record=record))
-        return new_state
+        return state.commit(record)
 
     def generate(self, spec: GenerationSpec, policy: Policy,
                  on_block: Callable[["Engine", GenerationState], None] | None = None) -> GenerationState:
@@ -297,44 +271,34 @@ class Engine:
     # ------------------------------------------------------------------------------------------ generation
     def _generate(self, role: str, state: GenerationState, b: int, tally: Tally,
                   context: tuple[object, int] | None = None) -> torch.Tensor:
-        """Denoise block b with one model from the block's noise -> latents [1, F, C, h, w] (float32).
-        `context`: the (kv, offset) the role's recipe already built for this block (lazy=False)."""
-        runner = self._role(role)
-        memo_key = self._block_key(role, state, b)
-        cached = self.memo.get(memo_key)
-        if cached is not None:  # (latents, the cost of computing them)
-            tally.reuse(role, self.memo.origin(memo_key))
-            tally.credit(cached[1])
-            return cached[0]
-        before = dict(tally.cost)
-        spec, recipe = state.spec, self.recipes[role]
-        plan = recipe.plan
-        if context is None:
-            with tally.phase("context"):
-                context = recipe.context(self.services, role, runner, state, b, tally)
-        kv, offset = context
-        with tally.phase("draft" if role == "drafter" else "target"):
-            text = self.services.text(runner, state)
-            noise = self._noise(spec, b).to(runner.device)
-            x = noise.initial
-            x0 = x
-            for s, t in enumerate(plan.timesteps):
-                self._interrupt()
-                ts = timestep_tensor(t, 1, spec.frames_per_block, runner.device)
-                self.services.trace(f"{role}/block{b}/step{s}/model_input", x)
-                flow = runner.forward(x, ts, text, frame_offset=offset, kv=kv, interrupt=self.callbacks.interrupt).flow
-                tally.add(f"{role}_forwards", 1)
-                x0 = flow_to_x0(x.float(), flow.float(), plan.sigmas[s])
-                self.services.trace(f"{role}/block{b}/step{s}/flow_pred", flow)
-                self.services.trace(f"{role}/block{b}/step{s}/x0_pred", x0)
-                if s + 1 < plan.num_steps:
-                    x = add_noise(x0, noise.renoise[s], plan.sigmas[s + 1])
-                if self.callbacks.progress is not None:
-                    self.callbacks.progress(ProgressEvent("step", b, spec.num_blocks, role, s + 1, plan.num_steps))
-            if self.services.tracing:
-                self.services.trace_kv(f"{role}/block{b}/kv_after_last_call", kv, extra=x.shape[1] * kv.tokens_per_frame)
-        self.memo.put(memo_key, (x0, tally.cost_since(before)))
-        return x0
+        """Block b denoised by one model from the block's noise -> latents [1, F, C, h, w] (float32), memoised.
+        `context`: the (kv, offset) the role's recipe already built for this block (the reference's work)."""
+        runner, recipe, spec = self._role(role), self.recipes[role], state.spec
+
+        def make(part: Tally) -> torch.Tensor:
+            kv, offset = context if context is not None else self._context(role, runner, state, b, part)
+            with part.phase("draft" if role == "drafter" else "target"):
+                text = self.services.text(runner, state, part)
+                noise = self._noise(spec, b).to(runner.device)
+
+                def after_step(s: int) -> None:
+                    part.add(f"{role}_forwards", 1)
+                    if self.callbacks.progress is not None:
+                        self.callbacks.progress(ProgressEvent("step", b, spec.num_blocks, role, s + 1, recipe.plan.num_steps))
+
+                x0 = denoise(runner, noise.initial, recipe.plan, noise.renoise, text, kv, offset,
+                             interrupt=self.callbacks.interrupt, after_step=after_step,
+                             trace=lambda name, t: self.services.trace(f"{role}/block{b}/{name}", t))
+                if self.services.tracing:
+                    self.services.trace_kv(f"{role}/block{b}/kv_after_last_call", kv,
+                                           extra=spec.frames_per_block * kv.tokens_per_frame)
+            return x0
+
+        return self.memos.memoised(self._block_key(role, state, b), role, tally, make)
+
+    def _context(self, role: str, runner: CausalWan, state: GenerationState, b: int, tally: Tally):
+        with tally.phase("context"):
+            return self.recipes[role].context(self.services, role, runner, state, b, tally)
 
     def _noise(self, spec: GenerationSpec, b: int) -> BlockNoise:
         if self.noise_fn is not None:
@@ -342,22 +306,6 @@ class Engine:
         h, w = spec.latent_hw
         shape = (1, spec.frames_per_block, self.target.cfg.in_dim, h, w)
         return block_noise(spec.seed, b, shape, self.config.num_renoise)
-
-    def _scored(self, state: GenerationState) -> tuple[GenerationState, bool]:
-        """The pending draft with its scores. Scores memoised by an earlier pass come without decoding the draft
-        again (a re-run after moving tau: the prefix costs no decode but the commit's); returns whether the
-        draft's decode was skipped."""
-        p = state.pending
-        if p.frame_scores is not None:
-            return state, False
-        key = self._score_key(state)
-        cached = self.memo.get(key) if (p.frames is None and self.scorer is not None) else None
-        if cached is None:
-            return self.score_draft(self.decode_draft(state)), False
-        tally = self._tally()
-        tally.credit(cached[1])
-        tally.reuse("score", self.memo.origin(key))
-        return state.with_pending(_merge(p, tally, frame_scores=cached[0])), True
 
     # ------------------------------------------------------------------------------------------ helpers
     def _score_key(self, state: GenerationState) -> ScoreKey:
@@ -377,10 +325,6 @@ class Engine:
     def _draft_decode_key(self, state: GenerationState) -> DraftDecodeKey:
         return DraftDecodeKey(self._block_key("drafter", state, state.next_block), self.keys["vae"], self.config.decode_rule)
 
-    def _interrupt(self) -> None:
-        if self.callbacks.interrupt is not None:
-            self.callbacks.interrupt()
-
     def _tally(self) -> Tally:
         return Tally(sync_cuda=self.config.sync_timing, run_id=self.run_id)
 
@@ -392,15 +336,20 @@ class Engine:
         return p
 
 
-def _merge(p: PendingBlock, tally: Tally, **updates) -> PendingBlock:
-    """The pending block with one more operation's work, cost, seconds and reuse added."""
-    def add(a, b):
-        return {k: a.get(k, 0) + b.get(k, 0) for k in dict.fromkeys([*a, *b])}
-
-    return PendingBlock(p.index, updates.get("latents", p.latents), updates.get("frames", p.frames),
-                        updates.get("frame_scores", p.frame_scores), work=add(p.work, tally.work),
-                        cost=add(p.cost, tally.cost), seconds=add(p.seconds, tally.seconds),
-                        reused=p.reused + tuple(tally.reused), carried=p.carried + tuple(tally.carried))
+def model_keys(target: CausalWan, vae, drafter: CausalWan | None, scorer: Scorer | None) -> dict[str, str]:
+    """Each model's stable identity by role (memo keys hold them), once the models are known to fit together."""
+    keys = {"target": require_key(target, "target model"), "vae": require_key(vae, "VAE")}
+    if drafter is not None:
+        keys["drafter"] = require_key(drafter, "drafter model")
+    if scorer is not None:
+        keys["scorer"] = require_key(scorer, "ImageReward scorer")
+    if drafter is not None and drafter.cfg.in_dim != target.cfg.in_dim:
+        raise ValueError(f"drafter and target disagree on latent channels ({drafter.cfg.in_dim} vs "
+                         f"{target.cfg.in_dim}): they must share the Wan 2.1 VAE latent space")
+    z_dim = getattr(getattr(vae, "config", None), "z_dim", target.cfg.in_dim)
+    if z_dim != target.cfg.in_dim:
+        raise ValueError(f"VAE latent channels {z_dim} != DiT input channels {target.cfg.in_dim}")
+    return keys
 
 
 def to_image(pixels: torch.Tensor) -> torch.Tensor:

@@ -233,6 +233,6 @@ def _largest_call(recipe, spec) -> int:
     which runs everything the cache holds in one call (a global Self-Forcing cache: the whole video so far)."""
     F = spec.frames_per_block
     own = recipe.query_frames(F)
-    if spec.switches and not recipe.rebuilds_context_every_block:
+    if spec.schedule.switches and not recipe.rebuilds_context_every_block:
         return max(own, recipe.window_frames(F, spec.num_latent_frames))
     return own

@@ -6,6 +6,7 @@ block does not depend on what was decided (or computed) for earlier blocks, nor 
 from __future__ import annotations
 
 import hashlib
+import uuid
 from dataclasses import dataclass
 
 import torch
@@ -34,3 +35,16 @@ def block_noise(seed: int, block: int, shape: tuple[int, int, int, int, int], nu
     initial = torch.randn(shape, generator=gen, dtype=torch.float32)
     renoise = torch.randn((num_renoise, *shape), generator=gen, dtype=torch.float32)
     return BlockNoise(initial, renoise)
+
+
+def noise_identity(noise_fn, shared_memo: bool) -> str:
+    """Identity of a noise source in memo keys: the seeded default, a custom function's `key`, or one private to
+    the engine (refused with a memo other engines share: nothing could tell their noises apart)."""
+    if noise_fn is None:
+        return "seeded"
+    key = getattr(noise_fn, "key", None)
+    if isinstance(key, str) and key:
+        return key
+    if shared_memo:
+        raise ValueError("a custom noise_fn used with a shared memo needs a stable `key` attribute")
+    return f"private-{uuid.uuid4().hex}"  # this engine's own memo: nothing else can see these entries

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from .keys import DecoderCacheKey, DraftDecodeKey, PixelsKey
+from .memo import Hold, Memoiser
 from .state import GenerationSpec, GenerationState
 from .tally import Tally
 
@@ -40,19 +41,22 @@ class PixelStore:
     anchor) plus the newest block itself (the output writer reads it), and the pending draft's decode.
     """
 
-    HEAD_SLOT = "decoder_head"
+    HEAD = Hold("decoder_head")
+    DRAFT = Hold("draft_decode")  # the route hands it to the commit
     PIXELS_SLOT = "pixels"
-    DRAFT_SLOT = "draft_decode"
 
-    def __init__(self, vae, vae_key: str, rule: str, memo, interrupt: Callable[[], Callable[[], None] | None],
+    def __init__(self, vae, vae_key: str, rule: str, memos: Memoiser, interrupt: Callable[[], Callable[[], None] | None],
                  history_frames: int = 0):
-        self.vae, self.vae_key, self.rule, self.memo = vae, vae_key, rule, memo
+        self.vae, self.vae_key, self.rule, self.memos = vae, vae_key, rule, memos
         self._interrupt = interrupt  # returns the host's current interrupt callback (or None)
         self.history_frames = history_frames  # decoded pixel frames the recipes read back
 
     def held_blocks(self, spec: GenerationSpec) -> int:
         """Committed blocks whose pixels are held (see `held_pixel_blocks`)."""
         return held_pixel_blocks(self.history_frames, self.vae.config.temporal_compression, spec.frames_per_block)
+
+    def _pixels_hold(self, spec: GenerationSpec) -> Hold:
+        return Hold(self.PIXELS_SLOT, keep=self.held_blocks(spec))
 
     def pixels_before(self, b: int, spec: GenerationSpec) -> int:
         """Pixel frames decoded from the first b blocks (1 + 4(T-1) for T latent frames)."""
@@ -70,25 +74,26 @@ class PixelStore:
     def _cache_key(self, lineage: str) -> DecoderCacheKey:
         return DecoderCacheKey(self.vae_key, self.rule, lineage)
 
-    def store(self, lineage: str, entry: DecodeEntry, spec: GenerationSpec) -> torch.Tensor:
-        """Keep a committed block's pixels (on the CPU, held while the recipes may read them) and the decoder
-        cache after it (held as the head)."""
-        pixels = self.memo.pin(self.PIXELS_SLOT, self._pixels_key(lineage), entry.pixels.to("cpu"),
-                               keep=self.held_blocks(spec))
-        self.memo.pin(self.HEAD_SLOT, self._cache_key(lineage), entry.cache)
+    def store(self, lineage: str, entry: DecodeEntry, spec: GenerationSpec, tally: Tally | None) -> torch.Tensor:
+        """Keep a committed block's pixels (on the CPU, held while the recipes may read them; reusing them saves
+        decoding the block) and the decoder cache after it (held as the head)."""
+        frames = spec.frames_per_block
+        pixels = self.memos.keep(self._pixels_key(lineage), entry.pixels.to("cpu"), tally,
+                                 cost={"vae_decode_frames": frames}, hold=self._pixels_hold(spec))
+        self.memos.keep(self._cache_key(lineage), entry.cache, tally, hold=self.HEAD)
         return pixels
 
     def cache_after(self, state: GenerationState, b: int, tally: Tally | None) -> Any:
         """Decoder cache after committed block b (None for b < 0), decoding forward from the newest kept one."""
         start, cache = b, None
         while start >= 0:
-            cache = self.memo.get(self._cache_key(state.blocks[start].lineage))
+            cache = self.memos.peek(self._cache_key(state.blocks[start].lineage))
             if cache is not None:
                 break
             start -= 1
         for k in range(start + 1, b + 1):
             entry = self.decode(state.blocks[k].latents, cache)
-            self.store(state.blocks[k].lineage, entry, state.spec)
+            self.store(state.blocks[k].lineage, entry, state.spec, tally)
             cache = entry.cache
             if tally is not None:
                 tally.add("vae_decode_frames", state.blocks[k].latents.shape[1])
@@ -96,10 +101,10 @@ class PixelStore:
 
     def committed_pixels(self, state: GenerationState, b: int, tally: Tally | None = None) -> torch.Tensor:
         """Decoded pixels of committed block b, [1, 3, T, H, W] in [-1, 1] on the CPU."""
-        pixels = self.memo.get(self._pixels_key(state.blocks[b].lineage))
+        pixels = self.memos.peek(self._pixels_key(state.blocks[b].lineage))
         if pixels is None:
             entry = self.decode(state.blocks[b].latents, self.cache_after(state, b - 1, tally))
-            pixels = self.store(state.blocks[b].lineage, entry, state.spec)
+            pixels = self.store(state.blocks[b].lineage, entry, state.spec, tally)
             if tally is not None:
                 tally.add("vae_decode_frames", state.blocks[b].latents.shape[1])
         return pixels
@@ -113,31 +118,31 @@ class PixelStore:
     def decode_draft(self, state: GenerationState, latents: torch.Tensor, key: DraftDecodeKey,
                      tally: Tally) -> DecodeEntry:
         """Decode a draft of block state.next_block from the committed cache, which stays as it was."""
-        cached = self.memo.get(key)  # (entry, the cost of computing it)
-        if cached is not None:
-            tally.credit(cached[1])
-            tally.reuse("draft_decode", self.memo.origin(key))
-            return cached[0]
-        entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
-        n = latents.shape[1]
-        tally.add("vae_decode_frames", n)
-        self.memo.pin(self.DRAFT_SLOT, key, (entry, {"vae_decode_frames": n}))  # the route hands it to the commit
-        return entry
+        def compute(part: Tally) -> DecodeEntry:
+            # decoding up to the committed cache again (lost to eviction) is not the draft's cost: the operation's
+            entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
+            part.add("vae_decode_frames", latents.shape[1])
+            return entry
+
+        return self.memos.memoised(key, "draft_decode", tally, compute, hold=self.DRAFT)
+
+    def draft_decode(self, key: DraftDecodeKey) -> DecodeEntry | None:
+        """The draft's decode memoised under `key`, if it is there (the commit of an accepted draft reuses it)."""
+        return self.memos.peek(key)
 
     def commit(self, state: GenerationState, latents: torch.Tensor, lineage: str, draft: DecodeEntry | None,
                tally: Tally) -> torch.Tensor:
         """Decode (or take the accepted draft's decode of) the block being committed after `state`."""
         if draft is not None:  # the draft's decode is the committed one: no second decode
-            return self.store(lineage, draft, state.spec)
+            return self.store(lineage, draft, state.spec, tally)
         key, cache_key = self._pixels_key(lineage), self._cache_key(lineage)
-        pixels, cache = self.memo.get(key), self.memo.get(cache_key)
-        if pixels is not None and cache is not None:  # kept from an earlier run; a fresh run decodes it
-            tally.credit({"vae_decode_frames": latents.shape[1]})
-            tally.reuse("pixels", self.memo.origin(key))
-            self.memo.pin(self.HEAD_SLOT, cache_key, cache)  # the next block decodes on from here
-            return self.memo.pin(self.PIXELS_SLOT, key, pixels, keep=self.held_blocks(state.spec))
+        # kept from an earlier run (a fresh run decodes it); the next block decodes on from its cache
+        found = self.memos.recall((key, cache_key), "pixels", tally,
+                                  hold_again=((1, self.HEAD), (0, self._pixels_hold(state.spec))))
+        if found is not None:
+            return found[0]
         # without the decoder cache after it, decode again: the head moves on block by block and a later decode
         # never walks back to the start of the video
         entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
         tally.add("vae_decode_frames", latents.shape[1])
-        return self.store(lineage, entry, state.spec)
+        return self.store(lineage, entry, state.spec, tally)

@@ -152,7 +152,7 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
     d_fw = sum(b.cost.get("drafter_forwards", 0) for b in blocks)
     t_fw = sum(b.cost.get("target_forwards", 0) for b in blocks)
     cost = d_fw + cost_ratio * t_fw
-    base = cost_ratio * target_only_forwards(recipe, n, steps, sum(first < n for first, _ in state.spec.switches))
+    base = cost_ratio * target_only_forwards(recipe, n, steps, sum(first < n for first, _ in state.spec.schedule.switches))
     seconds: dict[str, float] = {}
     for b in now:
         for k, v in b.seconds.items():

@@ -3,9 +3,10 @@
 Two forms, told apart by the first non-blank character:
 - JSON: a list of `{"block": n, "prompt": "...", "embeddings": "optional/file.safetensors"}`;
 - text: one `n: prompt` line per entry (blank lines and lines starting with `#` are skipped).
-First blocks must start at 0 and increase; every problem names the file and the entry or line. Turning entries
-into embeddings (from a file, from umT5, or the tiny demo's stand-ins) is the caller's choice:
-`schedule_embeddings` takes a function text -> embeddings.
+First blocks must start at 0 and increase; every problem names the file and the entry or line. A file reads as a
+`PromptSchedule` (the one schedule shape, engine/prompts.py) of `PromptSource`s; turning them into conditioning
+(from a file, from umT5, or the tiny demo's stand-ins) is the caller's choice: `encode_schedule` takes a function
+text -> embeddings.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from typing import Callable
 
 import torch
 
+from ..engine.prompts import PromptConditioning, PromptSchedule, ScheduleEntry
+
 LINE = re.compile(r"^\s*(\d+)\s*:\s*(.*?)\s*$")
 
 
@@ -26,28 +29,30 @@ class ScheduleError(ValueError):
 
 
 @dataclass(frozen=True)
-class ScheduleEntry:
-    block: int
-    prompt: str
-    embeddings: Path | None = None  # a saved embeddings file for this entry (else the caller encodes `prompt`)
+class PromptSource:
+    """A schedule entry's prompt as a file gives it: the text, and maybe a saved embeddings file for it (else the
+    caller encodes `text`)."""
+
+    text: str
+    embeddings: Path | None = None
 
 
-def parse_schedule(text: str, source: str = "<schedule>") -> list[ScheduleEntry]:
-    """Entries of a schedule file's text, checked: non-empty prompts, first blocks from 0, increasing."""
+def parse_schedule(text: str, source: str = "<schedule>") -> PromptSchedule[PromptSource]:
+    """The schedule of a file's text, checked: non-empty prompts, first blocks from 0, increasing."""
     body = text.strip()
     if not body:
         raise ScheduleError(f"{source}: the prompt schedule is empty (give `0: first prompt` lines or a JSON list)")
     entries = _parse_json(body, source) if body[0] in "[{" else _parse_lines(text, source)
-    if entries[0].block != 0:
-        raise ScheduleError(f"{source}: the first entry starts at block {entries[0].block}; the schedule must start "
-                            f"at block 0")
+    if entries[0].first_block != 0:
+        raise ScheduleError(f"{source}: the first entry starts at block {entries[0].first_block}; the schedule must "
+                            f"start at block 0")
     for prev, cur in zip(entries, entries[1:]):
-        if cur.block <= prev.block:
-            raise ScheduleError(f"{source}: first blocks must increase ({cur.block} after {prev.block})")
-    return entries
+        if cur.first_block <= prev.first_block:
+            raise ScheduleError(f"{source}: first blocks must increase ({cur.first_block} after {prev.first_block})")
+    return PromptSchedule(tuple(entries))
 
 
-def _parse_json(body: str, source: str) -> list[ScheduleEntry]:
+def _parse_json(body: str, source: str) -> list[ScheduleEntry[PromptSource]]:
     try:
         data = json.loads(body)
     except json.JSONDecodeError as e:
@@ -65,11 +70,11 @@ def _parse_json(body: str, source: str) -> list[ScheduleEntry]:
         if not isinstance(prompt, str) or not prompt.strip():
             raise ScheduleError(f"{where}: the prompt is empty")
         emb = item.get("embeddings")
-        out.append(ScheduleEntry(block, prompt.strip(), Path(emb).expanduser() if emb else None))
+        out.append(ScheduleEntry(block, PromptSource(prompt.strip(), Path(emb).expanduser() if emb else None)))
     return out
 
 
-def _parse_lines(text: str, source: str) -> list[ScheduleEntry]:
+def _parse_lines(text: str, source: str) -> list[ScheduleEntry[PromptSource]]:
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -79,36 +84,37 @@ def _parse_lines(text: str, source: str) -> list[ScheduleEntry]:
             raise ScheduleError(f"{source}:{n}: expected `block: prompt` (e.g. `12: the fox jumps`), got {line.strip()!r:.80}")
         if not m.group(2):
             raise ScheduleError(f"{source}:{n}: the prompt is empty")
-        out.append(ScheduleEntry(int(m.group(1)), m.group(2)))
+        out.append(ScheduleEntry(int(m.group(1)), PromptSource(m.group(2))))
     if not out:
         raise ScheduleError(f"{source}: the prompt schedule is empty (only blank or comment lines)")
     return out
 
 
-def read_schedule(path: str | os.PathLike) -> list[ScheduleEntry]:
+def read_schedule(path: str | os.PathLike) -> PromptSchedule[PromptSource]:
     """Read and check a schedule file; embeddings paths in it are relative to the file's folder."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ScheduleError(f"{p}: prompt schedule file not found")
-    entries = parse_schedule(p.read_text(encoding="utf-8"), str(p))
-    return [e if e.embeddings is None or e.embeddings.is_absolute()
-            else ScheduleEntry(e.block, e.prompt, p.parent / e.embeddings) for e in entries]
+    return parse_schedule(p.read_text(encoding="utf-8"), str(p)).map(
+        lambda s: s if s.embeddings is None or s.embeddings.is_absolute() else PromptSource(s.text, p.parent / s.embeddings))
 
 
-def schedule_embeddings(entries: list[ScheduleEntry], encode: Callable[[str], torch.Tensor],
-                        load: Callable[[Path], torch.Tensor] | None = None) -> list[tuple[int, str, torch.Tensor]]:
-    """(first block, prompt, embeddings) per entry: an entry's embeddings file when it names one (read by `load`),
-    else `encode(prompt)`; a prompt used twice is encoded once."""
+def encode_schedule(schedule: PromptSchedule[PromptSource], encode: Callable[[str], torch.Tensor],
+                    load: Callable[[Path], torch.Tensor] | None = None) -> PromptSchedule[PromptConditioning]:
+    """The schedule with each prompt's conditioning: its embeddings file's when it names one (read by `load`), else
+    `encode(text)`; a prompt used twice is encoded once."""
     encoded: dict[str, torch.Tensor] = {}
-    out = []
-    for e in entries:
-        if e.embeddings is not None:
+
+    def conditioning(e: ScheduleEntry[PromptSource]) -> tuple[int, PromptConditioning]:
+        src = e.prompt
+        if src.embeddings is not None:
             if load is None:
-                raise ScheduleError(f"entry at block {e.block} names an embeddings file, but no loader was given")
-            emb = load(e.embeddings)
+                raise ScheduleError(f"entry at block {e.first_block} names an embeddings file, but no loader was given")
+            emb = load(src.embeddings)
         else:
-            emb = encoded.get(e.prompt)
+            emb = encoded.get(src.text)
             if emb is None:
-                emb = encoded[e.prompt] = encode(e.prompt)
-        out.append((e.block, e.prompt, emb))
-    return out
+                emb = encoded[src.text] = encode(src.text)
+        return e.first_block, PromptConditioning.make(src.text, emb)
+
+    return PromptSchedule.of(conditioning(e) for e in schedule)

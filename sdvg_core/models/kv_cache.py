@@ -54,16 +54,14 @@ class TextKV:
 
 @dataclass
 class KVCopyStats:
-    """Process-wide count of the cached data the KV views copy (forks on a branch switch); tests and benches read it."""
+    """Counts the cached data KV views copy (forks on a branch switch): an instrumentation hook a caller installs on
+    the caches it makes (`KVCache.empty(copies=...)`, `Engine(kv_copies=...)`); every fork of them counts here."""
 
     forks: int = 0
     fork_bytes: int = 0
 
     def reset(self) -> None:
         self.forks = self.fork_bytes = 0
-
-
-KV_COPIES = KVCopyStats()
 
 
 class _KVBuffer:
@@ -74,9 +72,10 @@ class _KVBuffer:
     """
 
     def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], tokens_per_frame: int, sink_frames: int = 0,
-                 rope: str = "baked"):
+                 rope: str = "baked", copies: KVCopyStats | None = None):
         self.k, self.v = k, v
         self.tokens_per_frame, self.sink_frames, self.rope = tokens_per_frame, sink_frames, rope
+        self.copies = copies  # where this buffer's forks are counted (None: nowhere)
         self.stamps = [0] * (k[0].shape[2] // tokens_per_frame)
         self.clock = 0
         self.frontier = 0
@@ -94,9 +93,9 @@ class _KVBuffer:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
     def like(self) -> "_KVBuffer":
-        """An empty buffer of the same shape, sink and RoPE mode."""
+        """An empty buffer of the same shape, sink, RoPE mode and copy counter."""
         return _KVBuffer([torch.zeros_like(t) for t in self.k], [torch.zeros_like(t) for t in self.v],
-                         self.tokens_per_frame, self.sink_frames, self.rope)
+                         self.tokens_per_frame, self.sink_frames, self.rope, self.copies)
 
     def stamp(self, slots: tuple[int, ...]) -> int:
         """A new write clock value, recorded on `slots` (physical frame slots about to be written)."""
@@ -156,9 +155,11 @@ class KVCache:
 
     @staticmethod
     def empty(cfg: WanDiTConfig, *, batch: int, window_frames: int, tokens_per_frame: int,
-              device: torch.device | str, dtype: torch.dtype, sink_frames: int = 0, rope: str = "baked") -> "KVCache":
+              device: torch.device | str, dtype: torch.dtype, sink_frames: int = 0, rope: str = "baked",
+              copies: KVCopyStats | None = None) -> "KVCache":
         """Allocate `window_frames` latent-frame slots (e.g. 6 = 9360 tokens at 832x480, Krea's window), the first
-        `sink_frames` of them a sink; `rope`: "baked" (keys stored rotated) or "slot" (rotated by slot per call)."""
+        `sink_frames` of them a sink; `rope`: "baked" (keys stored rotated) or "slot" (rotated by slot per call);
+        `copies`: where the forks of this cache and of the views made from it are counted."""
         if rope not in ROPE_MODES:
             raise ValueError(f"KV RoPE mode must be one of {ROPE_MODES}, got {rope!r}")
         if not 0 <= sink_frames < window_frames:
@@ -166,7 +167,7 @@ class KVCache:
         shape = (batch, cfg.num_heads, window_frames * tokens_per_frame, cfg.head_dim)
         k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
         v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
-        return KVCache(_KVBuffer(k, v, tokens_per_frame, sink_frames, rope))
+        return KVCache(_KVBuffer(k, v, tokens_per_frame, sink_frames, rope, copies))
 
     # -- sizes ---------------------------------------------------------------------------------------------
     @property
@@ -315,7 +316,7 @@ class KVCache:
         live view's slots are overwritten as its ring wraps), and for tests that must not disturb the original."""
         src = self.buffer
         buf = _KVBuffer([t.clone() for t in src.k], [t.clone() for t in src.v], src.tokens_per_frame,
-                        src.sink_frames, src.rope)
+                        src.sink_frames, src.rope, src.copies)
         buf.stamps, buf.clock, buf.frontier = list(src.stamps), src.clock, src.frontier
         return KVCache(buf, self.sink_len, self.ring_start, self.ring_len, self.frame_ids, self.stamps, self.serial)
 
@@ -335,9 +336,10 @@ class KVCache:
         clock = buf.stamp(reads)
         kept = set(reads)
         stamps = tuple(clock if i in kept else 0 for i in range(self.frames))
-        KV_COPIES.forks += 1
-        KV_COPIES.fork_bytes += len(reads) * tpf * sum(t.shape[0] * t.shape[1] * t.shape[3] * t.element_size()
-                                                        for t in buf.k + buf.v)
+        if buf.copies is not None:
+            buf.copies.forks += 1
+            buf.copies.fork_bytes += len(reads) * tpf * sum(t.shape[0] * t.shape[1] * t.shape[3] * t.element_size()
+                                                             for t in buf.k + buf.v)
         view = KVCache(buf, self.sink_len, 0, self.ring_len, self.frame_ids, stamps, 0)
         self._forks.clear()
         self._forks[key] = view

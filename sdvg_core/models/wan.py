@@ -7,8 +7,7 @@ layers keep working because their own `forward` runs).
 
 Conventions follow Wan 2.1 / Self-Forcing / Krea (docs/design.md §2): tokens are
 frame-major then row then column; RoPE pairs adjacent channels, split (t, h, w) = 22/21/21 pairs at
-head_dim 128 (angles in float64, applied in float32 by default, complex128 with exact_rope=True;
-wan_numerics.py); the KV cache views live in kv_cache.py;
+head_dim 128 (angles in float64, applied in float32: wan_numerics.py); the KV cache views live in kv_cache.py;
 per-frame timestep modulation; no text padding mask.
 """
 from __future__ import annotations
@@ -21,12 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kv_cache import KVCache, KVWrite, StaleKVError, TextKV  # noqa: F401  (StaleKVError re-exported)
+from .kv_cache import KVCache, KVWrite, OpenKVWrite, StaleKVError, TextKV  # noqa: F401  (StaleKVError re-exported)
 from .wan_config import WanDiTConfig
 # the shared numerics (also importable from here, as tests and hosts do)
 from .wan_numerics import (  # noqa: F401
-    SINUSOID_CACHE_ENTRIES, AttentionFn, Interrupt, RopeCosSin, apply_rope, apply_rope_real, attention, rope_angles,
-    rope_rows, rope_table, sinusoidal_embedding,
+    SINUSOID_CACHE_ENTRIES, AttentionFn, Interrupt, RopeCosSin, RopeTables, apply_rope_real, attention, rope_angles,
+    rope_rows, sinusoidal_embedding,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -179,16 +178,15 @@ class CausalWan:
 
     The residual stream and the timestep modulation are kept in float32 (as the official Wan code does);
     every submodule gets its input in `dtype`. Hot-path options:
-    - exact_rope: RoPE in complex128 per layer, as the reference (default: float32 cos/sin tables built once
-      per call and shared by all layers; differs by ~1e-7 relative, far below the fixtures' 1e-4).
     - attention_fn: the attention kernel (default PyTorch SDPA; ComfyUI hosts pass `optimized_attention`).
     - compile: `torch.compile` the three static-shape regions of a block (attention itself stays eager, as
       its key length grows with the cache); compiled once per block shape, reused by every layer.
+    RoPE tables (`rope`, float32 cos/sin built once per table size) are shared by every call and layer.
     """
 
     def __init__(self, net: nn.Module, cfg: WanDiTConfig, dtype: torch.dtype | None = None,
                  device: torch.device | str | None = None, key: str | None = None, *,
-                 attention_fn: AttentionFn | None = None, exact_rope: bool = False, compile: bool | str = False):
+                 attention_fn: AttentionFn | None = None, compile: bool | str = False):
         self.net = net
         self.key = key  # identity for derived-data caches (weights file + dtype); None = this object
         self.cfg = cfg
@@ -196,11 +194,8 @@ class CausalWan:
         self.device = torch.device(device) if device is not None else first.device
         self.dtype = dtype or (first.dtype if first.dtype.is_floating_point and first.element_size() >= 2 else torch.float32)
         self.attention_fn: AttentionFn = attention_fn or attention
-        self.exact_rope = exact_rope
         self.compile = compile
-        self._rope_exact = None  # complex128 tables (exact path), built on first use
-        self._rope_real: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None  # fp32 (cos, sin) per axis
-        self._rope_index: dict[tuple[int, ...], torch.Tensor] = {}  # device gathers of slot-RoPE positions
+        self.rope = RopeTables(cfg, self.device)
         self._mods: dict[int, tuple[tuple, torch.Tensor, torch.Tensor]] = {}  # id(param) -> (stamp, fp32 copy, param)
         self._sin_cache: dict[tuple, torch.Tensor] = {}  # CPU timestep values -> device sinusoids
         self._regions = (block_qkv, block_cross_query, block_ffn)
@@ -243,63 +238,6 @@ class CausalWan:
         if frame_offset < 0:
             raise ValueError(f"RoPE frame positions {frame_offset}..{frame_offset + frames - 1} are negative")
 
-    def _index(self, positions: tuple[int, ...]) -> torch.Tensor:
-        """Device index tensor of a (non-contiguous) position tuple, made once per distinct tuple (no per-call copy)."""
-        hit = self._rope_index.get(positions)
-        if hit is None:
-            if len(self._rope_index) >= SINUSOID_CACHE_ENTRIES:
-                self._rope_index.clear()
-            hit = self._rope_index[positions] = torch.tensor(positions, dtype=torch.long).to(self.device)
-        return hit
-
-    def _rows(self, table: torch.Tensor, positions: tuple[int, ...]) -> torch.Tensor:
-        """Rows `positions` of a per-axis table: a slice when they are consecutive, a gather otherwise."""
-        first = positions[0]
-        if positions == tuple(range(first, first + len(positions))):
-            return table[first:first + len(positions)]
-        return table.index_select(0, self._index(positions))
-
-    def _grid(self, ft: torch.Tensor, fh: torch.Tensor, fw: torch.Tensor, positions: tuple[int, ...], h: int,
-              w: int) -> torch.Tensor:
-        """Per-axis tables [rows, pairs_axis] -> [F*h*w, D/2] for a frame-major grid at time `positions`."""
-        frames = len(positions)
-        grid = torch.cat([
-            self._rows(ft, positions)[:, None, None, :].expand(frames, h, w, -1),
-            fh[None, :h, None, :].expand(frames, h, w, -1),
-            fw[None, None, :w, :].expand(frames, h, w, -1),
-        ], dim=-1)
-        return grid.reshape(frames * h * w, -1)
-
-    def _tables_exact(self, rows: int):
-        if self._rope_exact is None or self._rope_exact[0].shape[0] < rows:
-            self._rope_exact = rope_table(self.cfg, self.device, rope_rows(rows, self.cfg.rope_max_positions))
-        return self._rope_exact
-
-    def _tables_real(self, rows: int):
-        """fp32 (cos, sin) per axis on the device; angles in float64, built for more rows when a position needs it."""
-        if self._rope_real is None or self._rope_real[0][0].shape[0] < rows:
-            angles = rope_angles(self.cfg, "cpu", rope_rows(rows, self.cfg.rope_max_positions))
-            self._rope_real = tuple((a.cos().float().to(self.device), a.sin().float().to(self.device)) for a in angles)
-        return self._rope_real
-
-    def _rope_freqs(self, frames: int, h: int, w: int, frame_offset: int) -> torch.Tensor:
-        """Exact path: [F*h*w, D/2] complex128 rotations for a frame-major token grid."""
-        self._check_positions(frames, frame_offset)
-        return self._rope_freqs_at(tuple(range(frame_offset, frame_offset + frames)), h, w)
-
-    def _rope_freqs_at(self, positions: tuple[int, ...], h: int, w: int) -> torch.Tensor:
-        ft, fh, fw = self._tables_exact(max(max(positions) + 1, h, w))
-        return self._grid(ft, fh, fw, positions, h, w)
-
-    def _rope_cos_sin(self, frames: int, h: int, w: int, frame_offset: int) -> RopeCosSin:
-        """Fast path: fp32 cos/sin [F*h*w, D/2] (angles in float64 once per table size, then rounded)."""
-        self._check_positions(frames, frame_offset)
-        return self._rope_cos_sin_at(tuple(range(frame_offset, frame_offset + frames)), h, w)
-
-    def _rope_cos_sin_at(self, positions: tuple[int, ...], h: int, w: int) -> RopeCosSin:
-        (ct, st), (ch, sh), (cw, sw) = self._tables_real(max(max(positions) + 1, h, w))
-        return RopeCosSin(self._grid(ct, ch, cw, positions, h, w), self._grid(st, sh, sw, positions, h, w))
-
     def _sinusoid(self, t: torch.Tensor) -> torch.Tensor:
         """Timestep sinusoids [B*F, freq_dim]: float64 on the CPU (no fp64 GPU kernels), copied to the device once
         per distinct CPU timestep tensor value (a recipe has a handful), so later calls make no host-to-device copy
@@ -327,6 +265,8 @@ class CausalWan:
 
     def _patchify(self, x: torch.Tensor, hook: Hook | None) -> tuple[torch.Tensor, tuple[int, int, int]]:
         """x [B, F, C, H, W] -> tokens [B, F*h*w, dim] (float32) and the token grid (F, h, w)."""
+        if x.shape[2] != self.cfg.in_dim:
+            raise ValueError(f"latents have {x.shape[2]} channels, the model expects {self.cfg.in_dim}")
         xc = x.permute(0, 2, 1, 3, 4).to(self.device, self.dtype)  # [B, C, F, H, W]
         p = self.net.patch_embedding(xc)  # [B, dim, F', h, w]
         if hook:
@@ -359,16 +299,34 @@ class CausalWan:
         self._mods[id(p)] = (stamp, cast, p)  # holding p keeps its id from being reused while cached
         return cast
 
+    def _open(self, kv: KVCache | KVWrite | None, frames: int, tpf: int, frame_offset: int) -> OpenKVWrite | None:
+        """Start the call's write into the cache (`KVCache.append` for a view, else the given plan)."""
+        if kv is None:
+            return None
+        plan = kv if isinstance(kv, KVWrite) else kv.append(frames, frame_offset)
+        if plan.frames != frames or plan.tokens_per_frame != tpf:
+            raise ValueError(f"a KV write of {plan.frames} frames x {plan.tokens_per_frame} tokens cannot take a "
+                             f"call of {frames} frames x {tpf} tokens")
+        return plan.open()
+
+    def _head(self, x_res: torch.Tensor, e: torch.Tensor, grid: tuple[int, int, int], hook: Hook | None) -> torch.Tensor:
+        """The modulated head on the residual stream [B, S, dim] -> velocity [B, F, C, H, W] (float32)."""
+        net, tpf = self.net, grid[1] * grid[2]
+        hm = self._param(net.head.modulation)[:, None] + e[:, :, None]  # [B, F, 2, dim]
+        hshift, hscale = hm.unbind(2)
+        out = net.head.head(_modulate(net.head.norm(x_res), hshift, hscale, tpf).to(self.dtype))
+        if hook:
+            hook("head_out", out.view(out.shape[0], grid[0], tpf, -1))
+        return self._unpatchify(out.float(), grid)
+
     # -- main entry -----------------------------------------------------------------------------------------
     @torch.no_grad()
     def forward(self, x: torch.Tensor, t: torch.Tensor, text: TextKV, *, frame_offset: int = 0,
-                kv: KVCache | KVWrite | None = None, commit: bool = False, block_mask_frames: int | None = None,
-                want_output: bool = True, hook: Hook | None = None,
-                interrupt: Interrupt | None = None) -> ForwardOutput:
+                kv: KVCache | KVWrite | None = None, commit: bool = False, want_output: bool = True,
+                hook: Hook | None = None, interrupt: Interrupt | None = None) -> ForwardOutput:
         """One model call on latent frames x [B, F, C, H, W] at per-frame timesteps t [B, F].
 
-        - kv=None: the frames attend to each other only (with `block_mask_frames`, block-causally: the
-          training-time full-sequence path, the only one that uses an attention mask).
+        - kv=None: the frames attend to each other only.
         - kv a view: the frames are appended to it (`KVCache.append`: the oldest window frames evicted when the
           window is full) and attend to sink + window + themselves (no mask); kv a `KVWrite` plan: that write
           (e.g. `rewrite`, a recache). With commit=True the returned view includes the written frames (a KV
@@ -378,95 +336,55 @@ class CausalWan:
         `interrupt()` is called before every transformer layer; when it raises, nothing is committed (the slots
         the call wrote are stamped as overwritten, so no view reads their partial keys).
         """
-        cfg, net = self.cfg, self.net
         self.calls += 1
-        if x.shape[2] != cfg.in_dim:
-            raise ValueError(f"latents have {x.shape[2]} channels, the model expects {cfg.in_dim}")
         tokens, grid = self._patchify(x, hook)  # [B, S, dim]
-        f, h, w = grid
-        b, s, _ = tokens.shape
-        tpf = h * w
+        (f, h, w), b = grid, tokens.shape[0]
         if t.shape != (b, f):
             raise ValueError(f"timestep must be [B, F] = {(b, f)}, got {tuple(t.shape)}")
         self._check_positions(f, frame_offset)
         e, e0 = self._embed_time(t, hook)
-
-        write = None
-        if kv is not None:
-            plan = kv if isinstance(kv, KVWrite) else kv.append(f, frame_offset)
-            if plan.frames != f or plan.tokens_per_frame != tpf:
-                raise ValueError(f"a KV write of {plan.frames} frames x {plan.tokens_per_frame} tokens cannot take a "
-                                 f"call of {f} frames x {tpf} tokens")
-            write = plan.open()
+        write = self._open(kv, f, h * w, frame_offset)
         slot = write is not None and write.rope == "slot"
-        q_pos = write.query_positions if slot else tuple(range(frame_offset, frame_offset + f))
-        if self.exact_rope:
-            freqs = self._rope_freqs_at(q_pos, h, w)
-            key_freqs = self._rope_freqs_at(write.key_positions, h, w) if slot else None
-            rope = None
-        else:
-            rope = self._rope_cos_sin_at(q_pos, h, w)
-            key_rope = self._rope_cos_sin_at(write.key_positions, h, w) if slot else None
-
-        mask = None
-        if block_mask_frames is not None:
-            block_of = torch.arange(s, device=self.device) // (tpf * block_mask_frames)
-            mask = block_of[None, :] <= block_of[:, None]  # [S, S] query sees its own and earlier blocks
-
-        qkv_fn, cross_fn, ffn_fn = self._regions if hook is None else (block_qkv, block_cross_query, block_ffn)
-        n, dt = cfg.num_heads, self.dtype
-        attend = self.attention_fn
+        rope = self.rope.at(write.query_positions if slot else tuple(range(frame_offset, frame_offset + f)), h, w)
+        key_rope = self.rope.at(write.key_positions, h, w) if slot else None
         x_res = tokens
-        last = len(net.blocks) - 1
-        for i, block in enumerate(net.blocks):
+        blocks = self.net.blocks
+        for i, block in enumerate(blocks):
             if interrupt is not None:
                 interrupt()
-            mod = e0 + self._param(block.modulation)[:, None]  # [B, F, 6, dim]
-            sh1, sc1, g1, sh2, sc2, g2 = mod.unbind(2)
-            if rope is not None:
-                q, k, v = qkv_fn(block, x_res, sh1, sc1, rope, tpf, n, dt, not slot)  # [B, N, S, D] each
-            else:  # exact complex128 RoPE (parity checks)
-                sa = block.self_attn
-                hmod = _modulate(block.norm1(x_res), sh1, sc1, tpf).to(dt)
-                q = apply_rope(sa.norm_q(sa.q(hmod)).view(b, s, n, -1), freqs).transpose(1, 2)
-                k = sa.norm_k(sa.k(hmod)).view(b, s, n, -1)
-                k = (k if slot else apply_rope(k, freqs)).transpose(1, 2)
-                v = sa.v(hmod).view(b, s, n, -1).transpose(1, 2)
-            if write is not None:
-                write.write(i, k, v)
-                k_all, v_all = write.keys(i), write.values(i)
-                if slot:  # cached keys are un-rotated: rotate every occupied slot by its logical index
-                    k_all = (apply_rope_real(k_all.transpose(1, 2), key_rope) if rope is not None
-                             else apply_rope(k_all.transpose(1, 2), key_freqs)).transpose(1, 2)
-            else:
-                k_all, v_all = k, v
-            if not want_output and i == last:
-                break  # only the cache was wanted: the last block's keys/values are written, its outputs feed nothing
-            y = attention(q, k_all, v_all, mask) if mask is not None else attend(q, k_all, v_all)  # [B, S, N*D]
-            if hook:
-                hook(f"block{i}_self_attn_out", block.self_attn.o(y))
-            x_res, qc = cross_fn(block, x_res, y, g1, tpf, n, dt)
-            yc = attend(qc, text.k[i], text.v[i])  # [B, S, N*D]
-            if hook:
-                hook(f"block{i}_cross_attn_out", block.cross_attn.o(yc))
-            x_res = ffn_fn(block, x_res, yc, sh2, sc2, g2, tpf, dt)
-            if hook:
-                hook(f"block{i}_out", x_res)
+            # only the cache wanted: the last block's keys/values are written, its outputs feed nothing
+            x_res = self._block(i, block, x_res, e0, rope, key_rope, write, text, h * w, hook,
+                                keys_only=not want_output and i == len(blocks) - 1)
+        new_kv = None if write is None else write.commit() if commit else kv.base if isinstance(kv, KVWrite) else kv
+        return ForwardOutput(self._head(x_res, e, grid, hook) if want_output else None, new_kv)
 
-        if write is None:
-            new_kv = None
-        elif commit:
-            new_kv = write.commit()
-        else:
-            new_kv = kv.base if isinstance(kv, KVWrite) else kv
-        if not want_output:
-            return ForwardOutput(None, new_kv)
-        hm = self._param(net.head.modulation)[:, None] + e[:, :, None]  # [B, F, 2, dim]
-        hshift, hscale = hm.unbind(2)
-        out = net.head.head(_modulate(net.head.norm(x_res), hshift, hscale, tpf).to(dt))
+    def _block(self, i: int, block: nn.Module, x_res: torch.Tensor, e0: torch.Tensor, rope: RopeCosSin,
+               key_rope: RopeCosSin | None, write: OpenKVWrite | None, text: TextKV, tpf: int, hook: Hook | None,
+               keys_only: bool = False) -> torch.Tensor:
+        """One transformer block on the residual stream [B, S, dim] (float32): self-attention over the cache (its
+        keys/values written first), cross-attention to the text, FFN. `keys_only`: stop after the cache write."""
+        qkv_fn, cross_fn, ffn_fn = self._regions if hook is None else (block_qkv, block_cross_query, block_ffn)
+        n, dt, attend = self.cfg.num_heads, self.dtype, self.attention_fn
+        sh1, sc1, g1, sh2, sc2, g2 = (e0 + self._param(block.modulation)[:, None]).unbind(2)  # [B, F, dim] each
+        q, k, v = qkv_fn(block, x_res, sh1, sc1, rope, tpf, n, dt, key_rope is None)  # [B, N, S, D] each
+        if write is not None:
+            write.write(i, k, v)
+            k, v = write.keys(i), write.values(i)
+            if key_rope is not None:  # cached keys are un-rotated: rotate every occupied slot by its logical index
+                k = apply_rope_real(k.transpose(1, 2), key_rope).transpose(1, 2)
+        if keys_only:
+            return x_res
+        y = attend(q, k, v)  # [B, S, N*D]
         if hook:
-            hook("head_out", out.view(b, f, tpf, -1))
-        return ForwardOutput(self._unpatchify(out.float(), grid), new_kv)
+            hook(f"block{i}_self_attn_out", block.self_attn.o(y))
+        x_res, qc = cross_fn(block, x_res, y, g1, tpf, n, dt)
+        yc = attend(qc, text.k[i], text.v[i])  # [B, S, N*D]
+        if hook:
+            hook(f"block{i}_cross_attn_out", block.cross_attn.o(yc))
+        x_res = ffn_fn(block, x_res, yc, sh2, sc2, g2, tpf, dt)
+        if hook:
+            hook(f"block{i}_out", x_res)
+        return x_res
 
 
 

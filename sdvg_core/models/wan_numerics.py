@@ -1,7 +1,9 @@
-"""Numerics shared by every Wan DiT path: timestep sinusoids, 3D RoPE (exact complex128 and fast float32) and attention.
+"""Numerics shared by every Wan DiT path: timestep sinusoids, 3D RoPE and attention.
 
 RoPE pairs adjacent channels, split (t, h, w) = 22/21/21 pairs at head_dim 128, angles in float64 (Wan's
-`rope_params`); the generation path applies them in float32 with cos/sin tables built once per call.
+`rope_params`); the forward applies them in float32 with cos/sin tables built once per table size (`RopeTables`).
+Wan itself rotates in complex128: the difference is ~1e-7 relative, far below the fixtures' 1e-4 (tests/ hold the
+complex128 reference).
 """
 from __future__ import annotations
 
@@ -37,43 +39,84 @@ def rope_angles(cfg: WanDiTConfig, device: torch.device | str = "cpu",
     return tables[0], tables[1], tables[2]
 
 
-def rope_table(cfg: WanDiTConfig, device: torch.device | str = "cpu",
-               rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-axis complex rotations [rows, pairs] (complex128), Wan's `rope_params` (the exact path)."""
-    return tuple(torch.polar(torch.ones_like(a), a) for a in rope_angles(cfg, device, rows))  # type: ignore[return-value]
-
-
 def rope_rows(needed: int, minimum: int) -> int:
     """Rows to build a RoPE table with so position `needed - 1` is in it: Wan's size, else the next power of two
     (the table grows by doubling, so a long video rebuilds it a logarithmic number of times)."""
     return max(minimum, 1 << max(needed - 1, 0).bit_length())
 
 
-def apply_rope(x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """Exact path: rotate adjacent channel pairs of x [B, S, N, D] by freqs [S, D/2] (complex128); x's dtype."""
-    b, s, n, d = x.shape
-    xc = torch.view_as_complex(x.to(torch.float64).reshape(b, s, n, d // 2, 2))  # [B, S, N, D/2]
-    return torch.view_as_real(xc * freqs[None, :, None, :]).reshape(b, s, n, d).to(x.dtype)
-
-
 @dataclass(frozen=True)
 class RopeCosSin:
-    """Real rotation tables of one forward call, cos/sin [S, D/2] float32, shared by every layer."""
+    """Real rotation tables of one forward call, cos/sin [S, D/2] (float32), shared by every layer."""
 
     cos: torch.Tensor
     sin: torch.Tensor
 
 
 def apply_rope_real(x: torch.Tensor, rope: RopeCosSin) -> torch.Tensor:
-    """Rotate adjacent channel pairs of x [B, S, N, D] in float32 with real cos/sin tables; returns x's dtype."""
+    """Rotate adjacent channel pairs of x [B, S, N, D] with real cos/sin tables (in their precision, at least
+    float32); returns x's dtype."""
     x0, x1 = x.float().unflatten(-1, (-1, 2)).unbind(-1)  # [B, S, N, D/2] each
     c, s = rope.cos[None, :, None], rope.sin[None, :, None]  # [1, S, 1, D/2]
     return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(3).to(x.dtype)  # [B, S, N, D]
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax attention, q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; 1/sqrt(D) scale, no dropout."""
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, N, Sq, D]
+class RopeTables:
+    """A model's RoPE cos/sin tables per axis on its device, in `dtype` (angles in float64, then rounded), built for
+    more rows (doubling) when a position needs it; `at` makes a call's [S, D/2] grid."""
+
+    dtype = torch.float32
+
+    def __init__(self, cfg: WanDiTConfig, device: torch.device):
+        self.cfg, self.device = cfg, device
+        self._axes: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None  # (cos, sin) per axis
+        self._index: dict[tuple[int, ...], torch.Tensor] = {}  # device gathers of non-consecutive positions
+
+    @property
+    def rows(self) -> int:
+        """Positions the tables hold now (Wan's 1024 at first)."""
+        return 0 if self._axes is None else self._axes[0][0].shape[0]
+
+    def _tables(self, rows: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        if self._axes is None or self.rows < rows:
+            angles = rope_angles(self.cfg, "cpu", rope_rows(rows, self.cfg.rope_max_positions))
+            self._axes = tuple((a.cos().to(self.dtype).to(self.device), a.sin().to(self.dtype).to(self.device))
+                               for a in angles)
+        return self._axes
+
+    def _rows(self, table: torch.Tensor, positions: tuple[int, ...]) -> torch.Tensor:
+        """Rows `positions` of a per-axis table: a slice when they are consecutive, a gather otherwise (the device
+        index made once per distinct tuple: no per-call copy)."""
+        first = positions[0]
+        if positions == tuple(range(first, first + len(positions))):
+            return table[first:first + len(positions)]
+        hit = self._index.get(positions)
+        if hit is None:
+            if len(self._index) >= SINUSOID_CACHE_ENTRIES:
+                self._index.clear()
+            hit = self._index[positions] = torch.tensor(positions, dtype=torch.long).to(self.device)
+        return table.index_select(0, hit)
+
+    def _grid(self, ft: torch.Tensor, fh: torch.Tensor, fw: torch.Tensor, positions: tuple[int, ...], h: int,
+              w: int) -> torch.Tensor:
+        """Per-axis tables [rows, pairs_axis] -> [F*h*w, D/2] for a frame-major grid at time `positions`."""
+        frames = len(positions)
+        grid = torch.cat([
+            self._rows(ft, positions)[:, None, None, :].expand(frames, h, w, -1),
+            fh[None, :h, None, :].expand(frames, h, w, -1),
+            fw[None, None, :w, :].expand(frames, h, w, -1),
+        ], dim=-1)
+        return grid.reshape(frames * h * w, -1)
+
+    def at(self, positions: tuple[int, ...], h: int, w: int) -> RopeCosSin:
+        """cos/sin [F*h*w, D/2] of a frame-major token grid whose frames sit at time `positions`."""
+        (ct, st), (ch, sh), (cw, sw) = self._tables(max(max(positions) + 1, h, w))
+        return RopeCosSin(self._grid(ct, ch, cw, positions, h, w), self._grid(st, sh, sw, positions, h, w))
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Softmax attention, q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; 1/sqrt(D) scale, no dropout, no mask."""
+    out = F.scaled_dot_product_attention(q, k, v)  # [B, N, Sq, D]
     return out.transpose(1, 2).flatten(2)
 
 

@@ -2,36 +2,40 @@
 `longlive` (frame sink + sliding window; `longlive_infinity`: its slot-relative RoPE variant).
 
 `recipe_by_name` builds one from its command-line / node name, optionally with its parameters:
-`longlive:window=15,sink=3,global_sink=false` (every field of the recipe's dataclass but its name).
+`longlive:window=15,sink=3,global_sink=false` (every field of the recipe's dataclass but its name). `REGISTRY` is
+the one table of names: the choice lists, the parser and the constructors all come from it.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 from .base import ContextHost, Recipe
 from .krea import KreaRecipe
 from .longlive import LongLiveRecipe
 from .self_forcing import SelfForcingRecipe
 
-__all__ = ["ContextHost", "Recipe", "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "RECIPE_NAMES",
+__all__ = ["ContextHost", "Recipe", "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "REGISTRY", "RECIPE_NAMES",
            "recipe_by_name", "recipe_params", "recipe_spec", "recipe_arg", "check_prompt_switches"]
 
-RECIPE_NAMES = ("krea", "self_forcing", "longlive", "longlive_infinity")
+# name -> the recipe it names, with its reference defaults
+REGISTRY: dict[str, Callable[[], Recipe]] = {
+    "krea": KreaRecipe,
+    "self_forcing": SelfForcingRecipe,
+    "longlive": LongLiveRecipe,
+    "longlive_infinity": lambda: LongLiveRecipe(variant="infinity"),
+}
+RECIPE_NAMES = tuple(REGISTRY)
 
 
 def recipe_by_name(name: str) -> Recipe:
-    """The recipe called `name` with its reference defaults, or `name:field=value,...` with some set."""
+    """The recipe called `name` (a dash may stand for an underscore) with its reference defaults, or
+    `name:field=value,...` with some set."""
     base, _, params = name.partition(":")
-    if base == "krea":
-        recipe: Recipe = KreaRecipe()
-    elif base in ("self_forcing", "self-forcing"):
-        recipe = SelfForcingRecipe()
-    elif base == "longlive":
-        recipe = LongLiveRecipe()
-    elif base in ("longlive_infinity", "longlive-infinity"):
-        recipe = LongLiveRecipe(variant="infinity")
-    else:
+    make = REGISTRY.get(base.replace("-", "_"))
+    if make is None:
         raise ValueError(f"unknown context recipe {base!r}; use one of {', '.join(RECIPE_NAMES)}")
+    recipe = make()
     return _with_params(recipe, base, params) if params.strip() else recipe
 
 
@@ -104,11 +108,11 @@ def recipe_arg(value: str) -> str:
 
 def check_prompt_switches(recipes: dict[str, Recipe], spec) -> None:
     """Refuse, before any work, a prompt schedule for a role whose recipe cannot switch prompts, naming those that can."""
-    if not spec.switches:
+    if not spec.schedule.switches:
         return
     for role, recipe in recipes.items():
         if not recipe.supports_prompt_switch:
             able = [n for n in RECIPE_NAMES if recipe_by_name(n).supports_prompt_switch]
             raise ValueError(f"the {role}'s context recipe {recipe.name!r} cannot change the prompt between blocks, "
-                             f"but the prompt schedule switches at block {spec.switches[0][0]}: use one prompt, or "
+                             f"but the prompt schedule switches at block {spec.schedule.switches[0].first_block}: use one prompt, or "
                              f"a recipe that can ({', '.join(able)})")

@@ -8,31 +8,43 @@ one new class with the members of `Recipe`.
 """
 from __future__ import annotations
 
-from typing import Hashable, Protocol
+from typing import Any, Callable, Hashable, Protocol
 
 import torch
 
 from ...models.wan import CausalWan, KVCache, KVWrite, TextKV
 from ..keys import KVKey
+from ..memo import Hold
 from ..schedule import StepPlan
 from ..state import GenerationSpec, GenerationState
 from ..tally import Tally
 
 
 class ContextHost(Protocol):
-    """What a recipe may use from the engine: the memo, model calls, pixels and tracing."""
+    """What a recipe may use from the engine: memoised computation, KV views, model calls, pixels and tracing.
+    Never the memo itself nor a tally's fields: what a recipe computes is charged to the tally it is given."""
 
-    memo: object
     vae_key: str
     decode_rule: str
     temporal_compression: int  # pixel frames per latent frame after the first (4 for Wan 2.1)
     tracing: bool
+
+    def memoised(self, key: Hashable, label: str, tally: Tally, compute: Callable[[Tally], Any], *,
+                 hold: Hold | None = None) -> Any:
+        """The result under `key`: reused (recorded as `label`, its cost credited once per operation), else
+        `compute(part)`, whose cost is what it charges to `part`. `hold` keeps it for the rest of the generation
+        outside the memo's budget (derived data the running generation reads again)."""
 
     def kv_key(self, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int) -> KVKey: ...
 
     def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window_frames: int, *, sink: int = 0,
                  rope: str = "baked") -> KVCache:
         """A fresh cache on the runner's device holding `window_frames` latent frames, the first `sink` a sink."""
+
+    def extend_kv(self, role: str, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int, tally: Tally,
+                  layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache]) -> KVCache:
+        """An append cache's view for block b: the newest memoised view of this history extended by
+        `commit(k, view, part)` for each block k it lacks (from an empty cache of `layout` when there is none)."""
 
     def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
                         state: GenerationState, frame_offset: int, kv: KVCache | KVWrite, tally: Tally,
@@ -41,13 +53,8 @@ class ContextHost(Protocol):
         such as a recache's rewrite) and returns the committed view, under block `text_block`'s prompt (default:
         the block being generated)."""
 
-    def text(self, runner: CausalWan, state: GenerationState, b: int | None = None) -> TextKV:
+    def text(self, runner: CausalWan, state: GenerationState, tally: Tally, b: int | None = None) -> TextKV:
         """Cross-attention K/V of block b's prompt (default: the block being generated), held for the run."""
-
-    def hold(self, role: str, what: str, key: Hashable, value: object, keep: int = 1, reuse: bool = True) -> object:
-        """Keep `value` for the rest of the generation (outside the memo's byte budget): the newest `keep`
-        entries of kind `what` for this role. For derived data the running generation will read again. With
-        `reuse`, also in the memo's LRU for later runs (False for live views a run overwrites in place)."""
 
     def pixels_before(self, b: int, spec: GenerationSpec) -> int: ...
 

@@ -14,10 +14,13 @@ import torch
 
 from ...models.wan import CausalWan, KVCache
 from ..keys import AnchorKey
+from ..memo import Hold
 from ..schedule import StepPlan, krea_plan
 from ..state import GenerationSpec, GenerationState
 from ..tally import Tally
 from .base import ContextHost
+
+SHARED_ANCHOR = Hold("anchor:shared")  # one anchor per history, whichever model's context makes it first
 
 
 @dataclass(frozen=True)
@@ -66,22 +69,17 @@ class KreaRecipe:
         window = self.window_frames(spec.frames_per_block, spec.num_latent_frames)
         if b == 0:
             return host.empty_kv(runner, spec, window), 0
-        key = host.kv_key(runner, self, state, b)
-        cached = host.memo.get(key)  # (kv, the cost of building it)
-        if cached is not None:
-            tally.reuse(f"{role}_kv", host.memo.origin(key))
-            tally.credit_entry(key, cached[1])
-            return cached[0], self.context_frames
-        before = dict(tally.cost)
-        ctx = self._context_latents(host, state, b, tally, runner.device)  # [1, ctx, C, h, w]
-        host.trace(f"{role}/block{b}/context", ctx)
-        kv = host.context_forward(role, runner, ctx, torch.zeros(1, ctx.shape[1]), state, 0,
-                                  host.empty_kv(runner, spec, window), tally)
-        if host.tracing:
-            host.trace_kv(f"{role}/block{b}/recompute/kv", kv)
-        host.memo.put(key, (kv, tally.cost_since(before)))  # for re-runs only: a block uses its context at once
-        tally.computed(key)
-        return kv, self.context_frames
+
+        def rebuild(part: Tally) -> KVCache:  # for re-runs only: a block uses its context at once
+            ctx = self._context_latents(host, state, b, part, runner.device)  # [1, ctx, C, h, w]
+            host.trace(f"{role}/block{b}/context", ctx)
+            kv = host.context_forward(role, runner, ctx, torch.zeros(1, ctx.shape[1]), state, 0,
+                                      host.empty_kv(runner, spec, window), part)
+            if host.tracing:
+                host.trace_kv(f"{role}/block{b}/recompute/kv", kv)
+            return kv
+
+        return host.memoised(host.kv_key(runner, self, state, b), f"{role}_kv", tally, rebuild), self.context_frames
 
     def _context_latents(self, host: ContextHost, state: GenerationState, b: int, tally: Tally,
                          device: torch.device) -> torch.Tensor:
@@ -97,20 +95,15 @@ class KreaRecipe:
 
     def _anchor(self, host: ContextHost, state: GenerationState, b: int, tally: Tally) -> torch.Tensor:
         """The oldest kept decoded pixel frame, re-encoded -> [1, 1, C, h, w] (memoised by history)."""
-        key = AnchorKey(host.vae_key, host.decode_rule, self, state.lineage_at(b))
-        cached = host.memo.get(key)  # (anchor, the cost of making it)
-        if cached is not None:
-            tally.reuse("anchor", host.memo.origin(key))
-            tally.credit_entry(key, cached[1])
-            return cached[0]
-        before = dict(tally.cost)
-        spec = state.spec
-        g = host.pixels_before(b, spec) - self.pixel_history(host.temporal_compression)  # oldest kept frame
-        frame = host.pixel_frame(state, g, tally)  # [1, 3, H, W]
-        host.trace(f"block{b}/anchor/pixel_frame", frame)
-        anchor = host.encode_frame(frame, spec, tally)
-        host.trace(f"block{b}/anchor/latent", anchor)
+        def encode(part: Tally) -> torch.Tensor:
+            spec = state.spec
+            g = host.pixels_before(b, spec) - self.pixel_history(host.temporal_compression)  # oldest kept frame
+            frame = host.pixel_frame(state, g, part)  # [1, 3, H, W]
+            host.trace(f"block{b}/anchor/pixel_frame", frame)
+            anchor = host.encode_frame(frame, spec, part)
+            host.trace(f"block{b}/anchor/latent", anchor)
+            return anchor
+
         # the drafter's and the target's contexts of block b share it: held for the block, whatever the budget
-        host.hold("shared", "anchor", key, (anchor, tally.cost_since(before)))
-        tally.computed(key)
-        return anchor
+        key = AnchorKey(host.vae_key, host.decode_rule, self, state.lineage_at(b))
+        return host.memoised(key, "anchor", tally, encode, hold=SHARED_ANCHOR)

@@ -14,24 +14,21 @@ them at every call by slot index 0..n-1, the queries by their slot: length is un
 
 A prompt switch recaches (interactive pipeline `_recache_after_switch`): one clean t = 0 forward under the new
 prompt over the last min(window, generated) latent frames; global_sink keeps the old sink, otherwise the first
-recached frames become the sink.
+recached frames become the sink. The machinery is Self-Forcing's too (append_cache.py): this file names LongLive's
+parameters.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...models.wan import CausalWan, KVCache
-from ..schedule import StepPlan, self_forcing_plan
-from ..state import GenerationSpec, GenerationState
-from ..tally import Tally
-from .base import ContextHost
-from .self_forcing import append_cache_context
+from ..state import GenerationSpec
+from .append_cache import AppendCacheRecipe, CacheRule
 
 VARIANTS = ("default", "infinity")  # causal_model.py (absolute RoPE baked into keys) / causal_model_infinity.py
 
 
 @dataclass(frozen=True)
-class LongLiveRecipe:
+class LongLiveRecipe(AppendCacheRecipe):
     """LongLive v1.0 inference (NVlabs/LongLive branch v1.0, commit e52d9ef); defaults from its shipped configs."""
 
     # configs/longlive_inference.yaml model_kwargs: local_attn_size 12 (latent frames, the sink included), sink_size 3
@@ -42,30 +39,8 @@ class LongLiveRecipe:
     global_sink: bool = True
     name: str = "longlive"
 
-    rebuilds_context_every_block = False
-    has_reference_sdvg = False
-    supports_prompt_switch = True
-
-    @property
-    def plan(self) -> StepPlan:
-        """denoising_step_list [1000, 750, 500, 250], warped with shift 5: Self-Forcing's steps and commit."""
-        return self_forcing_plan()
-
-    def window_frames(self, frames_per_block: int, num_latent_frames: int) -> int:
-        return self.window
-
-    def cache_layout(self, spec: GenerationSpec) -> tuple[int, int, str]:
-        return self.window, self.sink, "slot" if self.variant == "infinity" else "baked"
-
-    def keep_sink_on_recache(self) -> bool:
-        return self.global_sink
-
-    def query_frames(self, frames_per_block: int) -> int:
-        """A block; a recache at a prompt switch runs up to the whole window in one call."""
-        return max(frames_per_block, self.window)
-
-    def pixel_history(self, temporal_compression: int) -> int:
-        return 0
+    def rule(self) -> CacheRule:
+        return CacheRule(self.window, self.sink, "slot" if self.variant == "infinity" else "baked", self.global_sink)
 
     def validate(self, spec: GenerationSpec) -> None:
         F = spec.frames_per_block
@@ -78,13 +53,3 @@ class LongLiveRecipe:
         if self.window < self.sink + F:
             raise ValueError(f"LongLive window of {self.window} frames cannot hold its sink ({self.sink}) plus a block "
                              f"({F}): use a window of at least {self.sink + F}")
-
-    def context_forwards(self, num_blocks: int, switches: int = 0) -> int:
-        """One clean commit forward per block but the last; each prompt switch adds one recache forward."""
-        return max(num_blocks - 1, 0) + switches
-
-    def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
-                tally: Tally) -> tuple[KVCache, int]:
-        """The sink + window view block b appends to, and its absolute frame offset (the infinity cache positions
-        queries and keys by slot itself)."""
-        return append_cache_context(self, host, role, runner, state, b, tally), b * state.spec.frames_per_block

@@ -1,0 +1,112 @@
+"""The append-cache context rule shared by Self-Forcing and LongLive: one KV cache appended block by block.
+
+Both denoise a block in Self-Forcing's 4 warped steps, then write the block's keys/values into the cache with one
+clean forward at t = 0 (made lazily here, when the next block needs them), and recache at a prompt switch. They
+differ only in the cache's shape: LongLive keeps a frame sink and a sliding window (a ring written in place,
+models/kv_cache.py), optionally with slot-relative RoPE; Self-Forcing's cache is the same with no sink and a window
+of the whole video. `AppendCacheRecipe` is that one rule, parametrised by `rule()`; self_forcing.py and
+longlive.py name the parameters and their references.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...models.wan import CausalWan, KVCache
+from ..schedule import StepPlan, self_forcing_plan, timestep_tensor
+from ..state import GenerationSpec, GenerationState
+from ..tally import Tally
+from .base import ContextHost
+
+
+@dataclass(frozen=True)
+class CacheRule:
+    """The shape of an append cache: `window` latent frames (None: the whole video), the first `sink` of them a
+    sink; keys stored rotated (`rope` "baked") or rotated by slot at every call ("slot"); at a prompt switch,
+    `keep_sink` keeps the sink's keys/values from before the switch (not recomputed)."""
+
+    window: int | None
+    sink: int = 0
+    rope: str = "baked"
+    keep_sink: bool = False
+
+
+def prompt_switches_at(spec: GenerationSpec, b: int) -> bool:
+    """Block b starts a new prompt (its prompt differs from block b-1's)."""
+    return b > 0 and spec.prompt_at(b).key != spec.prompt_at(b - 1).key
+
+
+class AppendCacheRecipe:
+    """The members of `Recipe` for an append cache; a subclass (a frozen dataclass) gives `rule()`, `name` and its
+    own `validate`."""
+
+    rebuilds_context_every_block = False
+    has_reference_sdvg = False
+    supports_prompt_switch = True
+
+    def rule(self) -> CacheRule:
+        raise NotImplementedError
+
+    @property
+    def plan(self) -> StepPlan:
+        """denoising_step_list [1000, 750, 500, 250], warped with shift 5, then the clean commit."""
+        return self_forcing_plan()
+
+    def window_frames(self, frames_per_block: int, num_latent_frames: int) -> int:
+        window = self.rule().window
+        return window if window is not None else num_latent_frames
+
+    def cache_layout(self, spec: GenerationSpec) -> tuple[int, int, str]:
+        """(window frames, sink frames, RoPE mode) of the model's KV buffer."""
+        rule = self.rule()
+        return self.window_frames(spec.frames_per_block, spec.num_latent_frames), rule.sink, rule.rope
+
+    def query_frames(self, frames_per_block: int) -> int:
+        """A block; with a window, a recache at a prompt switch runs up to the whole window in one call (a whole-video
+        cache's recache runs every generated frame: not counted here)."""
+        window = self.rule().window
+        return frames_per_block if window is None else max(frames_per_block, window)
+
+    def pixel_history(self, temporal_compression: int) -> int:
+        return 0
+
+    def context_forwards(self, num_blocks: int, switches: int = 0) -> int:
+        """One clean commit forward per block but the last (commits are made when the next block needs them); each
+        prompt switch adds one recache forward."""
+        return max(num_blocks - 1, 0) + switches
+
+    def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
+                tally: Tally) -> tuple[KVCache, int]:
+        """The view block b appends to: the newest memoised view of this history extended by clean t = 0 commit
+        forwards of the blocks it lacks, each followed by a recache where the next block switches prompt; and the
+        block's absolute frame offset (a slot-RoPE cache positions queries and keys by slot itself)."""
+        spec = state.spec
+        F = spec.frames_per_block
+
+        def commit(k: int, kv: KVCache, part: Tally) -> KVCache:
+            kv = host.context_forward(role, runner, state.latent_frames(k * F, (k + 1) * F), timestep_tensor(0.0, 1, F),
+                                      state, k * F, kv, part, text_block=k)
+            if host.tracing:
+                host.trace_kv(f"{role}/block{k}/commit/kv", kv, slot_frame=True)
+            if prompt_switches_at(spec, k + 1):
+                kv = self.recache(host, role, runner, state, k + 1, kv, part)
+            return kv
+
+        return host.extend_kv(role, runner, self, state, b, tally, self.cache_layout(spec), commit), b * F
+
+    def recache(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int, kv: KVCache,
+                tally: Tally) -> KVCache:
+        """LongLive's KV recache before block b, the first of a new prompt (InteractiveCausalInferencePipeline.
+        _recache_after_switch): one clean t = 0 forward under block b's prompt over the newest min(window, generated)
+        generated latent frames, at their own positions, rewriting the cache in place without advancing it. With a
+        kept sink (LongLive global_sink, and only when the recached frames do not start at frame 0) the sink slots
+        keep the old prompt's keys and the frames that map onto them only query; otherwise the first recached frames
+        become the sink. A cache without window (Self-Forcing) recaches every generated frame."""
+        end = b * state.spec.frames_per_block
+        n = kv.frames  # the cache holds min(window, end) frames: LongLive recaches min(local_attn_size, end)
+        first = end - n
+        plan = kv.rewrite(n, first, keep_sink=self.rule().keep_sink and first > 0)
+        kv = host.context_forward(role, runner, state.latent_frames(first, end), timestep_tensor(0.0, 1, n), state,
+                                  first, plan, tally, text_block=b)
+        if host.tracing:
+            host.trace_kv(f"{role}/block{b}/recache/kv", kv, slot_frame=True)
+        return kv
