@@ -72,9 +72,8 @@ install_torch() {
 
 cmd=${1:-test}; shift || true
 if [ "$cmd" = torch-plan ]; then
-  if [ -x "$VPY" ] && "$VPY" -c "import torch" >/dev/null 2>&1; then
-    echo "# .venv already has torch $("$VPY" -c 'import torch; print(torch.__version__)'): nothing to install"
-  fi
+  have=$([ -x "$VPY" ] && "$VPY" -c "from importlib.metadata import version; print(version('torch'))" 2>/dev/null || true)
+  [ -z "$have" ] || echo "# .venv already has torch $have: nothing to install"
   torch_plan
   exit 0
 fi
