@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     engine.generate(replace(s.spec, num_blocks=a.blocks), cfg.policy(a.blocks),
                     on_block=lambda eng, st: trimmer.block_done())
     print(f"{a.blocks} blocks in {time.perf_counter() - t0:.1f} s wall, {time.process_time() - c0:.1f} s CPU, "
-          f"{trimmer.trims} trims", flush=True)
+          f"{trimmer.trims} trims taking {trimmer.seconds:.2f} s", flush=True)
     line("end")
     libc = ctypes.util.find_library("c")
     if libc and hasattr(ctypes.CDLL(libc), "malloc_trim"):

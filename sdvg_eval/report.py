@@ -144,9 +144,6 @@ METRIC_TITLES = {  # the y-axis title of each built-in metric column
     "clip": "CLIP frame-text cosine (higher is better)"}
 PLOT_BOX = (90, 30, 52, 60)  # left, right, top, bottom margins in pixels (both renderers draw the same box)
 TITLE_Y, NOTE_Y = 14, 32  # pixels from the top: the title line (and legend), the zoomed-axis note under it
-# A y axis spanning less than this fraction of the largest value is "zoomed": the plot says by how much, so that a
-# difference of a few thousandths (0.0773 vs 0.0788 in the paper) is not read as a large one.
-ZOOM_NOTE_FRACTION = 0.10
 Y_TITLE_X = 14  # pixels from the left edge: the centre line of the rotated y-axis title
 MARKER_R = 5  # marker radius in pixels
 FAN_R = 12  # markers closer than 2 * MARKER_R are spread on a circle of this radius around their true spot
@@ -167,19 +164,21 @@ def plot_points(summ: list[ConfigSummary], metric: str) -> dict:
 
 
 def zoom_note(data: dict) -> str | None:
-    """How narrow the y axis is, when it is zoomed in far (None otherwise): the spread of the plotted values, as a
-    fraction of target-only's value (else of the largest), so small differences are read as small."""
+    """When zero is not on the y axis (it autoscales to the points), how far apart the points really are: their
+    spread as a fraction of target-only's value (else of the largest), so a difference of a few thousandths
+    (0.0773 vs 0.0788 in the paper) is not read as a large one. None when zero is in view."""
     ys = [p[1] for c in data["curves"].values() for p in c] + [p[1] for p in data["points"]]
     ys = [y for y in ys if math.isfinite(y)]
     if len(ys) < 2:
         return None
+    _, _, y0, y1 = _limits(data)
+    if y0 <= 0 <= y1:
+        return None
     ref = next((p for p in data["points"] if p[2] == SPEEDUP_BASELINE), None)
     ref_value, ref_name = (ref[1], SPEEDUP_BASELINE) if ref else (max(ys, key=abs), "the largest value")
     spread = max(ys) - min(ys)
-    if not ref_value or spread >= ZOOM_NOTE_FRACTION * abs(ref_value):
-        return None
-    return (f"zoomed y axis: all {len(ys)} configs lie within {spread:.4g} of each other, {spread / abs(ref_value):.1%} "
-            f"of {ref_name}'s {ref_value:.4g}")
+    return (f"y axis zoomed (zero not shown): all {len(ys)} configs lie within {spread:.4g} of each other, "
+            f"{spread / abs(ref_value):.1%} of {ref_name}'s {ref_value:.4g}")
 
 
 def curve_label(kind: str, points: list) -> str:

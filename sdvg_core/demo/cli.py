@@ -1,12 +1,15 @@
 """Command-line SDVG generation: tiny random models by default, real model files when given.
 
-    python -m sdvg_core.demo                          # tiny default, writes out/demo/sdvg.mp4 + report.json
+    python -m sdvg_core.demo              # tiny default: out/demo/<date>-<time>/sdvg.mp4, report.json, report.png
     python -m sdvg_core.demo --drafter self_forcing_dmd.pt --target krea-realtime-video-14b.safetensors \
         --vae Wan2.1_VAE.pth --reward ImageReward.pt --embeddings prompt.safetensors --device cuda
 
 Prints a per-block table; the report JSON holds every score, decision, forward count and phase time
 (docs/report-json.md), and report.png plots the block scores against tau. Every flag and file is checked
-before any model is loaded; a usage or input error exits with status 2 and names every problem at once.
+before any model is loaded (the embeddings' width against the checkpoints' headers and the output folder too); a
+usage or input error exits with status 2 and names every problem at once. Each run writes to a new dated folder
+unless --out says where (an earlier run's outputs there are replaced only with --overwrite). Ctrl-C stops between
+blocks: the video keeps the committed blocks (playable), their report is written, exit status 130 (docs/cli.md).
 """
 from __future__ import annotations
 
