@@ -4,9 +4,9 @@
 # Creates ./.venv on first use, installs torch only when none is importable, then the pack's requirements
 # plus the test extras.
 #   Which torch build (only when .venv has no torch yet; `./dev.sh torch-plan` prints the choice, installs nothing):
-#     no NVIDIA driver visible (no nvidia-smi on PATH, no /proc/driver/nvidia) on Linux: the CPU build, first from
-#       what pip can find without downloading (a local wheel, pip's find-links), else the CPU index
-#       https://download.pytorch.org/whl/cpu (the torch wheel is about 190 MB);
+#     no NVIDIA driver visible (no nvidia-smi on PATH, no /proc/driver/nvidia) on Linux: the CPU build, first a
+#       torch==VERSION+cpu wheel pip already finds (PyPI has none: a local wheel through pip's find-links), else the
+#       CPU index https://download.pytorch.org/whl/cpu (the torch wheel is about 190 MB);
 #     an NVIDIA driver visible, or not Linux: PyPI's default build (on Linux x86_64 the CUDA build: torch plus
 #       NVIDIA CUDA wheels and triton, about 2.7 GB; macOS and Windows get their CPU/MPS build from PyPI).
 #   SDVG_TORCH_INDEX   overrides the choice: cpu = the CPU index; pypi = PyPI's default build; any other value is
@@ -45,9 +45,9 @@ torch_plan() {
     echo "pip install torch==$v"
   elif [ "$(uname -s)" = Linux ]; then
     echo "# no NVIDIA driver visible (no nvidia-smi on PATH, no /proc/driver/nvidia): the CPU build; first a"
-    echo "# wheel pip finds without downloading (find-links), else the CPU index (about 190 MB);"
-    echo "# SDVG_TORCH_INDEX=pypi for PyPI's default (CUDA) build"
-    echo "pip install --no-index torch==$v+cpu"
+    echo "# +cpu wheel pip already finds (PyPI has none: a local wheel through pip's find-links or an index you"
+    echo "# configured), else the CPU index (about 190 MB); SDVG_TORCH_INDEX=pypi for PyPI's default (CUDA) build"
+    echo "pip install torch==$v+cpu"
     echo "pip install --index-url $CPU_INDEX torch==$v"
   else
     echo "# $(uname -s): PyPI's default build (CPU; Apple GPUs through MPS on macOS)"

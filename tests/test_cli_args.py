@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,23 +66,31 @@ def test_output_folder_probe_writes_nothing_and_names_what_is_wrong(tmp_path):
     assert "cannot be created" in output_folder_problem(f / "sub")
 
 
-def test_output_folder_probe_finds_a_folder_that_cannot_be_written(tmp_path):
-    """A real write failure: a folder without write permission (or, for root, who may write anywhere, /sys)."""
+@contextmanager
+def unwritable_folder(tmp_path: Path):
+    """A folder below which nothing can be written: one without write permission, or, for root (who writes through
+    permissions), a path under /sys (read-only here); skips where neither exists. Found by trying, not by the probe."""
     if os.geteuid() != 0:
         ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o500)
-        target = ro / "out"
-    else:
-        target = Path("/sys/sdvg-out")
-        if os.access("/sys", os.W_OK) and output_folder_problem(target) is None:
-            pytest.skip("/sys is writable here; no read-only folder to test against as root")
+        try:
+            yield ro / "out"
+        finally:
+            ro.chmod(0o700)
+        return
     try:
+        (Path("/sys") / f"{PROBE_PREFIX}test").write_bytes(b"")
+    except OSError:
+        yield Path("/sys/sdvg-out")
+        return
+    pytest.skip("/sys is writable here: no read-only folder to test against as root")
+
+
+def test_output_folder_probe_finds_a_folder_that_cannot_be_written(tmp_path):
+    with unwritable_folder(tmp_path) as target:
         msg = output_folder_problem(target)
         assert msg is not None and msg.startswith(f"--out {target}: cannot write there") and "give a folder" in msg
-    finally:
-        if os.geteuid() != 0:
-            (tmp_path / "ro").chmod(0o700)
 
 
 def test_a_longlive_drafter_runs_its_own_recipe_unless_told():

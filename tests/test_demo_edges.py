@@ -86,24 +86,12 @@ def test_the_width_comes_from_the_checkpoint_headers_without_loading(tmp_path, c
 
 
 def test_an_output_folder_that_cannot_be_written_is_refused_before_loading(tmp_path, capsys, monkeypatch):
-    _no_loading(monkeypatch)
-    if os.geteuid() != 0:
-        ro = tmp_path / "ro"
-        ro.mkdir()
-        ro.chmod(0o500)
-        out = ro / "demo"
-    else:  # root writes through permissions: a read-only file system instead
-        out = Path("/sys/sdvg-demo-out")
-        from sdvg_core.io.cli_args import output_folder_problem
+    from test_cli_args import unwritable_folder
 
-        if output_folder_problem(out) is None:
-            pytest.skip("no read-only folder to test against as root")
-    try:
+    _no_loading(monkeypatch)
+    with unwritable_folder(tmp_path) as out:
         assert main(["--out", str(out)]) == 2
         assert f"--out {out}: cannot write there" in capsys.readouterr().err
-    finally:
-        if os.geteuid() != 0:
-            (tmp_path / "ro").chmod(0o700)
 
 
 def test_blocks_past_the_nodes_bound_are_refused(tmp_path, capsys, monkeypatch):

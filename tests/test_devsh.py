@@ -13,12 +13,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 VERSION = "2.13.0"  # dev.sh's default SDVG_TORCH_VERSION
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-# A stand-in python: logs its arguments; has no torch; a local CPU wheel only when LOCAL_WHEEL is set.
+# A stand-in python: logs its arguments; has no torch; finds a +cpu wheel (PyPI has none) only when LOCAL_WHEEL is set.
 FAKE_PYTHON = """#!/bin/sh
 echo "$*" >> "$CALLS"
 case "$*" in
   "-c import torch") exit 1 ;;
-  *--no-index*) [ -n "$LOCAL_WHEEL" ] && exit 0; exit 1 ;;
+  *torch==*+cpu*) [ -n "$LOCAL_WHEEL" ] && exit 0; exit 1 ;;
 esac
 exit 0
 """
@@ -54,7 +54,7 @@ def _plan(env: dict) -> list[str]:
 def test_no_nvidia_driver_plans_the_cpu_build_local_wheel_first():
     if _real_driver():
         pytest.skip("this machine has an NVIDIA driver")
-    assert _plan(_env()) == [f"pip install --no-index torch=={VERSION}+cpu",
+    assert _plan(_env()) == [f"pip install torch=={VERSION}+cpu",
                              f"pip install --index-url {CPU_INDEX} torch=={VERSION}"]
 
 
@@ -89,11 +89,11 @@ def test_bootstrap_without_a_driver_tries_the_local_wheel_then_the_cpu_index(tmp
     if _real_driver():
         pytest.skip("this machine has an NVIDIA driver")
     calls = _bootstrap(tmp_path / "a", _env())
-    assert calls[:3] == ["-c import torch", f"-m pip -q install --no-index torch=={VERSION}+cpu",
+    assert calls[:3] == ["-c import torch", f"-m pip -q install torch=={VERSION}+cpu",
                          f"-m pip -q install --index-url {CPU_INDEX} torch=={VERSION}"]
     assert calls[-1] == "-m pytest -q"
     calls = _bootstrap(tmp_path / "b", _env(LOCAL_WHEEL="1"))  # a wheel pip finds locally: no download at all
-    assert [c for c in calls if "torch==" in c] == [f"-m pip -q install --no-index torch=={VERSION}+cpu"]
+    assert [c for c in calls if "torch==" in c] == [f"-m pip -q install torch=={VERSION}+cpu"]
 
 
 def test_bootstrap_with_a_driver_installs_the_default_build(tmp_path):

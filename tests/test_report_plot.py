@@ -46,8 +46,9 @@ TEXT_TOL = 60  # anti-aliased glyph pixels this close to the text colour count a
 
 def test_300_blocks_keep_the_axis_clear_and_tau_labelled_beside_the_bars():
     img = render_report_plot(_report(300, -0.7), tau=-0.7)
-    # block 0's forced stub and letter used to sit on the y axis and its tick labels
+    # block 0's forced stub and letter used to sit on the y axis and its tick labels (which end 6 px left of it)
     assert not _pixels(img, COLORS["forced"], range(0, X0), range(Y0, Y1))
+    assert not _pixels(img, COLORS["forced"], range(X0 - 5, X0), range(Y0, Y1), TEXT_TOL)
     tau_in_plot = _pixels(img, COLORS["tau"], range(X0, X1), range(Y0, Y1))
     rows = {y for _, y in tau_in_plot}
     assert tau_in_plot and max(rows) - min(rows) <= 2  # only the dashed line itself inside the plot
