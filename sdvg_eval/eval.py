@@ -34,8 +34,8 @@ import torch
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
 from sdvg_core.engine.state import SIZE_MULTIPLE
 from sdvg_core.io.cli_args import (INTERRUPTED, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
-                                   add_drafter_kind_args, add_recipe_args, blocks_problem, drafter_own_recipe,
-                                   output_folder_problem, recipe_problems)
+                                   add_drafter_kind_args, add_recipe_args, blocks_problem, ctrl_c_raises,
+                                   drafter_own_recipe, output_folder_problem, recipe_problems)
 from sdvg_core.io.drafters import drafter_problems
 from sdvg_core.io.prompt_schedule import ScheduleError, read_schedule
 from sdvg_core.io.prompt_width import text_width, umt5_width
@@ -235,8 +235,8 @@ def _umt5_width_problems(a: argparse.Namespace) -> list[str]:
         return []
     try:
         made = umt5_width(umt5_folders(a.umt5)[0])
-    except CheckpointError as e:
-        return [f"--umt5: {e}"]
+    except CheckpointError:
+        return []  # a folder that is not a umT5 folder: the encoder names it when it loads (prompts not yet cached)
     takes, model = _target_width(a)
     if made is None or takes is None or made == takes:
         return []
@@ -388,39 +388,40 @@ def main(argv: list[str] | None = None) -> int:
                                                         else ""), file=sys.stderr)
     count = {"n": 0}
     appender = None
-    try:
-        run_fp = open_results(out, ident, header)
-        t0 = time.perf_counter()
-        units, encoded = sweep_units(a, encoder, a.embed_cache or out / "embeddings")
-        encoder = None  # umT5 is not needed again: free it before the models of the sweep load
-        release_memory(a.device)
-        jobs = plan(units, configs, done)
-        todo = sum(len(j.configs) for j in jobs)
-        print(f"{len(units)} unit(s) x {len(configs)} config(s): {len(units) * len(configs) - todo} row(s) already in "
-              f"{rows_path}, {todo} to run; {encoded} prompt(s) encoded now", file=sys.stderr)
-        appender = Appender(rows_path, header)
+    with ctrl_c_raises():  # Ctrl-C: the finished rows stay, the same command resumes
+        try:
+            run_fp = open_results(out, ident, header)
+            t0 = time.perf_counter()
+            units, encoded = sweep_units(a, encoder, a.embed_cache or out / "embeddings")
+            encoder = None  # umT5 is not needed again: free it before the models of the sweep load
+            release_memory(a.device)
+            jobs = plan(units, configs, done)
+            todo = sum(len(j.configs) for j in jobs)
+            print(f"{len(units)} unit(s) x {len(configs)} config(s): {len(units) * len(configs) - todo} row(s) "
+                  f"already in {rows_path}, {todo} to run; {encoded} prompt(s) encoded now", file=sys.stderr)
+            appender = Appender(rows_path, header)
 
-        def on_row(row: dict) -> None:
-            count["n"] += 1
-            print(f"[{count['n']}/{todo}] {row['config']} prompt {row['prompt']} seed {row['seed']}: "
-                  f"{row['time_s']:.2f} s, acceptance {row['acceptance']}", file=sys.stderr, flush=True)
+            def on_row(row: dict) -> None:
+                count["n"] += 1
+                print(f"[{count['n']}/{todo}] {row['config']} prompt {row['prompt']} seed {row['seed']}: "
+                      f"{row['time_s']:.2f} s, acceptance {row['acceptance']}", file=sys.stderr, flush=True)
 
-        ra = RunnerArgs(setup, list(a.metrics), out, a.save_videos, run_fp, not a.fresh_timing, opts)
-        if a.workers == 0 or not jobs:
-            res = run_local(jobs, ra, appender, on_row)
-        else:
-            res = _run_on_ray(a, address, jobs, ra, appender, on_row)
-    except RayJoinError as e:
-        print(f"error: nothing was run: {e}", file=sys.stderr)
-        return USAGE_ERROR
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: {count['n']} row(s) written by this run, {len(read_rows(rows_path))} in {rows_path} in "
-              f"all; re-run the same command to resume (finished rows are skipped)", file=sys.stderr)
-        return INTERRUPTED
-    finally:
-        if appender is not None:
-            appender.close()
-        _shutdown_ray()
+            ra = RunnerArgs(setup, list(a.metrics), out, a.save_videos, run_fp, not a.fresh_timing, opts)
+            if a.workers == 0 or not jobs:
+                res = run_local(jobs, ra, appender, on_row)
+            else:
+                res = _run_on_ray(a, address, jobs, ra, appender, on_row)
+        except RayJoinError as e:
+            print(f"error: nothing was run: {e}", file=sys.stderr)
+            return USAGE_ERROR
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {count['n']} row(s) written by this run, {len(read_rows(rows_path))} in "
+                  f"{rows_path} in all; re-run the same command to resume (finished rows are skipped)", file=sys.stderr)
+            return INTERRUPTED
+        finally:
+            if appender is not None:
+                appender.close()
+            _shutdown_ray()
     print(f"ran {res.rows} row(s) in {time.perf_counter() - t0:.1f} s"
           + (f"; {res.worker_deaths} worker death(s)" if res.worker_deaths else ""), file=sys.stderr)
     if not a.no_report:

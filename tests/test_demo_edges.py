@@ -136,6 +136,12 @@ def _frames_in(video: Path) -> int:
         return sum(1 for _ in r)
 
 
+def sigint_ignored_at_start() -> None:
+    """Start the child as a script's background job starts (SIGINT ignored, which Python then keeps): the command
+    must still take Ctrl-C, so the test does not depend on how it was launched."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_ctrl_c_keeps_the_committed_blocks_playable_with_their_report(tmp_path):
     """SIGINT to the demo's process group (what a terminal's Ctrl-C sends) mid-run: exit 130, one line naming the
     block and the video, no traceback; the mp4 holds exactly the committed blocks and plays; the report and plot
@@ -145,7 +151,8 @@ def test_ctrl_c_keeps_the_committed_blocks_playable_with_their_report(tmp_path):
     cmd = [sys.executable, "-m", "sdvg_core.demo", "--blocks", "200", "--width", "48", "--height", "32",
            "--out", str(out)]  # the progress bar (stderr) says when a block has committed
     proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=sigint_ignored_at_start)
     err: list[bytes] = []
     reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(1), b"")), daemon=True)
     reader.start()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sdvg_eval.eval import main
 from sdvg_eval.records import read_rows
+from test_demo_edges import sigint_ignored_at_start
 
 REPO = Path(__file__).resolve().parents[1]
 GEOMETRY = ["--width", "48", "--height", "32", "--blocks", "3"]
@@ -34,7 +35,8 @@ def test_ctrl_c_keeps_the_rows_and_the_same_command_resumes(tmp_path):
            "--metrics", "imagereward", *GEOMETRY, "--workers", "0", "--no-report", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "SDVG_EVAL_CODE_VERSION": "ctrl-c-test"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=sigint_ignored_at_start)
     t0 = time.monotonic()
     while len(read_rows(out / "rows.csv")) < 1:
         assert proc.poll() is None, proc.stderr.read()[-3000:]

@@ -30,7 +30,7 @@ from ..engine.report import build_report
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning
 from ..io.checkpoint import CheckpointError
 from ..io.cli_args import (INTERRUPTED, MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
-                           add_drafter_kind_args, add_recipe_args, drafter_own_recipe)
+                           add_drafter_kind_args, add_recipe_args, ctrl_c_raises, drafter_own_recipe)
 from ..io.drafters import DEFAULT_DRAFTER_KIND
 from ..io.model_files import DTYPES, load_model_files
 from ..io.prompt_schedule import read_schedule, schedule_embeddings
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                  if real else ""), file=sys.stderr)
         return USAGE_ERROR
     try:
-        engine, spec, policy, size = _build(a, real)
+        with ctrl_c_raises():
+            engine, spec, policy, size = _build(a, real)
     except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR

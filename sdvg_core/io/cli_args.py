@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import threading
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -109,3 +113,17 @@ def output_folder_problem(folder: str | os.PathLike, flag: str = "--out") -> str
         return (f"{flag} {p}: cannot write there{where}: {e.strerror or e}; give a folder you can write to "
                 f"(a read-only file system or missing permissions)")
     return None
+
+
+@contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Inside this block Ctrl-C (SIGINT) raises KeyboardInterrupt even where the process started with SIGINT ignored
+    (a script's background job inherits that, and Python then keeps it); the previous handler comes back after."""
+    if threading.current_thread() is not threading.main_thread():  # handlers can be set in the main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
