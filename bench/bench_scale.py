@@ -56,6 +56,7 @@ from units import (  # noqa: E402
 
 from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig  # noqa: E402
+from sdvg_core.engine.heap import HeapTrimmer  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
 from sdvg_core.engine.policy import FixedPattern, TargetOnly  # noqa: E402
 from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name  # noqa: E402
@@ -192,7 +193,9 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
         torch.cuda.reset_peak_memory_stats()
     try:
         t0, c0 = time.perf_counter(), time.process_time()
-        state = engine.generate(spec, cfg.policy(blocks))
+        # the command lines' heap policy (sdvg_core/engine/heap.py): RSS follows the memo, not the run's high mark
+        trimmer = HeapTrimmer()
+        state = engine.generate(spec, cfg.policy(blocks), on_block=lambda eng, st: trimmer.block_done())
         if s.cuda:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0

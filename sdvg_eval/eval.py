@@ -14,7 +14,9 @@ Rows are appended to OUT/rows.csv as each finishes; re-running the same command 
 common prefix once (OUT/summary.md reports forwards computed vs a naive sweep). `--workers 0` runs in this
 process without Ray; `--ray-address` (or RAY_ADDRESS) joins a running cluster, with its token when it has one
 (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token). Exit status 2: a usage or input error (nothing was
-run); 1: some rows failed.
+run); 1: some rows failed; 130: stopped by Ctrl-C (the rows written so far stay: re-run the same command to resume).
+A cluster that cannot be joined within --ray-join-timeout seconds (default 30) stops the sweep before anything is
+written.
 """
 from __future__ import annotations
 
@@ -29,29 +31,31 @@ from pathlib import Path
 
 import torch
 
-from sdvg_core.demo.cli import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR, add_drafter_kind_args,
-                                add_recipe_args, recipe_problems)
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
-from sdvg_core.engine.recipes import RECIPE_NAMES
 from sdvg_core.engine.state import SIZE_MULTIPLE, PromptSchedule
-from sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
+from sdvg_core.io.cli_args import (INTERRUPTED, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
+                                   add_drafter_kind_args, add_recipe_args, blocks_problem, ctrl_c_raises,
+                                   drafter_own_recipe, output_folder_problem, recipe_problems)
+from sdvg_core.io.drafters import drafter_problems
 from sdvg_core.io.prompt_schedule import PromptSource, ScheduleError, read_schedule
-from sdvg_core.io.text import load_embeddings
+from sdvg_core.io.prompt_width import text_width, umt5_width
+from sdvg_core.io.text import load_embeddings, umt5_folders
 from sdvg_core.models.state_dict import CheckpointError
 from sdvg_core.models.wan_config import PRESETS
 
 from .config import DEFAULT_SEEDS, PAPER_CONFIGS, parse_configs
-from .metrics import IMAGEREWARD_NOTE, MetricOptions, metric_identity, metric_name, metric_spec_problem
+from .metrics import IMAGEREWARD_NOTE, MetricOptions, metric_identity, metric_name, metric_spec_problems
 from .prompts import Encoder, Prompt, cached_embeddings, demo_encoder, read_prompts, umt5_encoder
 from .visionreward import MODES as VR_MODES, VIDEO_SOURCES as VR_VIDEO
-from .records import Appender, RunMismatch, code_version, columns, open_results, read_rows, results_paths
+from .records import (Appender, RunMismatch, check_results, code_version, columns, open_results, read_rows,
+                      results_paths)
+from .cluster import (JOIN_TIMEOUT_S, RayJoinError, auth_mode_for_join, cluster_workers, join, start_local,
+                      warn_if_imported_early)
 from .sweep import RunnerArgs, plan, run_local, run_ray
 from .worker import DTYPES, ModelSetup, Unit, block_columns
 
 GIB = 1 << 30
-RAY_AUTH_HELP = ("a cluster with token authentication (Ray's default since 2.59 for a local `ray start`) needs its "
-                 "token here: ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH=FILE or RAY_AUTH_TOKEN=TOKEN (`ray get-auth-token` "
-                 "on the head prints it)")
+__all__ = ["main", "parse_args", "preflight", "RayJoinError", "auth_mode_for_join"]  # the last two: cluster.py
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -97,6 +101,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=None,
                    help="Ray actors (default: one per GPU, else one per CPU); 0 = this process, no Ray")
     p.add_argument("--ray-address", default=None, help="default: a local Ray for the run; 'auto' or HOST:PORT")
+    p.add_argument("--ray-join-timeout", type=float, default=JOIN_TIMEOUT_S, metavar="SECONDS",
+                   help=f"give up joining --ray-address after this long, before anything is written (default "
+                        f"{JOIN_TIMEOUT_S:g})")
     p.add_argument("--cpus-per-worker", type=float, default=1.0)
     p.add_argument("--gpus-per-worker", type=float, default=None,
                    help="GPUs each Ray worker asks for (default 1 when --device is cuda, else 0); > 0 makes cuda "
@@ -128,7 +135,7 @@ def preflight(a: argparse.Namespace) -> list[str]:
     except ValueError as e:
         problems.append(str(e))
         cfgs = []
-    problems += [m for s in a.metrics if (m := metric_spec_problem(s, metric_options(a)))]
+    problems += [m for s in a.metrics for m in metric_spec_problems(s, metric_options(a))]
     if a.vr_batch < 0:
         problems.append("--vr-batch must be >= 0")
     names = [metric_name(s) for s in a.metrics]
@@ -137,8 +144,11 @@ def preflight(a: argparse.Namespace) -> list[str]:
     for name, v in (("--width", a.width), ("--height", a.height)):
         if v is not None and (v < 1 or v % SIZE_MULTIPLE):
             problems.append(f"{name} {v} must be a positive multiple of {SIZE_MULTIPLE}")
-    if a.blocks is not None and a.blocks < 2:
-        problems.append(f"--blocks {a.blocks} must be >= 2 (block 0 always comes from the target)")
+    problems += filter(None, [blocks_problem(a.blocks, minimum=2), output_folder_problem(a.out)])
+    if a.embed_cache:
+        problems += filter(None, [output_folder_problem(a.embed_cache, "--embed-cache")])
+    if not a.ray_join_timeout > 0:
+        problems.append(f"--ray-join-timeout {a.ray_join_timeout} must be > 0 seconds")
     if a.limit is not None and a.limit < 1:
         problems.append("--limit must be >= 1")
     if a.workers is not None and a.workers < 0:
@@ -163,6 +173,7 @@ def preflight(a: argparse.Namespace) -> list[str]:
             problems.append("--umt5 is missing (a local umT5 folder: each prompt is encoded once and cached)")
     problems += _drafter_flag_problems(a)
     problems += recipe_problems(a, real=not a.tiny)
+    problems += _umt5_width_problems(a)
     if a.workers != 0 and importlib.util.find_spec("ray") is None:
         problems.append("Ray is not installed: pip install -r requirements-eval.txt, or run with --workers 0")
     return problems
@@ -199,13 +210,38 @@ def _prompt_problems(a: argparse.Namespace) -> list[str]:
             widths[b] = load_embeddings(src.embeddings)[1].shape[-1]  # a few MB: known before the models load
         except (CheckpointError, OSError) as err:
             problems.append(f"--prompt-schedule (block {b}): {err}")
-    text_dim = PRESETS["tiny-target"].text_dim if a.tiny else None  # real: the loaded target's, checked by the engine
+    text_dim, models = _target_width(a)
     if text_dim is not None and any(w != text_dim for w in widths.values()):
-        problems.append(f"--prompt-schedule: embeddings of width {sorted(set(widths.values()))} but the tiny models "
+        problems.append(f"--prompt-schedule: embeddings of width {sorted(set(widths.values()))} but {models} "
                         f"take {text_dim}")
     elif len(set(widths.values())) > 1:
         problems.append(f"--prompt-schedule: entries' embeddings differ in width ({widths}, by first block)")
     return problems
+
+
+def _target_width(a: argparse.Namespace) -> tuple[int | None, str]:
+    """(prompt-embedding width, which model) the sweep's target takes: the tiny preset's, or the target file's, read
+    from its header without loading it (None: the header does not tell; the engine checks when the first row starts)."""
+    if a.tiny:
+        return PRESETS["tiny-target"].text_dim, "the tiny models"
+    if a.target and Path(a.target).is_file():
+        return text_width(a.target), f"the target {a.target}"
+    return None, "the target"
+
+
+def _umt5_width_problems(a: argparse.Namespace) -> list[str]:
+    """A local umT5 whose embeddings (its config's hidden size) are not as wide as the target takes."""
+    if a.tiny or not a.umt5 or _all_entries_have_embeddings(a):
+        return []
+    try:
+        made = umt5_width(umt5_folders(a.umt5)[0])
+    except CheckpointError:
+        return []  # a folder that is not a umT5 folder: the encoder names it when it loads (prompts not yet cached)
+    takes, model = _target_width(a)
+    if made is None or takes is None or made == takes:
+        return []
+    return [f"--umt5 {a.umt5} makes {made}-wide prompt embeddings but {model} takes {takes}-wide ones: give the "
+            f"umT5 this target was trained with (umT5-XXL for Wan 2.1)"]
 
 
 def _all_entries_have_embeddings(a: argparse.Namespace) -> bool:
@@ -235,12 +271,10 @@ def _drafter_flag_problems(a: argparse.Namespace) -> list[str]:
 def role_recipes(a: argparse.Namespace) -> tuple[str, str]:
     """(drafter recipe, target recipe): --drafter-recipe / --target-recipe, else --recipe; a drafter file whose kind
     has its own long-video recipe (LongLive) runs it unless --drafter-recipe says otherwise, as in the demo CLI
-    (Self-Forcing-family drafters run --recipe, the published pairing)."""
+    (io/cli_args.py drafter_own_recipe)."""
     drafter = a.drafter_recipe
     if drafter is None and not a.tiny and a.drafter:
-        own = DRAFTER_KINDS[a.drafter_kind or DEFAULT_DRAFTER_KIND].default_recipe
-        if own != "self_forcing" and own in RECIPE_NAMES:
-            drafter = own
+        drafter = drafter_own_recipe(a.drafter_kind)
     return drafter or a.recipe, a.target_recipe or a.recipe
 
 
@@ -294,6 +328,12 @@ def release_memory(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def unit_keys(a: argparse.Namespace) -> list[tuple[int, int]]:
+    """The sweep's (prompt id, seed) units, known without encoding any prompt (a schedule is prompt id 0)."""
+    ids = [p.id for p in read_prompts(a.prompts, a.limit)] if not a.prompt_schedule else [0]
+    return [(i, s) for i in ids for s in a.seeds]
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         a = parse_args(argv)
@@ -328,40 +368,61 @@ def main(argv: list[str] | None = None) -> int:
              "metrics": [metric_identity(s, opts) for s in a.metrics], "timing": timing}
     if a.prompt_schedule:  # rows of another schedule (texts, first blocks, embeddings files) are refused
         ident.update(schedule_identity(a.prompt_schedule))
+    rows_path, _ = results_paths(out)
     try:
-        run_fp = open_results(out, ident, header)
+        check_results(out, ident, header)  # reads only
     except RunMismatch as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
-    rows_path, _ = results_paths(out)
     done = {(r["config"], int(r["prompt"]), int(r["seed"])) for r in read_rows(rows_path)}
-    t0 = time.perf_counter()
-    units, encoded = sweep_units(a, encoder, a.embed_cache or out / "embeddings")
-    encoder = None  # umT5 is not needed again: free it before the models of the sweep load
-    release_memory(a.device)
-    jobs = plan(units, configs, done)
-    todo = sum(len(j.configs) for j in jobs)
-    print(f"{len(units)} unit(s) x {len(configs)} config(s): {len(units) * len(configs) - todo} row(s) already in "
-          f"{rows_path}, {todo} to run; {encoded} prompt(s) encoded now", file=sys.stderr)
-    appender = Appender(rows_path, header)
+    pending = any((c.name, p, s) not in done for p, s in unit_keys(a) for c in configs)
+    address = ray_address(a) if a.workers != 0 and pending else None
+    if address:  # join before anything is written: a cluster that is not there leaves no folder behind
+        set_mode = auth_mode_for_join()
+        warn_if_imported_early(set_mode)
+        try:
+            join(address, ray_env(), a.ray_join_timeout)
+        except RayJoinError as e:
+            print(f"error: nothing was run or written: {e}", file=sys.stderr)
+            return USAGE_ERROR
+        print(f"joined the Ray cluster at {address}" + (" (RAY_AUTH_MODE=token: a token was found)" if set_mode
+                                                        else ""), file=sys.stderr)
     count = {"n": 0}
+    appender = None
+    with ctrl_c_raises():  # Ctrl-C: the finished rows stay, the same command resumes
+        try:
+            run_fp = open_results(out, ident, header)
+            t0 = time.perf_counter()
+            units, encoded = sweep_units(a, encoder, a.embed_cache or out / "embeddings")
+            encoder = None  # umT5 is not needed again: free it before the models of the sweep load
+            release_memory(a.device)
+            jobs = plan(units, configs, done)
+            todo = sum(len(j.configs) for j in jobs)
+            print(f"{len(units)} unit(s) x {len(configs)} config(s): {len(units) * len(configs) - todo} row(s) "
+                  f"already in {rows_path}, {todo} to run; {encoded} prompt(s) encoded now", file=sys.stderr)
+            appender = Appender(rows_path, header)
 
-    def on_row(row: dict) -> None:
-        count["n"] += 1
-        print(f"[{count['n']}/{todo}] {row['config']} prompt {row['prompt']} seed {row['seed']}: "
-              f"{row['time_s']:.2f} s, acceptance {row['acceptance']}", file=sys.stderr, flush=True)
+            def on_row(row: dict) -> None:
+                count["n"] += 1
+                print(f"[{count['n']}/{todo}] {row['config']} prompt {row['prompt']} seed {row['seed']}: "
+                      f"{row['time_s']:.2f} s, acceptance {row['acceptance']}", file=sys.stderr, flush=True)
 
-    ra = RunnerArgs(setup, list(a.metrics), out, a.save_videos, run_fp, not a.fresh_timing, opts)
-    try:
-        if a.workers == 0 or not jobs:
-            res = run_local(jobs, ra, appender, on_row)
-        else:
-            res = _run_on_ray(a, jobs, ra, appender, on_row)
-    except RayJoinError as e:
-        print(f"error: nothing was run: {e}", file=sys.stderr)
-        return USAGE_ERROR
-    finally:
-        appender.close()
+            ra = RunnerArgs(setup, list(a.metrics), out, a.save_videos, run_fp, not a.fresh_timing, opts)
+            if a.workers == 0 or not jobs:
+                res = run_local(jobs, ra, appender, on_row)
+            else:
+                res = _run_on_ray(a, address, jobs, ra, appender, on_row)
+        except RayJoinError as e:
+            print(f"error: nothing was run: {e}", file=sys.stderr)
+            return USAGE_ERROR
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {count['n']} row(s) written by this run, {len(read_rows(rows_path))} in "
+                  f"{rows_path} in all; re-run the same command to resume (finished rows are skipped)", file=sys.stderr)
+            return INTERRUPTED
+        finally:
+            if appender is not None:
+                appender.close()
+            _shutdown_ray()
     print(f"ran {res.rows} row(s) in {time.perf_counter() - t0:.1f} s"
           + (f"; {res.worker_deaths} worker death(s)" if res.worker_deaths else ""), file=sys.stderr)
     if not a.no_report:
@@ -378,68 +439,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-class RayJoinError(RuntimeError):
-    """The Ray cluster could not be joined or cannot run the workers as asked."""
+def ray_env() -> dict:
+    """Ray's runtime_env for the workers: local workers import this checkout; cluster nodes need the pack installed
+    at the same path."""
+    return {"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}}
 
 
-def token_available(environ=os.environ) -> bool:
-    """A Ray auth token is at hand: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or Ray's default file ~/.ray/auth_token."""
-    return bool(environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH")
-                or (Path.home() / ".ray" / "auth_token").is_file())
+def _shutdown_ray() -> None:
+    """Leave the cluster (or stop the local Ray) if this run started one."""
+    if "ray" in sys.modules:
+        import ray
 
-
-def auth_mode_for_join(environ=os.environ) -> str | None:
-    """Before `import ray`: joining with a token at hand and no RAY_AUTH_MODE set -> RAY_AUTH_MODE=token.
-
-    Ray reads the mode once, at import; a driver in the default mode ('disabled') sends no token and a cluster
-    with token authentication refuses it. A client in token mode also joins clusters without authentication."""
-    if "RAY_AUTH_MODE" in environ or not token_available(environ):
-        return None
-    environ["RAY_AUTH_MODE"] = "token"
-    return "token"
-
-
-def _run_on_ray(a, jobs, ra: RunnerArgs, appender, on_row):
-    """Start a local Ray, or join the cluster at --ray-address / RAY_ADDRESS; run the jobs on actors; shut down."""
-    import math
-
-    address = ray_address(a)
-    set_mode = auth_mode_for_join() if address else None
-    if set_mode and "ray" in sys.modules:
-        print("warning: Ray was imported before RAY_AUTH_MODE was set; set RAY_AUTH_MODE=token yourself",
-              file=sys.stderr)
-    import ray
-
-    root = str(Path(__file__).resolve().parents[1])
-    gpw = a.gpus_per_worker if a.gpus_per_worker is not None else (1.0 if a.device != "cpu" else 0.0)
-    env = {"env_vars": {"PYTHONPATH": root}}  # local workers import this checkout; cluster nodes need the pack installed
-    if address:
-        try:
-            ray.init(address=address, runtime_env=env, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise RayJoinError(f"could not join the Ray cluster at {address}: {e}\n  {RAY_AUTH_HELP}; RAY_AUTH_MODE "
-                               f"is {os.environ.get('RAY_AUTH_MODE', 'unset')}") from e
-        res = ray.cluster_resources()
-        if gpw > res.get("GPU", 0) or a.cpus_per_worker > res.get("CPU", 0):
+        if ray.is_initialized():
             ray.shutdown()
-            raise RayJoinError(f"a worker asks for {a.cpus_per_worker} CPU and {gpw} GPU but the cluster at {address} "
-                               f"has {res.get('CPU', 0)} CPU and {res.get('GPU', 0)} GPU")
-        # default: one actor per GPU of the cluster (per CPU slot without GPUs)
-        workers = a.workers or max(1, int(res.get("GPU", 0) // gpw) if gpw else int(res.get("CPU", 1) // a.cpus_per_worker))
+
+
+def _run_on_ray(a, address: str | None, jobs, ra: RunnerArgs, appender, on_row):
+    """Run the jobs on actors of the joined cluster (`address`), or of a local Ray started for the run."""
+    gpw = a.gpus_per_worker if a.gpus_per_worker is not None else (1.0 if a.device != "cpu" else 0.0)
+    if address:
+        workers = cluster_workers(address, a.workers, a.cpus_per_worker, gpw)
     else:
-        if gpw and not torch.cuda.device_count():
-            raise RayJoinError(f"--gpus-per-worker {gpw} but this machine has no GPU: join a GPU cluster with "
-                               f"--ray-address, or use --gpus-per-worker 0 --device cpu")
-        slots = int(torch.cuda.device_count() / gpw) if gpw else int((os.cpu_count() or 1) // a.cpus_per_worker)
-        workers = a.workers or max(1, slots)
-        ray.init(num_cpus=max(1, math.ceil(workers * a.cpus_per_worker)), num_gpus=math.ceil(workers * gpw),
-                 runtime_env=env, include_dashboard=False, log_to_driver=False)
-    print(f"Ray{' at ' + address if address else ''}: {workers} worker(s), {a.cpus_per_worker} CPU and {gpw} GPU each"
-          + (" (RAY_AUTH_MODE=token: a token was found)" if set_mode else ""), file=sys.stderr)
-    try:
-        return run_ray(jobs, ra, appender, workers, a.cpus_per_worker, gpw, on_row)
-    finally:
-        ray.shutdown()
+        workers = start_local(a.workers, a.cpus_per_worker, gpw, ray_env())
+    print(f"Ray{' at ' + address if address else ''}: {workers} worker(s), {a.cpus_per_worker} CPU and {gpw} GPU each",
+          file=sys.stderr)
+    return run_ray(jobs, ra, appender, workers, a.cpus_per_worker, gpw, on_row)
 
 
 if __name__ == "__main__":

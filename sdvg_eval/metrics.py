@@ -130,30 +130,25 @@ def _plugin(module: str, arg: str, device: str, what: str) -> Metric:
     return metric
 
 
-def metric_spec_problem(spec: str, options: MetricOptions = MetricOptions()) -> str | None:
-    """Why a metric spec cannot be used, checked before any model loads (None: fine)."""
+def metric_spec_problems(spec: str, options: MetricOptions = MetricOptions()) -> list[str]:
+    """Every reason a metric spec cannot be used, checked before any model loads (empty: fine)."""
     kind, _, arg = spec.partition(":")
     if kind == "imagereward":
-        return None
+        return []
     if kind == "clip":
         if not arg or not (Path(arg).expanduser() / "config.json").is_file():
-            return f"metric {spec!r}: give a local CLIP folder holding config.json (clip:/path/to/clip)"
-        return None
+            return [f"metric {spec!r}: give a local CLIP folder holding config.json (clip:/path/to/clip)"]
+        return []
     if kind == "visionreward":
-        from .visionreward import VisionRewardError, check_model_folder, read_checklist
+        from .visionreward import checklist_problems, model_folder_problems
 
-        try:
-            check_model_folder(arg)
-            read_checklist(options.vr_checklist or "")
-        except VisionRewardError as e:
-            return f"metric {spec!r}: {e}"
-        return None
+        return [f"metric {spec!r}: {p}" for p in model_folder_problems(arg) + checklist_problems(options.vr_checklist)]
     if kind == "py":
         module, _, rest = arg.partition(":")
         if not module or importlib.util.find_spec(module) is None:
-            return f"metric {spec!r}: module {module!r} not found (py:MODULE[:ARG], MODULE.make_metric(ARG, device))"
-        return None
-    return f"unknown metric {spec!r}; use visionreward:FOLDER, imagereward, clip:FOLDER or py:MODULE[:ARG]"
+            return [f"metric {spec!r}: module {module!r} not found (py:MODULE[:ARG], MODULE.make_metric(ARG, device))"]
+        return []
+    return [f"unknown metric {spec!r}; use visionreward:FOLDER, imagereward, clip:FOLDER or py:MODULE[:ARG]"]
 
 
 def metric_identity(spec: str, options: MetricOptions = MetricOptions()) -> str:
@@ -170,9 +165,9 @@ def metric_identity(spec: str, options: MetricOptions = MetricOptions()) -> str:
 
 def build_metric(spec: str, scorer, device: str = "cpu", options: MetricOptions = MetricOptions()) -> Metric:
     """Instantiate one metric from its spec (in the worker, which holds the ImageReward scorer)."""
-    problem = metric_spec_problem(spec, options)
-    if problem:
-        raise MetricUnavailable(problem)
+    problems = metric_spec_problems(spec, options)
+    if problems:
+        raise MetricUnavailable("; ".join(problems))
     kind, _, arg = spec.partition(":")
     if kind == "imagereward":
         if scorer is None:

@@ -75,9 +75,9 @@ def fingerprint(ident: dict) -> str:
     return hashlib.blake2b(json.dumps(core, sort_keys=True).encode(), digest_size=6).hexdigest()
 
 
-def open_results(out: Path, ident: dict, header: list[str]) -> str:
-    """Create or re-open a results folder; refuse one holding rows of another setup. Returns the fingerprint."""
-    out.mkdir(parents=True, exist_ok=True)
+def check_results(out: Path, ident: dict, header: list[str]) -> str:
+    """The fingerprint of rows made with `ident`; RunMismatch when `out` already holds rows of another setup. Reads
+    only: nothing is written (sdvg_eval checks this before it joins a cluster or writes anything)."""
     ident = {**ident, "columns": header}
     fp = fingerprint(ident)
     run_file = out / RUN_FILE
@@ -88,9 +88,17 @@ def open_results(out: Path, ident: dict, header: list[str]) -> str:
                           and old["identity"].get(k) != ident.get(k))
             raise RunMismatch(f"{out} holds rows of another setup (differs in: {', '.join(diff)}); rows are never "
                               f"mixed: give a new --out, or delete {out} to start over")
-    else:
+    return fp
+
+
+def open_results(out: Path, ident: dict, header: list[str]) -> str:
+    """Create or re-open a results folder; refuse one holding rows of another setup. Returns the fingerprint."""
+    fp = check_results(out, ident, header)
+    out.mkdir(parents=True, exist_ok=True)
+    run_file = out / RUN_FILE
+    if not run_file.exists():
         tmp = run_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"fingerprint": fp, "identity": ident}, indent=2))
+        tmp.write_text(json.dumps({"fingerprint": fp, "identity": {**ident, "columns": header}}, indent=2))
         tmp.replace(run_file)
     return fp
 

@@ -142,7 +142,8 @@ METRIC_TITLES = {  # the y-axis title of each built-in metric column
     "vr": "VisionReward (vr, the paper's metric; higher is better)",
     "imagereward_mean": "ImageReward, mean over frames (the router's own score; higher is better)",
     "clip": "CLIP frame-text cosine (higher is better)"}
-PLOT_BOX = (90, 30, 40, 60)  # left, right, top, bottom margins in pixels (both renderers draw the same box)
+PLOT_BOX = (90, 30, 52, 60)  # left, right, top, bottom margins in pixels (both renderers draw the same box)
+TITLE_Y, NOTE_Y = 14, 32  # pixels from the top: the title line (and legend), the zoomed-axis note under it
 Y_TITLE_X = 14  # pixels from the left edge: the centre line of the rotated y-axis title
 MARKER_R = 5  # marker radius in pixels
 FAN_R = 12  # markers closer than 2 * MARKER_R are spread on a circle of this radius around their true spot
@@ -157,8 +158,32 @@ def plot_points(summ: list[ConfigSummary], metric: str) -> dict:
     curves = {k: sorted([[s.speedup_counted, s.metrics[metric], s.config] for s in summ if s.kind == k])
               for k in CURVE_KINDS if any(s.kind == k for s in summ)}
     points = [[s.speedup_counted, s.metrics[metric], s.config] for s in summ if s.kind in BASELINE_KINDS]
-    return {"x": "speedup vs target-only (counted)", "y": metric,
+    data = {"x": "speedup vs target-only (counted)", "y": metric,
             "y_title": METRIC_TITLES.get(metric, f"{metric} (mean per video)"), "curves": curves, "points": points}
+    return {**data, "y_note": zoom_note(data)}
+
+
+def zoom_note(data: dict) -> str | None:
+    """When zero is not on the y axis (it autoscales to the points), how far apart the points really are: their
+    spread as a fraction of target-only's value (else of the largest), so a difference of a few thousandths
+    (0.0773 vs 0.0788 in the paper) is not read as a large one. None when zero is in view."""
+    ys = [p[1] for c in data["curves"].values() for p in c] + [p[1] for p in data["points"]]
+    ys = [y for y in ys if math.isfinite(y)]
+    if len(ys) < 2:
+        return None
+    _, _, y0, y1 = _limits(data)
+    if y0 <= 0 <= y1:
+        return None
+    ref = next((p for p in data["points"] if p[2] == SPEEDUP_BASELINE), None)
+    ref_value, ref_name = (ref[1], SPEEDUP_BASELINE) if ref else (max(ys, key=abs), "the largest value")
+    spread = max(ys) - min(ys)
+    return (f"y axis zoomed (zero not shown): all {len(ys)} configs lie within {spread:.4g} of each other, "
+            f"{spread / abs(ref_value):.1%} of {ref_name}'s {ref_value:.4g}")
+
+
+def curve_label(kind: str, points: list) -> str:
+    """Legend text of a tau kind: a curve when it has several taus, else the one point it is."""
+    return f"{kind} (tau curve)" if len(points) > 1 else f"{kind} (one tau)"
 
 
 def _limits(data: dict) -> tuple[float, float, float, float]:
@@ -249,11 +274,13 @@ def _render_matplotlib(data: dict, path: Path) -> Path:
     ax.set_xlabel(data["x"])
     fig.text(Y_TITLE_X / w, 1 - (top + (h - top - bottom) / 2) / h, data["y_title"], rotation=90, ha="center",
              va="center", fontsize=9)
-    ax.set_title(f"{data['y']} vs speedup (Pareto)", fontsize=10, loc="left")
+    fig.text(left / w, 1 - TITLE_Y / h, f"{data['y']} vs speedup (Pareto)", fontsize=10, va="center")
+    if data.get("y_note"):
+        fig.text(left / w, 1 - NOTE_Y / h, data["y_note"], fontsize=8, va="center", color="#b00000")
     pix = IdentityTransform()  # the layout is in pixels from the top left; matplotlib's display pixels start bottom left
     for i, (kind, pts) in enumerate(data["curves"].items()):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=CURVE_COLORS[i % len(CURVE_COLORS)],
-                label=f"{kind} (tau curve)", zorder=1)
+                label=curve_label(kind, pts), zorder=1)
     for it in data["layout"]:
         if (it["mx"], it["my"]) != (it["X"], it["Y"]):
             ax.plot([it["X"], it["mx"]], [h - it["Y"], h - it["my"]], "-", color="#999999", lw=0.8, transform=pix,
@@ -262,9 +289,9 @@ def _render_matplotlib(data: dict, path: Path) -> Path:
                 markersize=2 * MARKER_R * 72 / 100, transform=pix, zorder=3, clip_on=False)
         lx, ly = it["label"][0], it["label"][1]
         fig.text(lx / w, 1 - (ly + LABEL_H / 2) / h, it["name"], color=it["color"], fontsize=8, va="center")
-    if data["curves"]:  # above the plot box, right: never over a point or a label
-        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(data["curves"]), fontsize=8, frameon=False,
-                  borderaxespad=0.2)
+    if data["curves"]:  # on the title line, right: never over a point or a label
+        ax.legend(loc="center right", bbox_to_anchor=(1.0, 1 + (top - TITLE_Y) / (h - top - bottom)),
+                  ncol=len(data["curves"]), fontsize=8, frameon=False, borderaxespad=0.0)
     fig.savefig(path, dpi=100, metadata={PNG_KEY: json.dumps(data)})
     plt.close(fig)
     return path
@@ -294,7 +321,9 @@ def _render_pil(data: dict, path: Path) -> Path:
         tick = f"{fy:.4f}"
         d.text((left - 8 - d.textlength(tick), Y - 6), tick, fill="black")  # right-aligned to the axis
     d.text((w // 2 - 100, h - 22), data["x"], fill="black")
-    d.text((left, 12), f"{data['y']} vs speedup (Pareto)", fill="black")
+    d.text((left, TITLE_Y - 6), f"{data['y']} vs speedup (Pareto)", fill="black")
+    if data.get("y_note"):
+        d.text((left, NOTE_Y - 6), data["y_note"], fill="#b00000")
     title = data["y_title"]  # rotated y-axis title, centred on the plot's height
     tw = int(d.textlength(title)) + 4
     strip = Image.new("RGB", (tw, LABEL_H + 2), "white")
@@ -304,10 +333,10 @@ def _render_pil(data: dict, path: Path) -> Path:
     lx = w - right  # legend above the plot box, right-aligned: never over a point or a label
     for i, (kind, cpts) in reversed(list(enumerate(data["curves"].items()))):  # legend and curve lines
         col = CURVE_COLORS[i % len(CURVE_COLORS)]
-        text = f"{kind} (tau curve)"
+        text = curve_label(kind, cpts)
         lx -= d.textlength(text) + 30
-        d.line([lx, top - 12, lx + 20, top - 12], fill=col, width=2)
-        d.text((lx + 24, top - 18), text, fill=col)
+        d.line([lx, TITLE_Y, lx + 20, TITLE_Y], fill=col, width=2)
+        d.text((lx + 24, TITLE_Y - 6), text, fill=col)
         xy = [px(x, y) for x, y, _ in cpts]
         if len(xy) > 1:
             d.line(xy, fill=col, width=2)

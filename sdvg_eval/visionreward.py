@@ -46,6 +46,7 @@ COLUMN = "vr"  # the column name of the paper's per-prompt record
 MODES = ("prefix", "single", "generate")
 VIDEO_SOURCES = ("mp4", "frames")  # mp4: encode + decode as a saved video (what the reference reads); frames: raw
 MODEL_FILES = ("config.json",)  # a local model folder holds at least these
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # either one lets AutoTokenizer read the folder
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
@@ -67,16 +68,26 @@ class Checklist:
         return [q.replace(PROMPT_SLOT, prompt) for q in self.questions]
 
 
+def checklist_problems(checkout: str | Path | None) -> list[str]:
+    """Why the checklist cannot be read from `checkout` (None or '': not given), without reading the files."""
+    if not checkout:
+        return [f"--vr-checklist is missing: give a local checkout of THUDM/VisionReward (its {QUESTIONS_FILE} and "
+                f"{WEIGHTS_FILE} are read in place)"]
+    root = Path(checkout).expanduser()
+    missing = [str(p) for p in (root / QUESTIONS_FILE, root / WEIGHTS_FILE) if not p.is_file()]
+    return [f"VisionReward checklist not found: {', '.join(missing)} (give --vr-checklist, a local checkout of "
+            f"THUDM/VisionReward holding {QUESTIONS_FILE} and {WEIGHTS_FILE})"] if missing else []
+
+
 def read_checklist(checkout: str | Path) -> Checklist:
     """Questions and weights from a local checkout of THUDM/VisionReward (never copied, never downloaded)."""
     from sdvg_core.io.checkpoint import file_identity
 
+    problems = checklist_problems(checkout)
+    if problems:
+        raise VisionRewardError(problems[0])
     root = Path(checkout).expanduser()
     qf, wf = root / QUESTIONS_FILE, root / WEIGHTS_FILE
-    missing = [str(p) for p in (qf, wf) if not p.is_file()]
-    if missing:
-        raise VisionRewardError(f"VisionReward checklist not found: {', '.join(missing)} (give --vr-checklist, a local "
-                                f"checkout of THUDM/VisionReward holding {QUESTIONS_FILE} and {WEIGHTS_FILE})")
     with open(qf, encoding="utf-8") as f:
         questions = tuple(f.readlines())
     weights = json.loads(wf.read_text(encoding="utf-8"))
@@ -168,27 +179,43 @@ def reference_dtype(device: str) -> torch.dtype:
     return torch.float32
 
 
-def check_model_folder(folder: str | Path) -> Path:
-    """A local model folder whose remote code lives in it: hub ids and cross-repository auto_map are refused."""
+def model_folder_problems(folder: str | Path) -> list[str]:
+    """Every reason a VisionReward model folder cannot be loaded, found without loading it: not a local folder (hub
+    ids are refused), no config.json, no weights, no tokenizer, remote code that is not in the folder."""
     f = Path(folder).expanduser()
+    if not str(folder).strip():
+        return ["no model folder given: write visionreward:FOLDER, FOLDER a local copy of THUDM/VisionReward-Video"]
     if not f.is_dir():
-        raise VisionRewardError(f"VisionReward model folder {folder!r} not found: give a local folder (a copy of "
-                                f"THUDM/VisionReward-Video with its config.json, weights, tokenizer and *.py); hub ids "
-                                f"are refused and nothing is downloaded")
-    missing = [m for m in MODEL_FILES if not (f / m).is_file()]
-    if missing:
-        raise VisionRewardError(f"VisionReward model folder {f} lacks {', '.join(missing)}")
-    auto_map = json.loads((f / "config.json").read_text(encoding="utf-8")).get("auto_map", {})
+        return [f"VisionReward model folder {str(folder)!r} not found: give a local folder (a copy of "
+                f"THUDM/VisionReward-Video with its config.json, weights, tokenizer and *.py); hub ids are refused and "
+                f"nothing is downloaded"]
+    problems = [f"{f} lacks {m}" for m in MODEL_FILES if not (f / m).is_file()]
+    if not any(p.suffix in WEIGHT_SUFFIXES for p in f.iterdir() if p.is_file()):
+        problems.append(f"{f} has no weights ({' or '.join('*' + s for s in WEIGHT_SUFFIXES)} files)")
+    if not any((f / t).is_file() for t in TOKENIZER_FILES):
+        problems.append(f"{f} has no tokenizer ({' or '.join(TOKENIZER_FILES)})")
+    try:
+        auto_map = json.loads((f / "config.json").read_text(encoding="utf-8")).get("auto_map", {})
+    except (OSError, ValueError, AttributeError):
+        auto_map = {}  # a missing config.json is named above
     for cls, ref in auto_map.items():
         refs = ref if isinstance(ref, list) else [ref]
         for r in refs:
             if isinstance(r, str) and "--" in r:  # "owner/repo--module.Class": code from another hub repository
-                raise VisionRewardError(f"{f / 'config.json'}: auto_map {cls} -> {r} points at another repository's "
-                                        f"code; copy that code into the folder (nothing is downloaded)")
-            if isinstance(r, str) and not (f / (r.rsplit(".", 1)[0].replace(".", "/") + ".py")).is_file():
-                raise VisionRewardError(f"{f}: auto_map {cls} -> {r} but the folder has no "
-                                        f"{r.rsplit('.', 1)[0]}.py (the model's own code must be in the folder)")
-    return f
+                problems.append(f"{f / 'config.json'}: auto_map {cls} -> {r} points at another repository's code; "
+                                f"copy that code into the folder (nothing is downloaded)")
+            elif isinstance(r, str) and not (f / (r.rsplit(".", 1)[0].replace(".", "/") + ".py")).is_file():
+                problems.append(f"{f}: auto_map {cls} -> {r} but the folder has no {r.rsplit('.', 1)[0]}.py (the "
+                                f"model's own code must be in the folder)")
+    return problems
+
+
+def check_model_folder(folder: str | Path) -> Path:
+    """A local model folder whose remote code lives in it (every problem of `model_folder_problems` in one error)."""
+    problems = model_folder_problems(folder)
+    if problems:
+        raise VisionRewardError("; ".join(problems))
+    return Path(folder).expanduser()
 
 
 def weights_bytes(folder: str | Path) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine, EngineConfig
+from sdvg_core.engine.heap import HeapTrimmer
 from sdvg_core.engine.memo import TieredMemo
 from sdvg_core.engine.recipes import recipe_by_name
 from sdvg_core.engine.report import build_report, recipe_label
@@ -179,6 +180,7 @@ class UnitRunner:
         self._unit: Unit | None = None
         self._memo: TieredMemo | None = None
         self.warmed_up = False
+        self.trimmer = HeapTrimmer()  # the heap's free pages go back to the OS as blocks go by (engine/heap.py)
         if not share_memo:
             self._warm_up()
 
@@ -236,7 +238,7 @@ class UnitRunner:
         # run's (its seconds are then not a fresh run's), results of this config's own earlier blocks are not
         run_id = engine.callbacks.run_id = f"{self.worker_name}:{cfg.name}:{unit.prompt_id}:{unit.seed}:{uuid.uuid4().hex}"
         t0 = time.perf_counter()
-        state = engine.generate(spec, policy)
+        state = engine.generate(spec, policy, on_block=lambda eng, st: self.trimmer.block_done())
         if schedule.switches:  # engine.frames, keeping where each block's frames start (segments are scored apart)
             parts = [engine.block_frames(state, b) for b in range(len(state.blocks))]
             frames = torch.cat(parts)

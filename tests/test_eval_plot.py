@@ -2,6 +2,7 @@
 matplotlib (when installed) and the PIL fallback draw the same layout. Fast: no sweep, synthetic points."""
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 
@@ -56,3 +57,30 @@ def test_both_renderers_draw_the_layout_and_a_y_axis_title(tmp_path, use_matplot
     h = PLOT_SIZE[1]
     band = [rgb.getpixel((x, y)) for x in range(Y_TITLE_X - 6, Y_TITLE_X + 7) for y in range(h // 3, 2 * h // 3)]
     assert sum(p != (255, 255, 255) for p in band) > 50
+
+
+def test_a_zoomed_y_axis_says_how_narrow_it_is_and_a_single_tau_is_no_curve(tmp_path):
+    """The paper's 0.0773 vs 0.0788 autoscaled to the full height looks large: the plot states the spread against
+    target-only's value. A tau kind with one point is labelled as one tau, not as a curve."""
+    from sdvg_eval.report import NOTE_Y, curve_label, zoom_note
+
+    note = zoom_note(DATA)
+    assert note == ("y axis zoomed (zero not shown): all 7 configs lie within 0.0048 of each other, 6.1% of "
+                    "target-only's 0.0788")
+    around_zero = {**DATA, "points": DATA["points"] + [[3.0, -0.02, "x"]]}
+    assert zoom_note(around_zero) is None  # zero is on the axis: the picture is to scale
+    assert curve_label("sdvg-mean", DATA["curves"]["sdvg-mean"]) == "sdvg-mean (one tau)"
+    assert curve_label("sdvg", DATA["curves"]["sdvg"]) == "sdvg (tau curve)"
+    for use_matplotlib in (False, True):
+        if use_matplotlib and importlib.util.find_spec("matplotlib") is None:
+            continue
+        img = Image.open(render_plot({**DATA, "y_note": note}, tmp_path / "p.png", use_matplotlib=use_matplotlib))
+        rgb = img.convert("RGB")
+        red = [x for x in range(PLOT_SIZE[0]) for y in range(NOTE_Y - 6, NOTE_Y + 6)
+               if max(abs(a - b) for a, b in zip(rgb.getpixel((x, y)), (0xb0, 0, 0))) < 60]
+        assert len(red) > 100, use_matplotlib  # the note is drawn under the title
+    from sdvg_eval.report import ConfigSummary, plot_points
+
+    summ = [ConfigSummary("target-only", "target-only", None, 1, {"vr": 0.0788}, 9.7, True, None, 1.0, None),
+            ConfigSummary("sdvg:-0.7", "sdvg", -0.7, 1, {"vr": 0.0773}, 6.1, True, 1.59, 1.6, 0.73)]
+    assert plot_points(summ, "vr")["y_note"].endswith("1.9% of target-only's 0.0788")  # what pareto.png draws

@@ -127,3 +127,50 @@ def test_token_mode_is_set_only_for_a_join_with_a_token_at_hand(tmp_path, monkey
     (tmp_path / ".ray" / "auth_token").write_text("t")
     env = {}
     assert auth_mode_for_join(env) == "token"
+
+
+# ------------------------------------------------------------------------------------------ a cluster that is not there
+JOIN_BOUND_S = 60  # seconds from start to exit 2: Python and torch imports on a busy 2-core machine, then the join
+
+
+def _join_fails(tmp_path: Path, address: str, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a lighthouse in a storm\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    env.update(PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0", SDVG_EVAL_CODE_VERSION="ray-join-test")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "sdvg_eval", "--tiny", "--prompts", str(prompts), "--configs",
+                        "target-only", "--ray-address", address, "--out", str(tmp_path / "o"), *extra],
+                       env=env, capture_output=True, text=True, timeout=JOIN_BOUND_S + 120)
+    return r, time.monotonic() - t0
+
+
+def test_joining_an_unused_port_fails_at_once_and_writes_nothing(tmp_path):
+    """Nothing listens on the port: refused at once (Ray itself retries its GCS for minutes), exit 2 with the
+    address and how to start a cluster or run locally; no results folder, no rows.csv, no embeddings."""
+    (port,) = _free_ports(1)
+    r, took = _join_fails(tmp_path, f"127.0.0.1:{port}")
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert took < JOIN_BOUND_S, took
+    assert f"could not join the Ray cluster at 127.0.0.1:{port}: nothing accepts connections" in r.stderr
+    assert "ray start --head" in r.stderr and "--workers 0" in r.stderr and "nothing was run or written" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_port_where_no_ray_head_answers_fails_within_the_join_timeout(tmp_path):
+    """Something accepts the connection but never speaks Ray: `ray.init` would wait for minutes; the sweep stops
+    after --ray-join-timeout seconds (here 2: start-up and all, sooner than the default 30 s would allow) with the
+    address named, having written nothing."""
+    from sdvg_eval.cluster import JOIN_TIMEOUT_S
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        r, took = _join_fails(tmp_path, f"127.0.0.1:{silent.getsockname()[1]}", "--ray-join-timeout", "2")
+    finally:
+        silent.close()
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert took < JOIN_TIMEOUT_S, took
+    assert "no Ray head answered within 2 s (--ray-join-timeout)" in r.stderr, r.stderr[-3000:]
+    assert not (tmp_path / "o").exists()

@@ -281,6 +281,10 @@ def test_local_folder_only(tmp_path, monkeypatch):
     with pytest.raises(vr.VisionRewardError, match="modeling_cogvlm.py"):
         vr.check_model_folder(f)
     (f / "modeling_cogvlm.py").write_text("")
+    with pytest.raises(vr.VisionRewardError, match="has no weights.*; .* has no tokenizer"):  # both named at once
+        vr.check_model_folder(f)
+    (f / "model.safetensors").write_bytes(b"")
+    (f / "tokenizer.json").write_text("{}")
     assert vr.check_model_folder(f) == f
     calls = []
 

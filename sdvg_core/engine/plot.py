@@ -25,16 +25,19 @@ COLORS = {
 
 
 LABEL_PX = 28  # horizontal pixels one block number needs (long videos label every k-th block)
+MARKER_MIN_SLOT_PX = 12  # a block's slot narrower than this gets no letter ("F", "A"): the legend says it
+TEXT_H = 12  # pixels of one line of PIL's default font
+ELLIPSIS = "..."
 
 
 @dataclass(frozen=True)
 class PlotStyle:
     width: int = 640
     height: int = 360
-    margin_left: int = 56
-    margin_right: int = 16
-    margin_top: int = 44
-    margin_bottom: int = 44
+    margin_left: int = 64  # tick values and the rotated y-axis title
+    margin_right: int = 60  # the tau line's label, outside the bars
+    margin_top: int = 58  # title, summary line, the prompts' names
+    margin_bottom: int = 52  # block numbers, the x-axis title, the legend
 
 
 def _range(values: list[float]) -> tuple[float, float]:
@@ -53,8 +56,44 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [round(first + i * step, 10) for i in range(int((hi - first) / step) + 1)]
 
 
+def _round_steps():
+    """1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, ...: steps between labelled block numbers."""
+    mag = 1
+    while True:
+        yield from (mag, 2 * mag) + ((int(2.5 * mag),) if mag >= 10 else ()) + (5 * mag,)
+        mag *= 10
+
+
+def _fit(d: ImageDraw.ImageDraw, text: str, width: float, font) -> str:
+    """`text`, cut with an ellipsis to fit `width` pixels ('' when not even its first characters fit)."""
+    if d.textlength(text, font=font) <= width:
+        return text
+    for n in range(len(text) - 1, 0, -1):
+        cut = text[:n].rstrip() + ELLIPSIS
+        if d.textlength(cut, font=font) <= width:
+            return cut
+    return ""
+
+
+def _aggregation(report: RunReport) -> str:
+    """min or mean over frames, as the policy's description says (min: the paper's rule)."""
+    return "mean" if "mean over frames" in report.policy else "min"
+
+
+def _note(report: RunReport, tau: float | None) -> str | None:
+    """What the plot would otherwise leave unexplained: no block drafted, or no draft scored."""
+    drafted = [b for b in report.blocks if b.decision != "forced"]
+    if tau == math.inf or (report.blocks and not drafted):
+        why = "tau = +inf: no draft could pass, so none was made; " if tau == math.inf else ""
+        return why + "every block came from the target (target-only cost)"
+    if tau == -math.inf:
+        return "tau = -inf: every draft is accepted without being scored (no bars)"
+    return None
+
+
 def render_report_plot(report: RunReport, tau: float | None = None, style: PlotStyle = PlotStyle()) -> Image.Image:
-    """Bars = each block's aggregated draft score (forced blocks: a grey stub), dashed line = tau."""
+    """Bars = each block's aggregated draft score (blocks without a score: a stub on the zero line), dashed line =
+    tau; prompts of a schedule are named above the bars from the block where each starts."""
     img = Image.new("RGB", (style.width, style.height), COLORS["background"])
     d = ImageDraw.Draw(img)
     font = ImageFont.load_default()
@@ -71,49 +110,91 @@ def render_report_plot(report: RunReport, tau: float | None = None, style: PlotS
     for t in _ticks(lo, hi, 6):
         y = y_of(t)
         d.line([(x0, y), (x1, y)], fill=COLORS["grid"])
-        d.text((4, y - 6), f"{t:+.2f}", fill=COLORS["axis"], font=font)
+        label = f"{t:+.2f}"
+        d.text((x0 - 6 - d.textlength(label, font=font), y - 6), label, fill=COLORS["axis"], font=font)
     zero = y_of(0.0)
     d.line([(x0, zero), (x1, zero)], fill=COLORS["axis"])
     d.line([(x0, y0), (x0, y1)], fill=COLORS["axis"])
+    _y_title(img, f"{_aggregation(report)} ImageReward of the block's frames", style, font)
 
     slot = (x1 - x0) / n
-    label_every = max(1, math.ceil(n / ((x1 - x0) / LABEL_PX)))  # block numbers that fit side by side
-    for i, p in enumerate(report.prompts[1:], start=1):  # prompt switches: a dashed line before the first block
-        xs = x0 + slot * p["first_block"]
-        for ys in range(int(y0), int(y1), 8):
-            d.line([(xs, ys), (xs, min(ys + 4, y1))], fill=COLORS["segment"], width=1)
-        d.text((xs + 2, y0 + 2), f"P{i}", fill=COLORS["segment"], font=font)
+    letters = slot >= MARKER_MIN_SLOT_PX
+    fit = max(1, math.ceil(n / ((x1 - x0) / LABEL_PX)))  # block numbers that fit side by side
+    label_every = next(k for k in _round_steps() if k >= fit)  # ... at round steps: 0, 25, 50, ...
+    _prompts(d, report, x0, x1, y0, y1, slot, font)
     for b in report.blocks:
         left, right = x0 + slot * b.index + slot * 0.15, x0 + slot * (b.index + 0.85)
-        if b.score is None:
-            d.rectangle([left, zero - 3, right, zero + 3], fill=COLORS["forced"])
-            d.text(((left + right) / 2 - 3, zero - 16), "F", fill=COLORS["forced"], font=font)
+        if b.score is None:  # forced to the target, or a draft accepted without a score (tau = -inf)
+            kind, letter = ("drafter", "A") if b.producer == "drafter" else ("forced", "F")
+            d.rectangle([left, zero - 3, right, zero + 3], fill=COLORS[kind])
+            if letters:
+                d.text(((left + right) / 2 - 3, zero - 16), letter, fill=COLORS[kind], font=font)
         else:
             color = COLORS["drafter"] if b.producer == "drafter" else COLORS["target"]
             ys = y_of(b.score)
             d.rectangle([left, min(ys, zero), right, max(ys, zero)], fill=color)
         if b.index % label_every == 0:
-            d.text(((left + right) / 2 - 3, y1 + 4), str(b.index), fill=COLORS["text"], font=font)
+            num = str(b.index)
+            d.text(((left + right) / 2 - d.textlength(num, font=font) / 2, y1 + 4), num, fill=COLORS["text"], font=font)
 
     if finite_tau:
         yt = y_of(tau)
         for xs in range(int(x0), int(x1), 12):
             d.line([(xs, yt), (min(xs + 7, x1), yt)], fill=COLORS["tau"], width=2)
-        d.text((x0 + 4, yt - 14), f"tau {tau:+.2f}", fill=COLORS["tau"], font=font)
+        d.text((x1 + 4, yt - 6), f"tau {tau:+.2f}", fill=COLORS["tau"], font=font)  # in the margin: never on a bar
+    note = _note(report, tau)
+    if note:
+        text = _fit(d, note, x1 - x0 - 8, font)
+        w = d.textlength(text, font=font)
+        top = y0 + 8
+        d.rectangle([x0 + 2, top - 2, x0 + 10 + w, top + TEXT_H + 1], fill=COLORS["background"], outline=COLORS["grid"])
+        d.text((x0 + 6, top), text, fill=COLORS["text"], font=font)
 
     acc = "-" if report.acceptance_blocks_1_to_n is None else f"{report.acceptance_blocks_1_to_n:.0%}"
-    d.text((x0, 6), "min ImageReward score of each block's draft vs tau", fill=COLORS["text"], font=font)
-    d.text((x0, 20), f"accepted (blocks 1..N-1): {acc} | forwards: drafter {report.drafter_forwards}, target "
-                     f"{report.target_forwards} | counted speedup {report.counted_speedup:.2f}x",
-           fill=COLORS["axis"], font=font)
+    d.text((x0, 4), f"{_aggregation(report)} ImageReward score of each block's draft vs tau", fill=COLORS["text"],
+           font=font)
+    summary = (f"accepted (blocks 1..N-1): {acc} | forwards: drafter {report.drafter_forwards}, target "
+               f"{report.target_forwards} | counted speedup {report.counted_speedup:.2f}x")
+    if "interrupted_at_block" in report.meta:
+        summary += f" | stopped at block {report.meta['interrupted_at_block']} of {report.meta.get('blocks_requested', '?')}"
+    d.text((x0, 18), _fit(d, summary, style.width - x0 - 4, font), fill=COLORS["axis"], font=font)
+    title = "block"
+    d.text(((x0 + x1) / 2 - d.textlength(title, font=font) / 2, y1 + 18), title, fill=COLORS["axis"], font=font)
     legend = [("drafter (accepted)", COLORS["drafter"]), ("target (rejected)", COLORS["target"]),
               ("target (forced, not drafted)", COLORS["forced"])]
     if len(report.prompts) > 1:
         legend.append(("prompt switch", COLORS["segment"]))
     lx = x0
     for label, color in legend:
-        d.rectangle([lx, style.height - 18, lx + 10, style.height - 8], fill=color)
-        d.text((lx + 14, style.height - 20), label, fill=COLORS["text"], font=font)
+        d.rectangle([lx, style.height - 15, lx + 10, style.height - 5], fill=color)
+        d.text((lx + 14, style.height - 17), label, fill=COLORS["text"], font=font)
         lx += 24 + int(d.textlength(label, font=font))
-    d.text((4, y1 + 4), "block", fill=COLORS["axis"], font=font)
     return img
+
+
+def _y_title(img: Image.Image, text: str, style: PlotStyle, font) -> None:
+    """The y-axis title, rotated, centred on the plot area's height at the left edge."""
+    probe = ImageDraw.Draw(img)
+    strip = Image.new("RGB", (int(probe.textlength(text, font=font)) + 4, TEXT_H + 2), COLORS["background"])
+    ImageDraw.Draw(strip).text((2, 0), text, fill=COLORS["axis"], font=font)
+    strip = strip.rotate(90, expand=True)
+    middle = (style.margin_top + style.height - style.margin_bottom) // 2
+    img.paste(strip, (2, max(0, middle - strip.height // 2)))
+
+
+def _prompts(d: ImageDraw.ImageDraw, report: RunReport, x0: float, x1: float, y0: float, y1: float, slot: float,
+             font) -> None:
+    """A schedule's prompts: a dashed line where each later one starts, each named above the bars as far as the
+    next one starts (cut with an ellipsis where it does not fit)."""
+    if len(report.prompts) < 2:
+        return
+    shown = [(i, p) for i, p in enumerate(report.prompts) if p["first_block"] < report.num_blocks]
+    for k, (i, p) in enumerate(shown):
+        xs = x0 + slot * p["first_block"]
+        end = x0 + slot * shown[k + 1][1]["first_block"] if k + 1 < len(shown) else x1
+        if i > 0:
+            for ys in range(int(y0 - TEXT_H - 2), int(y1), 8):
+                d.line([(xs, ys), (xs, min(ys + 4, y1))], fill=COLORS["segment"], width=1)
+        label = _fit(d, f"P{i}: {p['text']}", end - xs - 6, font) or _fit(d, f"P{i}", end - xs - 4, font)
+        if label:
+            d.text((xs + 3, y0 - TEXT_H - 2), label, fill=COLORS["segment"], font=font)

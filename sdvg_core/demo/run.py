@@ -1,0 +1,113 @@
+"""One demo generation: each committed block's frames go to the video file as it commits, the heap is trimmed as
+blocks go by, and Ctrl-C stops the run between two blocks' writes, keeping a playable video of what was committed.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..engine.engine import Engine
+from ..engine.heap import HeapTrimmer
+from ..engine.policy import Policy
+from ..engine.state import GenerationSpec, GenerationState
+from ..io.video import VideoWriter
+
+
+class DeferredInterrupt:
+    """SIGINT handling for a run: Ctrl-C raises KeyboardInterrupt at once, except inside `critical()` (a block's
+    frames being written), where it is held until the section ends, so the file never ends in half a block; after
+    `hold()` or a first Ctrl-C (the video being closed, the report written) it is ignored."""
+
+    def __init__(self) -> None:
+        self._critical = False
+        self._pending = False
+        self._held = False
+        self._previous = None
+
+    def __enter__(self) -> "DeferredInterrupt":
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        if self._held:
+            return
+        if self._critical:
+            self._pending = True
+        else:
+            self._held = True  # one Ctrl-C ends the run; a second one must not cut the files it leaves short
+            raise KeyboardInterrupt
+
+    def hold(self) -> None:
+        """From now on Ctrl-C does nothing: what is left is finishing the files."""
+        self._held = True
+
+    @contextmanager
+    def critical(self) -> Iterator[None]:
+        self._critical = True
+        try:
+            yield
+        finally:
+            self._critical = False
+        if self._pending:
+            self._pending, self._held = False, True
+            raise KeyboardInterrupt
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a run left: the last state whose frames are all in the file (None: no block committed), the block that
+    was being computed when Ctrl-C came (None: the run finished), the video file and its frame count."""
+
+    state: GenerationState | None
+    interrupted_at: int | None
+    video: Path
+    frames: int
+    wall_seconds: float
+
+    @property
+    def committed(self) -> int:
+        return len(self.state.blocks) if self.state is not None else 0
+
+
+def generate_to_file(engine: Engine, spec: GenerationSpec, policy: Policy, video: Path, guard: DeferredInterrupt,
+                     trimmer: HeapTrimmer | None = None,
+                     on_written: Callable[[GenerationState], None] | None = None) -> RunOutcome:
+    """Run every block of `spec`, writing each committed block's frames to `video`. Ctrl-C (SIGINT, through the
+    installed `guard`) ends the run after the last block fully written; the file is closed either way and Ctrl-C
+    is held from then on. A video without any block is removed."""
+    written: list[GenerationState] = []
+    interrupted_at = None
+    t0 = time.perf_counter()
+    writer = VideoWriter(video)
+
+    def on_block(eng: Engine, st: GenerationState) -> None:
+        with guard.critical():
+            writer.write(eng.block_frames(st, st.next_block - 1))
+            written[:] = [st]
+        if trimmer is not None:
+            trimmer.block_done()
+        if on_written is not None:
+            on_written(st)
+
+    try:
+        engine.generate(spec, policy, on_block=on_block)
+    except KeyboardInterrupt:
+        interrupted_at = written[0].next_block if written else 0
+    finally:
+        guard.hold()
+        writer.close()
+    wall = time.perf_counter() - t0
+    if not written and video.exists():
+        video.unlink()  # no frame in it: not a video
+    return RunOutcome(written[0] if written else None, interrupted_at, writer.path, writer.frames_written, wall)

@@ -1,0 +1,129 @@
+"""The flags and checks both command lines share: the demo (`python -m sdvg_core.demo`) and the evaluation
+(`python -m sdvg_eval`). Defaults of the video's size and length, the exit statuses, the recipe and drafter-file
+flags, and the checks made before anything loads (recipes, block count, output folder)."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from ..engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name
+from ..engine.state import GenerationSpec, PromptConditioning
+from .drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND
+
+# Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
+TINY_SIZE = (96, 64)
+TINY_BLOCKS = 6
+REAL_SIZE = (832, 480)  # Self-Forcing / Krea / SDVG paper resolution
+REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
+# The longest video a command line accepts: the ComfyUI Start node's bound (nodes/, MAX_BLOCKS; ~2 h at 16 fps).
+# The engine and the recipes have no limit of their own; this catches a typo before a run of hours starts.
+MAX_BLOCKS = 10_000
+USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own convention)
+INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT, the shell's convention)
+PROBE_PREFIX = ".sdvg-write-probe-"  # the file the output-folder check creates and removes at once
+
+
+def add_recipe_args(p: argparse.ArgumentParser) -> None:
+    """--recipe / --drafter-recipe / --target-recipe: a context recipe per model (the demo, sdvg_eval)."""
+    names = f"{', '.join(RECIPE_NAMES)}; parameters after a colon, e.g. longlive:window=15,sink=3"
+    p.add_argument("--recipe", type=recipe_arg, default="krea",
+                   help=f"context recipe of both models (krea: the published SDVG pairing; {names})")
+    p.add_argument("--drafter-recipe", type=recipe_arg, default=None,
+                   help="the drafter's own recipe (default: --recipe; a LongLive drafter: longlive)")
+    p.add_argument("--target-recipe", type=recipe_arg, default=None,
+                   help="the target's own recipe (default: --recipe)")
+
+
+def add_drafter_kind_args(p: argparse.ArgumentParser, default_kind: str | None) -> None:
+    """--drafter-kind, --drafter-lora, --drafter-lora-alpha, --pt-entry: how a drafter file is read (io/drafters.py)."""
+    p.add_argument("--drafter-kind", choices=[*DRAFTER_KINDS, FRAMEWISE_KIND], default=default_kind,
+                   help=f"which drafter the file is: its .pt entry, LoRA and default recipe (default "
+                        f"{DEFAULT_DRAFTER_KIND}; " + "; ".join(f"{k.name}: {k.title}" for k in DRAFTER_KINDS.values())
+                        + f"). {FRAMEWISE_KIND} is refused: 1-frame blocks")
+    p.add_argument("--drafter-lora", help="peft LoRA merged into the drafter at load (LongLive: lora.pt)")
+    p.add_argument("--drafter-lora-alpha", type=float, default=None,
+                   help="the LoRA's alpha (scale alpha/rank; default: the kind's, 256 for LongLive, else the rank)")
+    p.add_argument("--pt-entry", choices=["generator_ema", "generator"], default=None,
+                   help="entry of a .pt drafter (default: the kind's: self_forcing generator_ema, causal_forcing and "
+                        "longlive generator; the published SDVG loaded 'generator')")
+
+
+def drafter_own_recipe(drafter_kind: str | None) -> str | None:
+    """The recipe a drafter file runs when --drafter-recipe is not given: a kind trained for its own long-video
+    recipe (LongLive) runs it; Self-Forcing-family drafters (None here) run --recipe, the published pairing."""
+    kind = DRAFTER_KINDS.get(drafter_kind or DEFAULT_DRAFTER_KIND)
+    own = kind.default_recipe if kind is not None else None
+    return own if own != "self_forcing" and own in RECIPE_NAMES else None
+
+
+def recipe_problems(a: argparse.Namespace, real: bool) -> list[str]:
+    """Each recipe flag's recipe checked against the video's blocks (a LongLive window smaller than a block, a
+    sink larger than the window, ...), as Engine.start would, before anything loads."""
+    blocks = a.blocks if a.blocks and 1 <= a.blocks <= MAX_BLOCKS else (REAL_BLOCKS if real else TINY_BLOCKS)
+    size = REAL_SIZE if real else TINY_SIZE
+    # the recipes' rules depend on the block and video length, not on the frame size (checked on its own)
+    probe = GenerationSpec(PromptConditioning.make("recipe check", torch.zeros(1, 1, 1)), size[0], size[1], blocks, 0)
+    problems = []
+    for flag, name in (("--recipe", a.recipe), ("--drafter-recipe", a.drafter_recipe),
+                       ("--target-recipe", a.target_recipe)):
+        if name:
+            try:
+                recipe_by_name(name).validate(probe)
+            except ValueError as e:
+                problems.append(f"{flag} {name}: {e}")
+    return problems
+
+
+def blocks_problem(blocks: int | None, minimum: int = 1) -> str | None:
+    """--blocks outside minimum..MAX_BLOCKS (None: the default, fine)."""
+    if blocks is None:
+        return None
+    if blocks < minimum:
+        why = " (block 0 always comes from the target)" if minimum > 1 else " (leave it out for the default)"
+        return f"--blocks {blocks} must be >= {minimum}{why}"
+    if blocks > MAX_BLOCKS:
+        return (f"--blocks {blocks} is more than {MAX_BLOCKS:,}, the longest video this pack runs (the ComfyUI node's "
+                f"bound; ~2 hours at 16 fps): give a smaller number")
+    return None
+
+
+def output_folder_problem(folder: str | os.PathLike, flag: str = "--out") -> str | None:
+    """Why results cannot be written under `folder`, found by creating and removing a probe file in it (or, when
+    it does not exist yet, in the nearest folder above it that does), so nothing is left behind."""
+    p = Path(folder).expanduser()
+    if p.exists() and not p.is_dir():
+        return f"{flag} {p}: exists and is not a folder; give a folder for the outputs"
+    existing = next((q for q in (p, *p.absolute().parents) if q.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{flag} {p}: {existing} is not a folder, so {p} cannot be created; give another folder"
+    probe = existing / f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        where = "" if existing == p else f" (it would be created in {existing})"
+        return (f"{flag} {p}: cannot write there{where}: {e.strerror or e}; give a folder you can write to "
+                f"(a read-only file system or missing permissions)")
+    return None
+
+
+@contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Inside this block Ctrl-C (SIGINT) raises KeyboardInterrupt even where the process started with SIGINT ignored
+    (a script's background job inherits that, and Python then keeps it); the previous handler comes back after."""
+    if threading.current_thread() is not threading.main_thread():  # handlers can be set in the main thread only
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
