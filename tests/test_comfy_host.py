@@ -384,25 +384,47 @@ def test_object_info_lists_every_node(server):
 
 
 def test_core_nodes_match_the_ci_fakes(server):
-    """The fakes in tests/fake_comfy/core_nodes.py must keep the real core nodes' input names and widget kinds."""
+    """The fakes in tests/fake_comfy/core_nodes.py, in the shape of this host's version, declare the real core nodes'
+    inputs (names, order, widget kinds, dynamic combos and their nested inputs), outputs and output_node exactly;
+    every difference is named."""
     import fake_host
 
+    version = wt.host_version(server.get("/system_stats")["system"]["comfyui_version"])
     with fake_host.installed(server.root / "fake") as pack:
-        fakes = wt.object_info_from_classes(pack.core_nodes.CORE_NODES)
-    for name, fake in fakes.items():
-        real = server.object_info[name]
-        for group in ("required", "optional"):
-            r, f = real["input"].get(group, {}), fake["input"].get(group, {})
-            assert list(r) == list(f), (name, group)
-            for k in r:
-                rt, ft = r[k][0], f[k][0]
-                assert (rt == ft) or (isinstance(rt, list) and ft == "COMBO"), (name, k, rt, ft)
-        assert real["output"] == fake["output"] and bool(real["output_node"]) == bool(fake["output_node"]), name
+        fakes = wt.object_info_from_classes(pack.core_nodes.core_nodes(version))
+    diff = wt.schema_differences(server.object_info, fakes)
+    assert diff == [], f"the fake core nodes drifted from ComfyUI {version}:\n" + "\n".join(diff)
+    print(f"\nfake core nodes == ComfyUI {'.'.join(map(str, version))}'s ({len(fakes)} nodes, nested inputs included)")
+
+
+def test_fake_host_matches_the_real_host_surface(server):
+    """Every ComfyUI name the pack's code uses and the CI fakes provide (tests/fake_comfy, mini_executor's
+    DynamicPrompt) exists on this host with the same kind, the fake accepts no argument the host refuses, and the
+    host accepts every call the pack makes (tests/host_surface.py); names the fakes do not provide must exist here."""
+    import fake_host
+    import host_surface
+
+    with fake_host.installed(server.root / "fake_surface"):
+        surface = host_surface.fake_surface()
+    used = host_surface.pack_uses()
+    names = server.root / "surface_names.json"
+    names.write_text(json.dumps(sorted(used)))
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_surface_probe.py"), COMFYUI_DIR, str(REPO),
+                          str(names)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    host = json.loads(out.stdout.strip().splitlines()[-1])["host"]
+    drifted = {name: d for name, entry in surface.items() if (d := host_surface.drift(entry, host.get(name)))}
+    unfaked = sorted(set(used) - set(surface))
+    absent = [n for n in unfaked if host.get(n) is None and not n.startswith("comfy.ldm.")]  # attention: see nodes/attention.py
+    assert not drifted and not absent, (f"fake host drifted from ComfyUI at {COMFYUI_DIR}:\n"
+                                        + "\n".join(f"{n}: {d}" for n, d in drifted.items()) + f"\nabsent: {absent}")
+    print(f"\nhost surface: {len(surface)} names the pack uses and the fakes provide match the host's kind and "
+          f"signature; {len(unfaked)} more the pack uses exist on the host ({', '.join(unfaked)})")
 
 
 def test_workflows_valid_against_the_real_server(server):
     for path in WORKFLOWS:
-        assert wt.validate(wt.load(path), server.object_info) == [], path.name
+        assert wt.validate(wt.load(path), server.object_info, host_newer=True) == [], path.name
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
@@ -612,7 +634,9 @@ def test_frontend_loads_every_workflow(server):
             assert theirs[nid]["class_type"] == ct
             spec = server.object_info[ct]["input"]
             known = set(spec.get("required", {})) | set(spec.get("optional", {}))
-            got = {k: v for k, v in theirs[nid]["inputs"].items() if k in known}  # e.g. PreviewAny's display widget
+            # a dynamic combo's nested widgets come as <combo>.<input>; others not in the spec (e.g. PreviewAny's
+            # display widget) are the frontend's own
+            got = {k: v for k, v in theirs[nid]["inputs"].items() if k.split(wt.SUB_KEY)[0] in known}
             assert got == ours[nid]["inputs"], (path.name, nid, got, ours[nid]["inputs"])
         # it opened at its saved view, where every report viewer lies inside the visible canvas area (reference
         # window: tests/workflow_tools.py VIEW_PAGE; the probe's headless page is that window)
