@@ -9,8 +9,8 @@ import sys
 from types import ModuleType
 
 
-def start(comfy_dir: str, extra: tuple[str, ...] = ()) -> None:
-    sys.argv = [sys.argv[0], "--cpu", *extra]
+def start(comfy_dir: str, extra: tuple[str, ...] = (), cpu: bool = True) -> None:
+    sys.argv = [sys.argv[0], *(["--cpu"] if cpu else []), *extra]
     sys.path.insert(0, comfy_dir)
     os.chdir(comfy_dir)
     import comfy.options

@@ -191,14 +191,14 @@ class Events:
 
 
 class Server:
-    def __init__(self, root: Path, name: str):
+    def __init__(self, root: Path, name: str, extra: tuple[str, ...] = ()):
         self.root, self.port = root, _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(root / f"{name}.log", "w")
         common = ["--cpu", "--listen", "127.0.0.1", "--port", str(self.port), "--base-directory", str(root),
                   "--extra-model-paths-config", str(root / "extra_model_paths.yaml"),
                   "--output-directory", str(root / "output"), "--temp-directory", str(root / "temp"),
-                  "--user-directory", str(root / "user")] + (["--front-end-root", FRONTEND_ROOT] if FRONTEND_ROOT else [])
+                  "--user-directory", str(root / "user"), *extra] + (["--front-end-root", FRONTEND_ROOT] if FRONTEND_ROOT else [])
         if PIP_BUILD:  # its console script, run in the test's workspace (custom_nodes/ and models/ there)
             launcher = Path(comfy_python()).parent / "comfyui"
             args, cwd = [str(launcher), *common], root
@@ -483,7 +483,10 @@ def test_prompt_changes_workflow_at_its_own_length(server):
           f"T{rep['target_forwards']}, {entry['seconds']:.1f} s")
 
 
-def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
+def requeue_with_moved_tau(server: Server) -> tuple[dict, dict, dict, dict, int, float]:
+    """Queue the step-by-step loop at tau -5, then again at a tau between the two lowest later scores: the second
+    press recomputes no forward before the first flipped block k and the target's forwards at k. Returns (api,
+    probes, first entry, second entry, k, tau2)."""
     path = REPO / "workflows" / "sdvg_loop_step_by_step.json"
     api, probes = with_report_probe(api_for(server, path, seed=123))
     first = server.queue(wt.set_inputs(api, "SDVGRoute", tau=-5.0))
@@ -499,12 +502,20 @@ def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
     work = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"]) for b in rep2["blocks"]]
     assert all(w == (0, 0) for w in work[:k]), work
     assert work[k][0] == 0 and work[k][1] > 0, work
+    return api, probes, first, second, k, tau2
+
+
+def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
+    api, probes, first, second, k, tau2 = requeue_with_moved_tau(server)
+    rep1, rep2 = (next(iter(reports(e, probes).values())) for e in (first, second))
+    work = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"]) for b in rep2["blocks"]]
     loaders = {nid for nid, n in api.items() if n["class_type"] in ("SDVGLoadTarget", "SDVGLoadDrafter",
                                                                      "SDVGLoadImageReward", "VAELoader", "SDVGStart")}
     assert loaders <= cached_nodes(second)
     print(f"\nre-queue: tau -5 -> {tau2}: block {k} flipped; forwards per block (drafter, target) first run "
           f"{[(b['work']['drafter_forwards'], b['work']['target_forwards']) for b in rep1['blocks']]}, re-queue {work}; "
           f"{first['seconds']:.1f} s then {second['seconds']:.1f} s")
+    api2 = wt.set_inputs(api, "SDVGRoute", tau=tau2)
     fresh_server = Server(root, "server2")
     try:
         fresh = fresh_server.queue(api2)
@@ -516,6 +527,31 @@ def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
     assert rep3["meta"]["lineage"] == rep2["meta"]["lineage"]  # hash chain over every committed latent
     fw3 = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"]) for b in rep3["blocks"]]
     print(f"fresh server at tau {tau2}: same decisions and lineage; forwards {fw3} ({fresh['seconds']:.1f} s)")
+
+
+# ComfyUI 0.33 caches node outputs under RAM pressure (--cache-ram HEADROOM_GB, its default mode): after every node
+# it evicts cached outputs while less than HEADROOM is free. A headroom no machine has (1 PB) makes every eviction
+# happen: nothing of the first press is left in ComfyUI's output cache.
+RAM_PRESSURE_HEADROOM_GB = "1000000"
+
+
+def test_requeue_under_ram_pressure_recomputes_only_from_the_first_flip(root):
+    """Under the RAM-pressure output cache at full pressure (every node output evicted as soon as ComfyUI can), a
+    re-queue after moving tau still computes no forward before the first flipped block: the SDVG state is a handle
+    on the shared memo, which ComfyUI's model management (not its output cache) governs."""
+    if "--cache-ram" not in (Path(COMFYUI_DIR) / "comfy" / "cli_args.py").read_text():
+        pytest.skip("this host has no RAM-pressure output cache (--cache-ram)")
+    s = Server(root, "server_ram_pressure", ("--cache-ram", RAM_PRESSURE_HEADROOM_GB))
+    try:
+        api, probes, first, second, k, tau2 = requeue_with_moved_tau(s)
+    finally:
+        s.close()
+    cached = cached_nodes(second)
+    work = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"])
+            for b in next(iter(reports(second, probes).values()))["blocks"]]
+    print(f"\nRAM pressure (--cache-ram {RAM_PRESSURE_HEADROOM_GB}): re-queue at tau {tau2} flipped block {k}; "
+          f"ComfyUI's cache kept {sorted(cached)} of the first press; forwards per block {work}; "
+          f"{first['seconds']:.1f} s then {second['seconds']:.1f} s")
 
 
 def report_texts(api: dict, entry: dict) -> dict[str, str]:
@@ -688,3 +724,42 @@ def test_memo_lives_in_comfyuis_memory_manager():
     assert r["after_unload_all"] == {"bytes": 0, "registered": False}, r
     print(f"\nmemory manager: import changed nothing; memo {r['loaded_size_gib']:.2f} GiB registered at the first load, "
           f"partial free -> entries {r['after_partial']['entries']}, unload_all -> 0 bytes, unregistered")
+
+
+def test_memo_next_to_dynamic_vram_in_comfys_own_model_management():
+    """0.33's Dynamic VRAM rules, run through the host's real load_models_gpu / free_memory / ensure_pin_budget on a
+    stand-in device (tests/comfy_dynamic_probe.py): SDVG loading a dynamic MODEL keeps ComfyUI's dynamic free path
+    with no pin demand; the memo is never counted as pinned RAM (a 1 PiB memo evicts nobody's pins); another load
+    still reclaims the memo. Skipped on hosts without Dynamic VRAM."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_dynamic_probe.py"), COMFYUI_DIR, str(REPO)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    own = r["own_dynamic_load"]
+    assert own["calls"][0] == {"for_dynamic": True, "pins_required": 0}, own  # the dynamic model's own call
+    assert all(c["pins_required"] == 0 for c in own["calls"]), own  # the memo's registration pins nothing
+    assert own["memo_registered"] and own["memo_held"] > 0 and own["other_pins_evicted"] == 0, own
+    full = r["own_full_load"]
+    assert [c["pins_required"] for c in full["calls"]] == [full["own_size"]], full  # the memo's 1 PiB not counted
+    assert full["other_pins_evicted"] == 0, full
+    assert r["other_load"]["memo_bytes"] == 0 and not r["other_load"]["memo_registered"], r["other_load"]
+    print(f"\nDynamic VRAM (host model management, stand-in device): SDVG's dynamic load frees for_dynamic with 0 pins; "
+          f"the memo's registration call (non-dynamic, once) asked the other dynamic model for "
+          f"{sum(own['other_vram_asked']) / 2**30:.2f} GiB (ComfyUI's minimum inference memory on a full device); "
+          f"a 1 PiB memo adds no pins; another load emptied and unregistered the memo")
+
+
+def test_dynamic_vram_gpu_phase_runs_here_on_the_cpu():
+    """The gpu-check Dynamic VRAM phase's script (tests/comfy_dynamic_vram_run.py), on this host's CPU (no Dynamic
+    VRAM here): a generation through MODELs from ComfyUI's own loader, each SDVG load recorded with the memo."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_dynamic_vram_run.py"), COMFYUI_DIR, str(REPO),
+                          "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["decisions"][0] == "forced" and len(r["decisions"]) == 3 and r["memo_registered"], r
+    loads = [e["load"] for e in r["events"] if "load" in e]
+    assert loads and all(any(m["patcher"] == "MemoPatcher" for m in call) for call in loads), loads  # never dynamic here
+    print(f"\nDynamic VRAM run script on the CPU: patcher {r['dynamic_vram']}, {len(loads)} SDVG loads with the memo, "
+          f"decisions {r['decisions']}")
