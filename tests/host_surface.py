@@ -101,17 +101,28 @@ class _Scan(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def pack_uses() -> dict[str, list[tuple[int, list[str]]]]:
-    """{host name: [(positional count, keyword names) per call site]} over the pack's ComfyUI glue."""
-    used: dict[str, list] = {}
+def _scans() -> list[_Scan]:
+    scans = []
     for path in pack_sources():
         scan = _Scan()
         scan.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        scans.append(scan)
+    return scans
+
+
+def pack_uses() -> dict[str, list[tuple[int, list[str]]]]:
+    """{host name: [(positional count, keyword names) per call site]} over the pack's ComfyUI glue."""
+    used: dict[str, list] = {}
+    for scan in _scans():
         for name, calls in scan.used.items():
             used.setdefault(name, []).extend(calls)
-        for name in scan.overrides:
-            used.setdefault(name, [])
     return used
+
+
+def pack_overrides() -> set[str]:
+    """`<host class>.<method>` for each method a pack class defines on a host base class (an override where the
+    host has the method, a method of the pack's own otherwise)."""
+    return {name for scan in _scans() for name in scan.overrides}
 
 
 def resolve(name: str) -> Any:
@@ -157,7 +168,7 @@ def fake_surface() -> dict[str, dict]:
     """{host name the pack uses that the fake host provides: {"fake": describe(...), "calls": [...]}}. Must run while
     tests/fake_host.installed is active (the fake modules importable)."""
     out = {}
-    for name, calls in sorted(pack_uses().items()):
+    for name, calls in sorted({**{o: [] for o in pack_overrides()}, **pack_uses()}.items()):
         try:
             obj = resolve(name) if not name.startswith(tuple(EXECUTOR_OBJECTS.values())) else _executor_fake(name)
         except (ImportError, AttributeError):
@@ -192,8 +203,9 @@ def drift(entry: dict, real: dict | None) -> list[str]:
             out.append(f"the fake accepts {extra}, the host does not (host takes {real_names})")
     fake_pos = [p[0] for p in fake["params"] if p[1] == "POSITIONAL_OR_KEYWORD"]
     real_pos = [p[0] for p in real["params"] if p[1] in ("POSITIONAL_OR_KEYWORD", "POSITIONAL_ONLY")]
-    if fake_pos != real_pos[:len(fake_pos)] and not real.get("var_pos"):
-        out.append(f"positional parameters: host {real_pos}, fake {fake_pos}")
+    n = max([c[0] for c in entry["calls"]] or [0])  # the positions the pack fills must mean the same on both
+    if fake_pos[:n] != real_pos[:n] and not real.get("var_pos"):
+        out.append(f"positional parameters the pack fills: host {real_pos[:n]}, fake {fake_pos[:n]}")
     required = [p[0] for p in real["params"] if not p[2] and p[1] != "KEYWORD_ONLY"]
     required_kw = [p[0] for p in real["params"] if not p[2] and p[1] == "KEYWORD_ONLY"]
     for n_pos, kws in entry["calls"]:

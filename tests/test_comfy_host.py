@@ -408,7 +408,7 @@ def test_fake_host_matches_the_real_host_surface(server):
         surface = host_surface.fake_surface()
     used = host_surface.pack_uses()
     names = server.root / "surface_names.json"
-    names.write_text(json.dumps(sorted(used)))
+    names.write_text(json.dumps(sorted(set(used) | set(surface))))
     out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_surface_probe.py"), COMFYUI_DIR, str(REPO),
                           str(names)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

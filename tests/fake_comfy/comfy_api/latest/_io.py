@@ -70,9 +70,16 @@ _ALLOWED = {
 }
 
 
+def _widget_init(self, id: str, display_name: str | None = None, optional: bool = False, tooltip: str | None = None,
+                 lazy: bool | None = None, **widget: Any):
+    """A widget input takes no extra_dict (ComfyUI 0.3.64's widget inputs do not)."""
+    Input.__init__(self, id, display_name, optional, tooltip, lazy, None, **widget)
+
+
 def _make_type(io_type: str, widget: bool = False) -> type:
     in_cls = type("Input", (Input,), {"io_type": io_type, "is_widget": widget,
-                                      "allowed": frozenset(_ALLOWED.get(io_type, ()))})
+                                      "allowed": frozenset(_ALLOWED.get(io_type, ())),
+                                      **({"__init__": _widget_init} if widget else {})})
     out_cls = type("Output", (Output,), {"io_type": io_type})
     return type(io_type.title().replace("_", ""), (), {"io_type": io_type, "Input": in_cls, "Output": out_cls})
 
