@@ -473,10 +473,8 @@ def comfy_python(comfy: str) -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def run_peer(comfy: str, timeout_s: float) -> dict:
-    """tests/comfy_peer_probe.py on CUDA at the real 1.3B size: max difference and time ratio vs WanModel.forward."""
-    cmd = [comfy_python(comfy), str(REPO / "tests" / "comfy_peer_probe.py"), comfy, str(REPO), "--device", "cuda",
-           *PEER_ARGS]
+def run_probe(cmd: list[str], timeout_s: float) -> dict:
+    """A probe script's JSON line (its last stdout line), or {"error"} with the command."""
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout_s, 1.0))
     except subprocess.TimeoutExpired:
@@ -484,19 +482,19 @@ def run_peer(comfy: str, timeout_s: float) -> dict:
     if res.returncode != 0:
         return {"error": res.stderr[-3000:], "command": " ".join(cmd)}
     return {**json.loads(res.stdout.strip().splitlines()[-1]), "command": " ".join(cmd)}
+
+
+def run_peer(comfy: str, timeout_s: float) -> dict:
+    """tests/comfy_peer_probe.py on CUDA at the real 1.3B size: max difference and time ratio vs WanModel.forward."""
+    return run_probe([comfy_python(comfy), str(REPO / "tests" / "comfy_peer_probe.py"), comfy, str(REPO), "--device",
+                      "cuda", *PEER_ARGS], timeout_s)
 
 
 def run_dynamic_vram(comfy: str, timeout_s: float) -> dict:
     """tests/comfy_dynamic_vram_run.py on CUDA: a MODEL-input generation under the host's Dynamic VRAM, with its
     load and free events (UNVERIFIED until run on a GPU)."""
-    cmd = [comfy_python(comfy), str(REPO / "tests" / "comfy_dynamic_vram_run.py"), comfy, str(REPO), "--device", "cuda"]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout_s, 1.0))
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s", "command": " ".join(cmd)}
-    if res.returncode != 0:
-        return {"error": res.stderr[-3000:], "command": " ".join(cmd)}
-    return {**json.loads(res.stdout.strip().splitlines()[-1]), "command": " ".join(cmd)}
+    return run_probe([comfy_python(comfy), str(REPO / "tests" / "comfy_dynamic_vram_run.py"), comfy, str(REPO),
+                      "--device", "cuda"], timeout_s)
 
 
 def dynamic_vram_markdown(d: dict) -> str:

@@ -261,20 +261,19 @@ class SaveVideo_before_0_33(SaveVideo):
                                              "fps": video["fps"]}], "animated": (True,)})
 
 
-class PreviewImage_before_0_33(PreviewImage):
-    @classmethod
+def _without_outputs(node: type) -> type:
+    """A node as hosts before 0.33 declare it: no outputs (0.33 added PreviewImage's IMAGE, PreviewAny's STRING)."""
+
     def define_schema(cls):
-        s = super().define_schema()
+        s = node.define_schema.__func__(cls)
         s.outputs = []
         return s
 
+    return type(f"{node.__name__}_before_0_33", (node,), {"define_schema": classmethod(define_schema)})
 
-class PreviewAny_before_0_33(PreviewAny):
-    @classmethod
-    def define_schema(cls):
-        s = super().define_schema()
-        s.outputs = []
-        return s
+
+PreviewImage_before_0_33 = _without_outputs(PreviewImage)
+PreviewAny_before_0_33 = _without_outputs(PreviewAny)
 
 
 # {first version without them: the shapes every host before it declares}
