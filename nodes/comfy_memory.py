@@ -16,7 +16,7 @@ are unloaded instead of streaming on demand) and counts every non-dynamic model'
 (1) it reports no size to the load call it is registered by (its entries are already where they live: loading it
 needs no memory and no pin), and (2) a dynamic model is loaded alone, the memo registered in a call of its own when it
 is not registered; in that load ComfyUI may ask the memo for memory like any non-dynamic model, and it yields its
-reusable budget but not what the running generation holds.
+reusable budget but not what the running generation holds (in SDVG's other loads it yields nothing).
 """
 from __future__ import annotations
 
@@ -49,21 +49,28 @@ def managed(module: torch.nn.Module, load_device, offload_device):
                                             size=mm.module_size(holder))
 
 
-_OWN_LOADS = [0]  # > 0 while SDVG itself loads one of its models (its caches are then in use, not to be dropped)
+_OWN_LOADS: list[bool] = []  # one entry per SDVG load in progress: whether the memo may yield its reusable budget
 
 
 @contextlib.contextmanager
-def own_load() -> Iterator[None]:
-    """Mark a load_models_gpu call made by SDVG between its own model calls (model swaps inside a generation)."""
-    _OWN_LOADS[0] += 1
+def own_load(yield_budget: bool = False) -> Iterator[None]:
+    """Mark a load_models_gpu call made by SDVG between its own model calls (model swaps inside a generation): the
+    memo drops nothing then, except, with `yield_budget` (a dynamic model's load, where ComfyUI may ask the registered
+    memo for memory), its reusable budget; what the running generation holds always stays."""
+    _OWN_LOADS.append(yield_budget)
     try:
         yield
     finally:
-        _OWN_LOADS[0] -= 1
+        _OWN_LOADS.pop()
 
 
 def in_own_load() -> bool:
-    return _OWN_LOADS[0] > 0
+    return bool(_OWN_LOADS)
+
+
+def keeps_everything() -> bool:
+    """Inside an SDVG load that must not drop any memo entry."""
+    return bool(_OWN_LOADS) and not _OWN_LOADS[-1]
 
 
 class SDVGCache(torch.nn.Module):
@@ -105,9 +112,9 @@ class MemoPatcher(comfy.model_patcher.ModelPatcher):
         return 0  # nothing to move in: entries are made on the device by the model calls
 
     def partially_unload(self, device_to=None, memory_to_free=0, *args: Any, **kwargs: Any) -> int:
-        """ComfyUI needs `memory_to_free` bytes: evict least-recently-used entries; during SDVG's own loads only the
-        reusable budget goes, never what the running generation holds."""
-        if not memory_to_free:
+        """ComfyUI needs `memory_to_free` bytes: evict least-recently-used entries; during SDVG's own loads nothing
+        goes, except in a dynamic model's load the reusable budget (never what the running generation holds)."""
+        if not memory_to_free or keeps_everything():
             return 0
         freed = shared_memo.evict(int(memory_to_free), self.memo, keep_held=in_own_load())
         LOG.info("SDVG: released %.2f GiB of cached results for ComfyUI", freed / shared_memo.GIB)
@@ -115,10 +122,12 @@ class MemoPatcher(comfy.model_patcher.ModelPatcher):
 
     def detach(self, *args: Any, **kwargs: Any):
         """ComfyUI unloads the memo (`unpatch_all` true: free_memory, unload_all_models): drop every entry (during
-        SDVG's own loads: the reusable budget only). With `unpatch_all` false ComfyUI is only re-registering it for a
-        load: keep everything."""
+        SDVG's own loads nothing; in a dynamic model's load the reusable budget only). With `unpatch_all` false
+        ComfyUI is only re-registering it for a load: keep everything."""
         unpatch_all = kwargs.get("unpatch_all", args[0] if args else True)
-        if unpatch_all and in_own_load():
+        if unpatch_all and keeps_everything():
+            pass
+        elif unpatch_all and in_own_load():
             shared_memo.evict(shared_memo.memo_bytes(self.memo), self.memo, keep_held=True)
         elif unpatch_all:
             shared_memo.drop_all(self.memo)
@@ -151,8 +160,9 @@ def load(patcher, *, memory_required: int = 0, force_full_load: bool = False) ->
     for a model ComfyUI loads whole, in a call of its own after a dynamic (Dynamic VRAM) model, so that ComfyUI keeps
     its dynamic free path for it (module docstring)."""
     memo = memo_patcher()
-    with own_load():
-        if is_dynamic(patcher):
+    dynamic = is_dynamic(patcher)
+    with own_load(yield_budget=dynamic):
+        if dynamic:
             mm.load_models_gpu([patcher], memory_required=memory_required, force_full_load=force_full_load)
             if not registered():
                 with memo.registering():
