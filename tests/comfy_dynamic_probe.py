@@ -8,11 +8,12 @@ Dynamic VRAM itself needs an NVIDIA GPU (comfy-aimdo): here ComfyUI's real `load
 `ensure_pin_budget` run on a stand-in device (`cuda:0` as a label, no CUDA call: `get_free_memory` answers for it and
 `soft_empty_cache` is a no-op) with stand-in patchers: `Dynamic` says is_dynamic() like ModelPatcherDynamic and
 records what ComfyUI asks of it (VRAM unloads, pinned RAM evicted). Every free_memory call is recorded with its
-for_dynamic and pins_required. Reports:
+for_dynamic, its host RAM demand and the load call it belongs to. Reports:
 - `own_dynamic_load`: SDVG loads a dynamic MODEL (comfy_memory.load) while another dynamic model is loaded and the
   device is full: ComfyUI's calls (for_dynamic, pins), what the other model was asked, the memo registered;
-- `own_full_load`: SDVG loads one of its own (non-dynamic) models with a memo of 1 PiB (so any pin demand counted
-  for it would exceed any RAM): pins_required of the call and whether pinned RAM of the dynamic model was evicted;
+- `own_full_load`: SDVG loads one of its own (non-dynamic) models, with the memo as it is and with the memo claiming
+  1 PiB: the host RAM demand ComfyUI counts for the call (0.33: pins_required; the pip build 0.12: ram_required) in
+  both, and whether pinned RAM of the dynamic model was evicted;
 - `other_load`: a non-SDVG non-dynamic load needing memory: the memo's entries after (ComfyUI's walk still frees it).
 """
 import json
@@ -37,16 +38,28 @@ DEV = torch.device("cuda", 0)  # a label: nothing below touches CUDA
 GIB = 2**30
 state = {"free": 64 * GIB}
 calls: list[dict] = []
-real_free_memory = mm.free_memory
+loading: list[str] = []  # the patcher classes of the load_models_gpu call in progress
+real_free_memory, real_load = mm.free_memory, mm.load_models_gpu
 
 
-def free_memory(memory_required, device, keep_loaded=[], for_dynamic=False, pins_required=0, ram_required=0):  # noqa: B006
-    calls.append({"for_dynamic": for_dynamic, "pins_required": pins_required})
-    return real_free_memory(memory_required, device, keep_loaded, for_dynamic=for_dynamic, pins_required=pins_required,
-                            ram_required=ram_required)
+def free_memory(memory_required, device, *args, **kwargs):
+    # host RAM demand a load call counts: 0.33's pins_required (non-dynamic models' sizes), the pip build's
+    # ram_required (twice every model's size)
+    calls.append({"for_dynamic": kwargs.get("for_dynamic", False), "loading": list(loading),
+                  "ram_demand": kwargs.get("pins_required", kwargs.get("ram_required", 0))})
+    return real_free_memory(memory_required, device, *args, **kwargs)
 
 
-mm.free_memory = free_memory  # the probe's own spy (in this process only): load_models_gpu calls it by module name
+def load_models_gpu(models, *args, **kwargs):
+    loading[:] = [type(m).__name__ for m in models]
+    try:
+        return real_load(models, *args, **kwargs)
+    finally:
+        loading.clear()
+
+
+# the probe's own spies (in this process only): ComfyUI calls them by module name
+mm.free_memory, mm.load_models_gpu = free_memory, load_models_gpu
 mm.get_free_memory = lambda dev=None, torch_free_too=False: (state["free"], state["free"]) if torch_free_too else state["free"]
 mm.soft_empty_cache = lambda *a, **k: None
 
@@ -116,6 +129,7 @@ memo.pin("head", ("decoder", 0), torch.zeros(ENTRY // 4))
 other = Dynamic(8 * GIB, "other workflow's dynamic model")
 mm.load_models_gpu([other])
 res = {"host_free_memory_params": list(__import__("inspect").signature(real_free_memory).parameters)}
+del loading[:]
 
 calls.clear()
 state["free"] = GIB // 2  # the device is full
@@ -125,15 +139,20 @@ res["own_dynamic_load"] = {"calls": list(calls), "other_vram_asked": list(other.
                            "other_pins_evicted": other.pins_evicted, "memo_registered": cm.registered(),
                            "memo_bytes": shared_memo.memo_bytes(memo), "memo_held": memo.pinned_bytes}
 
-calls.clear()
+# the same SDVG load with the memo as it is and with the memo claiming 1 PiB: the host RAM demand must not change
 state["free"] = 64 * GIB
-big = type("Huge", (), {"bytes": 2**50, "pinned_bytes": 0})()  # what the memo would ask for as pins: beyond any RAM
-real_memo_bytes = shared_memo.memo_bytes
-shared_memo.memo_bytes = lambda m=memo: 2**50 if m is memo else real_memo_bytes(m)
 own = Plain(GIB, "SDVG's own model")
-cm.load(own)
+demand = []
+real_memo_bytes = shared_memo.memo_bytes
+for claimed in (None, 2**50):
+    calls.clear()
+    if claimed:
+        shared_memo.memo_bytes = lambda m=memo, c=claimed: c if m is memo else real_memo_bytes(m)
+    cm.load(own)
+    demand.append([c["ram_demand"] for c in calls])
 shared_memo.memo_bytes = real_memo_bytes
-res["own_full_load"] = {"calls": list(calls), "own_size": own.size, "other_pins_evicted": other.pins_evicted}
+res["own_full_load"] = {"ram_demand": demand[0], "ram_demand_with_1PiB_memo": demand[1], "own_size": own.size,
+                        "other_pins_evicted": other.pins_evicted}
 
 calls.clear()
 state["free"] = 0
