@@ -15,7 +15,10 @@ The real run (one H200 or H100, within `--budget-s`, 8 minutes by default, model
    syncs CUDA itself reports; once with ImageReward's PIL preprocessing, once with the tensor path)
    -> DIR/traffic.json, DIR/traffic.md;
 5. with a ComfyUI checkout (--comfyui or COMFYUI_DIR), the peer ratio: tests/comfy_peer_probe.py on CUDA at the
-   real 1.3B size (30 layers, 832x480) -> DIR/peer.json;
+   real 1.3B size (30 layers, 832x480) -> DIR/peer.json; and the Dynamic VRAM phase: an SDVG generation through the
+   MODEL input loaded by ComfyUI's own loader (0.33: ModelPatcherDynamic on NVIDIA), every load_models_gpu and
+   free_memory call recorded (tests/comfy_dynamic_vram_run.py) -> DIR/dynamic-vram.json; UNVERIFIED: this phase
+   has never run on a GPU, its output is the first evidence of how the memo behaves next to Dynamic VRAM;
 6. DIR/gpu-check.json and DIR/gpu-check.md: everything above, the phase times and the dry-run estimate beside them.
 
 The dry run builds all four models at full size on the meta device (no memory), runs every call the plan makes
@@ -360,7 +363,8 @@ def dry_run_markdown(e: dict) -> str:
              f"configurations {', '.join(e['plan']['configs'])}, {e['plan']['rounds']} interleaved rounds, recipes "
              f"drafter `{e['plan']['recipes']['drafter']}` / target `{e['plan']['recipes']['target']}`, memo "
              f"{e['plan']['memo_bytes'] / GIB:.1f} GiB; memory table rows {', '.join(e['plan']['memory_rows'])}; "
-             f"peer probe {'yes' if e['plan']['peer_probe'] else 'no (no ComfyUI checkout given)'}.", "",
+             f"peer probe {'yes' if e['plan']['peer_probe'] else 'no (no ComfyUI checkout given)'}; Dynamic VRAM "
+             f"phase {'yes (UNVERIFIED: never run on a GPU yet; not in the time estimate)' if e['plan']['peer_probe'] else 'no'}.", "",
              f"Shapes on meta at full size: {sum(x['ok'] for x in e['shape_checks'])}/{len(e['shape_checks'])} as "
              f"expected. Not checked on meta: {'; '.join(e['not_checked_on_meta'])}.", "",
              "| phase | estimated s |", "|---|---|"]
@@ -469,10 +473,8 @@ def comfy_python(comfy: str) -> str:
     return str(venv) if venv.exists() else sys.executable
 
 
-def run_peer(comfy: str, timeout_s: float) -> dict:
-    """tests/comfy_peer_probe.py on CUDA at the real 1.3B size: max difference and time ratio vs WanModel.forward."""
-    cmd = [comfy_python(comfy), str(REPO / "tests" / "comfy_peer_probe.py"), comfy, str(REPO), "--device", "cuda",
-           *PEER_ARGS]
+def run_probe(cmd: list[str], timeout_s: float) -> dict:
+    """A probe script's JSON line (its last stdout line), or {"error"} with the command."""
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=max(timeout_s, 1.0))
     except subprocess.TimeoutExpired:
@@ -480,6 +482,32 @@ def run_peer(comfy: str, timeout_s: float) -> dict:
     if res.returncode != 0:
         return {"error": res.stderr[-3000:], "command": " ".join(cmd)}
     return {**json.loads(res.stdout.strip().splitlines()[-1]), "command": " ".join(cmd)}
+
+
+def run_peer(comfy: str, timeout_s: float) -> dict:
+    """tests/comfy_peer_probe.py on CUDA at the real 1.3B size: max difference and time ratio vs WanModel.forward."""
+    return run_probe([comfy_python(comfy), str(REPO / "tests" / "comfy_peer_probe.py"), comfy, str(REPO), "--device",
+                      "cuda", *PEER_ARGS], timeout_s)
+
+
+def run_dynamic_vram(comfy: str, timeout_s: float) -> dict:
+    """tests/comfy_dynamic_vram_run.py on CUDA: a MODEL-input generation under the host's Dynamic VRAM, with its
+    load and free events (UNVERIFIED until run on a GPU)."""
+    return run_probe([comfy_python(comfy), str(REPO / "tests" / "comfy_dynamic_vram_run.py"), comfy, str(REPO),
+                      "--device", "cuda"], timeout_s)
+
+
+def dynamic_vram_markdown(d: dict) -> str:
+    """One paragraph of the Dynamic VRAM phase: the patcher kind, what ComfyUI was asked to free and pin."""
+    if "error" in d:
+        return f"Dynamic VRAM phase (UNVERIFIED, first GPU run): failed: {d['error'][-500:]}\n"
+    frees = [e["free_memory"] for e in d["events"] if "free_memory" in e]
+    loads = [e["load"] for e in d["events"] if "load" in e]
+    return (f"Dynamic VRAM phase (UNVERIFIED, first GPU run; tests/comfy_dynamic_vram_run.py): MODEL patcher "
+            f"{d['dynamic_vram'][0]} (dynamic {d['dynamic_vram'][1]}); {len(loads)} load calls, {len(frees)} free "
+            f"calls, for_dynamic {sorted({str(f.get('for_dynamic')) for f in frees})}, largest pins_required "
+            f"{max([f.get('pins_required', 0) for f in frees] or [0]) / GIB:.2f} GiB; memo registered "
+            f"{d['memo_registered']} holding {d['memo_bytes'] / GIB:.2f} GiB; decisions {d['decisions']}.\n")
 
 
 def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
@@ -569,6 +597,12 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
                    (f"fp32 {peer['fp32_time_ratio']:.2f}x (max diff {peer['fp32_max_diff']:.2e}), bf16 "
                     f"{peer['bf16_time_ratio']:.2f}x (max diff {peer['bf16_max_diff']:.3g} at scale "
                     f"{peer['bf16_scale']:.3g})" if "error" not in peer else f"failed: {peer['error'][-500:]}") + "\n")
+        t = time.perf_counter()
+        dyn = run_dynamic_vram(a.comfyui, BUDGET_S - (time.perf_counter() - t_start))
+        doc["phase_s"]["dynamic vram"] = time.perf_counter() - t
+        doc["dynamic_vram"] = dyn
+        (out / "dynamic-vram.json").write_text(json.dumps(dyn, indent=1))
+        peer_md += dynamic_vram_markdown(dyn)
     doc["total_s"] = time.perf_counter() - t_start
     save()
     md = [f"# GPU check on {doc['gpu']} (torch {doc['torch']}, CUDA {doc['cuda']}): measured, size {plan.size}",

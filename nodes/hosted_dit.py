@@ -24,7 +24,7 @@ class HostedWan(CausalWan):
 
     def __init__(self, net: torch.nn.Module, cfg: WanDiTConfig, patcher, *, dtype: torch.dtype, key: str,
                  full_load: bool, work_bytes: int = 0, compile: bool | str = False):
-        super().__init__(net, cfg, dtype=dtype, device=patcher.load_device, key=key, attention_fn=host_attention(),
+        super().__init__(net, cfg, dtype=dtype, device=patcher.load_device, key=key, attention_fn=host_attention(patcher),
                          compile=compile)
         self.patcher, self.full_load, self.work_bytes = patcher, full_load, work_bytes
 

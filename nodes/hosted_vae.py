@@ -13,7 +13,7 @@ from ..sdvg_core.models.vae import WanVAE
 from . import comfy_memory
 from .dtypes import dtype_name
 from .errors import SDVGError
-from .identity import object_token
+from .identity import weights_token
 
 
 class HostedVAE:
@@ -60,5 +60,6 @@ def host_vae(comfy_vae: Any) -> HostedVAE:
         raise SDVGError(f"the VAE is not the Wan 2.1 VAE SDVG needs ({e}). Load wan_2.1_vae.safetensors "
                         f"(https://huggingface.co/Comfy-Org/Wan_2.1_ComfyUI_repackaged, split_files/vae/) with "
                         f"'Load VAE'. The Wan 2.2 VAE does not fit Wan 2.1 models.") from e
-    hosted = _VAES[comfy_vae] = HostedVAE(ours, f"vae|{object_token(comfy_vae)}|{dtype_name(dtype)}")
+    # keyed by its weights, not the object: a VAE reloaded after ComfyUI's cache dropped it keeps its cached results
+    hosted = _VAES[comfy_vae] = HostedVAE(ours, f"vae|{weights_token(inner)}|{dtype_name(dtype)}")
     return hosted

@@ -54,9 +54,9 @@ def drop_all(memo=MEMO) -> int:
     return dropped
 
 
-def evict(nbytes: int, memo=MEMO) -> int:
+def evict(nbytes: int, memo=MEMO, keep_held: bool = False) -> int:
     """Drop least-recently-used entries worth at least `nbytes` (big entries first, then small ones, then what the
-    running generation holds); returns the bytes dropped."""
+    running generation holds, unless `keep_held`); returns the bytes dropped."""
     before = memo_bytes(memo)
     for tier in (memo.large, memo.small):
         need = nbytes - (before - memo_bytes(memo))
@@ -65,7 +65,7 @@ def evict(nbytes: int, memo=MEMO) -> int:
         budget = tier.max_bytes
         tier.resize(max(tier.bytes - need, 0))  # evicts LRU entries down to this size
         tier.resize(budget)
-    if nbytes - (before - memo_bytes(memo)) > 0:
+    if nbytes - (before - memo_bytes(memo)) > 0 and not keep_held:
         release_run(memo)
     return before - memo_bytes(memo)
 

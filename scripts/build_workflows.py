@@ -71,7 +71,9 @@ def specs() -> dict:
     import workflow_tools
 
     with fake_host.installed(Path(tempfile.mkdtemp(prefix="sdvg-wf-"))) as pack:
-        return workflow_tools.object_info_from_classes(list(pack.nodes.NODES) + list(pack.core_nodes.CORE_NODES))
+        # core nodes in the shape the workflows are saved in (the oldest supported host's; newer ones convert on load)
+        core = pack.core_nodes.core_nodes(pack.core_nodes.WORKFLOW_HOST)
+        return workflow_tools.object_info_from_classes(list(pack.nodes.NODES) + core)
 
 
 class Graph:

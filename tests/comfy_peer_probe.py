@@ -10,11 +10,11 @@ the host runs it: ComfyUI's `optimized_attention` injected (nodes/attention.py c
 through nodes/comfy_model.py comfy_wan_view. Prints one JSON line.
 """
 import argparse
-import importlib.util
+import importlib
 import json
-import os
-import sys
 import time
+
+import comfy_probe_env
 
 ap = argparse.ArgumentParser()
 ap.add_argument("comfy")
@@ -28,23 +28,13 @@ ap.add_argument("--attention", choices=("host", "sdpa"), default="host",
                 help="host: ComfyUI's optimized_attention injected, as nodes/attention.py routes it; sdpa: CausalWan's default")
 a = ap.parse_args()
 
-sys.argv = [sys.argv[0]] + (["--cpu"] if a.device == "cpu" else [])
-sys.path.insert(0, a.comfy)
-os.chdir(a.comfy)
-import comfy.options  # noqa: E402
-
-comfy.options.enable_args_parsing()
-import utils.extra_config  # noqa: E402,F401  (ComfyUI's utils package before nodes.py shadows it)
+comfy_probe_env.start(a.comfy, cpu=a.device == "cpu")
 import torch  # noqa: E402
 
 import comfy.ldm.wan.model as wanm  # noqa: E402
 import comfy.ops  # noqa: E402
 
-spec = importlib.util.spec_from_file_location("sdvg_pack", os.path.join(a.repo, "__init__.py"),
-                                              submodule_search_locations=[a.repo])
-pack = importlib.util.module_from_spec(spec)
-sys.modules["sdvg_pack"] = pack
-spec.loader.exec_module(pack)
+pack = comfy_probe_env.import_pack(a.repo)
 attention, comfy_model = pack.nodes.attention, pack.nodes.comfy_model
 wan = importlib.import_module("sdvg_pack.sdvg_core.models.wan")
 presets = importlib.import_module("sdvg_pack.sdvg_core.models.wan_config").PRESETS

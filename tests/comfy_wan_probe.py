@@ -7,34 +7,20 @@
 - bf16 weights with plain (non-casting) ComfyUI layers: the raw network fails on fp32 input to the fp32 patch
   embedding; through `comfy_wan_view` (nodes/comfy_model.py) it runs and stays close to fp32; same with manual-cast layers.
 """
-import importlib.util
+import importlib
 import json
-import os
 import sys
 
+import comfy_probe_env
+
 COMFY, REPO = sys.argv[1], sys.argv[2]
-sys.argv = [sys.argv[0], "--cpu"]
-sys.path.insert(0, COMFY)
-os.chdir(COMFY)
-import comfy.options  # noqa: E402
-
-comfy.options.enable_args_parsing()
-if os.path.isdir(os.path.join(COMFY, "utils")):  # upstream checkout
-    import utils.extra_config  # noqa: E402,F401  (ComfyUI's utils package before nodes.py shadows it)
-else:  # the pip-installable build: its shims for the top-level modules packs import (folder_paths, ...)
-    from comfy_compatibility.vanilla import prepare_vanilla_environment  # noqa: E402
-
-    prepare_vanilla_environment()
+comfy_probe_env.start(COMFY)
 import torch  # noqa: E402
 
 import comfy.ldm.wan.model as wanm  # noqa: E402
 import comfy.ops  # noqa: E402
 
-spec = importlib.util.spec_from_file_location("sdvg_pack", os.path.join(REPO, "__init__.py"),
-                                              submodule_search_locations=[REPO])
-pack = importlib.util.module_from_spec(spec)
-sys.modules["sdvg_pack"] = pack
-spec.loader.exec_module(pack)
+pack = comfy_probe_env.import_pack(REPO)
 comfy_model = pack.nodes.comfy_model
 wan = importlib.import_module("sdvg_pack.sdvg_core.models.wan")
 schedule = importlib.import_module("sdvg_pack.sdvg_core.engine.schedule")

@@ -6,7 +6,8 @@ asks for them; hidden unique_id/dynprompt/prompt on a class clone; node expansio
 '<node>.<call>.<graph>.', ephemeral nodes, results resolved through links, duplicate ids refused); and a
 CLASSIC-like output cache keyed by class, constants, fingerprint, ancestors' keys (and the node id for nodes
 with a hidden unique_id), so a re-queue re-runs only what changed; each `run` has its own prompt id, set as
-the executing context around every node (comfy_execution.utils).
+the executing context around every node (comfy_execution.utils); a dynamic combo's dotted prompt keys
+(`format.codec`) reach the node as one nested dict, as ComfyUI 0.33 builds them.
 """
 from __future__ import annotations
 
@@ -129,6 +130,9 @@ class MiniExecutor:
                     kwargs[k] = self.evaluate(v[0])[v[1]]
             else:
                 kwargs[k] = v
+        nested = {k: v for k, v in node["inputs"].items() if "." in k}  # a dynamic combo's inputs, as the frontend sends them
+        if nested or any(isinstance(i, io.DynamicCombo.Input) for i in spec.values()):
+            kwargs = io.build_nested_inputs({**kwargs, **nested}, schema.inputs or [])
         if hasattr(cls, "check_lazy_status"):  # the fake ComfyNode base has none
             while pending:
                 asked = cls.check_lazy_status(**kwargs)

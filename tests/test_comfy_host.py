@@ -191,14 +191,14 @@ class Events:
 
 
 class Server:
-    def __init__(self, root: Path, name: str):
+    def __init__(self, root: Path, name: str, extra: tuple[str, ...] = ()):
         self.root, self.port = root, _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(root / f"{name}.log", "w")
         common = ["--cpu", "--listen", "127.0.0.1", "--port", str(self.port), "--base-directory", str(root),
                   "--extra-model-paths-config", str(root / "extra_model_paths.yaml"),
                   "--output-directory", str(root / "output"), "--temp-directory", str(root / "temp"),
-                  "--user-directory", str(root / "user")] + (["--front-end-root", FRONTEND_ROOT] if FRONTEND_ROOT else [])
+                  "--user-directory", str(root / "user"), *extra] + (["--front-end-root", FRONTEND_ROOT] if FRONTEND_ROOT else [])
         if PIP_BUILD:  # its console script, run in the test's workspace (custom_nodes/ and models/ there)
             launcher = Path(comfy_python()).parent / "comfyui"
             args, cwd = [str(launcher), *common], root
@@ -384,25 +384,47 @@ def test_object_info_lists_every_node(server):
 
 
 def test_core_nodes_match_the_ci_fakes(server):
-    """The fakes in tests/fake_comfy/core_nodes.py must keep the real core nodes' input names and widget kinds."""
+    """The fakes in tests/fake_comfy/core_nodes.py, in the shape of this host's version, declare the real core nodes'
+    inputs (names, order, widget kinds, dynamic combos and their nested inputs), outputs and output_node exactly;
+    every difference is named."""
     import fake_host
 
+    version = wt.host_version(server.get("/system_stats")["system"]["comfyui_version"])
     with fake_host.installed(server.root / "fake") as pack:
-        fakes = wt.object_info_from_classes(pack.core_nodes.CORE_NODES)
-    for name, fake in fakes.items():
-        real = server.object_info[name]
-        for group in ("required", "optional"):
-            r, f = real["input"].get(group, {}), fake["input"].get(group, {})
-            assert list(r) == list(f), (name, group)
-            for k in r:
-                rt, ft = r[k][0], f[k][0]
-                assert (rt == ft) or (isinstance(rt, list) and ft == "COMBO"), (name, k, rt, ft)
-        assert real["output"] == fake["output"] and bool(real["output_node"]) == bool(fake["output_node"]), name
+        fakes = wt.object_info_from_classes(pack.core_nodes.core_nodes(version))
+    diff = wt.schema_differences(server.object_info, fakes)
+    assert diff == [], f"the fake core nodes drifted from ComfyUI {version}:\n" + "\n".join(diff)
+    print(f"\nfake core nodes == ComfyUI {'.'.join(map(str, version))}'s ({len(fakes)} nodes, nested inputs included)")
+
+
+def test_fake_host_matches_the_real_host_surface(server):
+    """Every ComfyUI name the pack's code uses and the CI fakes provide (tests/fake_comfy, mini_executor's
+    DynamicPrompt) exists on this host with the same kind, the fake accepts no argument the host refuses, and the
+    host accepts every call the pack makes (tests/host_surface.py); names the fakes do not provide must exist here."""
+    import fake_host
+    import host_surface
+
+    with fake_host.installed(server.root / "fake_surface"):
+        surface = host_surface.fake_surface()
+    used = host_surface.pack_uses()
+    names = server.root / "surface_names.json"
+    names.write_text(json.dumps(sorted(set(used) | set(surface))))
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_surface_probe.py"), COMFYUI_DIR, str(REPO),
+                          str(names)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    host = json.loads(out.stdout.strip().splitlines()[-1])["host"]
+    drifted = {name: d for name, entry in surface.items() if (d := host_surface.drift(entry, host.get(name)))}
+    unfaked = sorted(set(used) - set(surface))
+    absent = [n for n in unfaked if host.get(n) is None and not n.startswith("comfy.ldm.")]  # attention: see nodes/attention.py
+    assert not drifted and not absent, (f"fake host drifted from ComfyUI at {COMFYUI_DIR}:\n"
+                                        + "\n".join(f"{n}: {d}" for n, d in drifted.items()) + f"\nabsent: {absent}")
+    print(f"\nhost surface: {len(surface)} names the pack uses and the fakes provide match the host's kind and "
+          f"signature; {len(unfaked)} more the pack uses exist on the host ({', '.join(unfaked)})")
 
 
 def test_workflows_valid_against_the_real_server(server):
     for path in WORKFLOWS:
-        assert wt.validate(wt.load(path), server.object_info) == [], path.name
+        assert wt.validate(wt.load(path), server.object_info, host_newer=True) == [], path.name
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
@@ -461,7 +483,10 @@ def test_prompt_changes_workflow_at_its_own_length(server):
           f"T{rep['target_forwards']}, {entry['seconds']:.1f} s")
 
 
-def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
+def requeue_with_moved_tau(server: Server) -> tuple[dict, dict, dict, dict, int, float]:
+    """Queue the step-by-step loop at tau -5, then again at a tau between the two lowest later scores: the second
+    press recomputes no forward before the first flipped block k and the target's forwards at k. Returns (api,
+    probes, first entry, second entry, k, tau2)."""
     path = REPO / "workflows" / "sdvg_loop_step_by_step.json"
     api, probes = with_report_probe(api_for(server, path, seed=123))
     first = server.queue(wt.set_inputs(api, "SDVGRoute", tau=-5.0))
@@ -477,12 +502,20 @@ def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
     work = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"]) for b in rep2["blocks"]]
     assert all(w == (0, 0) for w in work[:k]), work
     assert work[k][0] == 0 and work[k][1] > 0, work
+    return api, probes, first, second, k, tau2
+
+
+def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
+    api, probes, first, second, k, tau2 = requeue_with_moved_tau(server)
+    rep1, rep2 = (next(iter(reports(e, probes).values())) for e in (first, second))
+    work = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"]) for b in rep2["blocks"]]
     loaders = {nid for nid, n in api.items() if n["class_type"] in ("SDVGLoadTarget", "SDVGLoadDrafter",
                                                                      "SDVGLoadImageReward", "VAELoader", "SDVGStart")}
     assert loaders <= cached_nodes(second)
     print(f"\nre-queue: tau -5 -> {tau2}: block {k} flipped; forwards per block (drafter, target) first run "
           f"{[(b['work']['drafter_forwards'], b['work']['target_forwards']) for b in rep1['blocks']]}, re-queue {work}; "
           f"{first['seconds']:.1f} s then {second['seconds']:.1f} s")
+    api2 = wt.set_inputs(api, "SDVGRoute", tau=tau2)
     fresh_server = Server(root, "server2")
     try:
         fresh = fresh_server.queue(api2)
@@ -494,6 +527,31 @@ def test_requeue_with_moved_tau_recomputes_from_first_flip(server, root):
     assert rep3["meta"]["lineage"] == rep2["meta"]["lineage"]  # hash chain over every committed latent
     fw3 = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"]) for b in rep3["blocks"]]
     print(f"fresh server at tau {tau2}: same decisions and lineage; forwards {fw3} ({fresh['seconds']:.1f} s)")
+
+
+# ComfyUI 0.33 caches node outputs under RAM pressure (--cache-ram HEADROOM_GB, its default mode): after every node
+# it evicts cached outputs while less than HEADROOM is free. A headroom no machine has (1 PB) makes every eviction
+# happen: nothing of the first press is left in ComfyUI's output cache.
+RAM_PRESSURE_HEADROOM_GB = "1000000"
+
+
+def test_requeue_under_ram_pressure_recomputes_only_from_the_first_flip(root):
+    """Under the RAM-pressure output cache at full pressure (every node output evicted as soon as ComfyUI can), a
+    re-queue after moving tau still computes no forward before the first flipped block: the SDVG state is a handle
+    on the shared memo, which ComfyUI's model management (not its output cache) governs."""
+    if "--cache-ram" not in (Path(COMFYUI_DIR) / "comfy" / "cli_args.py").read_text():
+        pytest.skip("this host has no RAM-pressure output cache (--cache-ram)")
+    s = Server(root, "server_ram_pressure", ("--cache-ram", RAM_PRESSURE_HEADROOM_GB))
+    try:
+        api, probes, first, second, k, tau2 = requeue_with_moved_tau(s)
+    finally:
+        s.close()
+    cached = cached_nodes(second)
+    work = [(b["work"]["drafter_forwards"], b["work"]["target_forwards"])
+            for b in next(iter(reports(second, probes).values()))["blocks"]]
+    print(f"\nRAM pressure (--cache-ram {RAM_PRESSURE_HEADROOM_GB}): re-queue at tau {tau2} flipped block {k}; "
+          f"ComfyUI's cache kept {sorted(cached)} of the first press; forwards per block {work}; "
+          f"{first['seconds']:.1f} s then {second['seconds']:.1f} s")
 
 
 def report_texts(api: dict, entry: dict) -> dict[str, str]:
@@ -612,7 +670,9 @@ def test_frontend_loads_every_workflow(server):
             assert theirs[nid]["class_type"] == ct
             spec = server.object_info[ct]["input"]
             known = set(spec.get("required", {})) | set(spec.get("optional", {}))
-            got = {k: v for k, v in theirs[nid]["inputs"].items() if k in known}  # e.g. PreviewAny's display widget
+            # a dynamic combo's nested widgets come as <combo>.<input>; others not in the spec (e.g. PreviewAny's
+            # display widget) are the frontend's own
+            got = {k: v for k, v in theirs[nid]["inputs"].items() if k.split(wt.SUB_KEY)[0] in known}
             assert got == ours[nid]["inputs"], (path.name, nid, got, ours[nid]["inputs"])
         # it opened at its saved view, where every report viewer lies inside the visible canvas area (reference
         # window: tests/workflow_tools.py VIEW_PAGE; the probe's headless page is that window)
@@ -664,3 +724,44 @@ def test_memo_lives_in_comfyuis_memory_manager():
     assert r["after_unload_all"] == {"bytes": 0, "registered": False}, r
     print(f"\nmemory manager: import changed nothing; memo {r['loaded_size_gib']:.2f} GiB registered at the first load, "
           f"partial free -> entries {r['after_partial']['entries']}, unload_all -> 0 bytes, unregistered")
+
+
+def test_memo_next_to_dynamic_vram_in_comfys_own_model_management():
+    """0.33's Dynamic VRAM rules, run through the host's real load_models_gpu / free_memory / ensure_pin_budget on a
+    stand-in device (tests/comfy_dynamic_probe.py): SDVG loading a dynamic MODEL keeps ComfyUI's dynamic free path;
+    the memo is never counted as host RAM demand (0.33's pins_required, the pip build's ram_required: a 1 PiB memo
+    changes nothing); another load still reclaims the memo. Skipped on hosts without Dynamic VRAM."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_dynamic_probe.py"), COMFYUI_DIR, str(REPO)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    own = r["own_dynamic_load"]
+    assert own["calls"][0]["for_dynamic"] is True, own  # the dynamic model's own call keeps the dynamic free path
+    registration = [c for c in own["calls"] if c["loading"] == ["MemoPatcher"]]
+    assert registration and all(c["ram_demand"] == 0 for c in registration), own  # registering the memo asks no RAM
+    assert own["memo_registered"] and own["memo_held"] > 0 and own["other_pins_evicted"] == 0, own
+    full = r["own_full_load"]
+    assert full["ram_demand"] == full["ram_demand_with_1PiB_memo"] and full["ram_demand"], full  # the memo adds none
+    assert full["other_pins_evicted"] == 0, full
+    assert r["other_load"]["memo_bytes"] == 0 and not r["other_load"]["memo_registered"], r["other_load"]
+    print(f"\nDynamic VRAM (host model management, stand-in device): SDVG's dynamic load frees for_dynamic; "
+          f"the memo's registration call (non-dynamic, once) asked the other dynamic model for "
+          f"{sum(own['other_vram_asked']) / 2**30:.2f} GiB (ComfyUI's minimum inference memory on a full device); "
+          f"host RAM demand of SDVG's own load {full['ram_demand']} with the memo as it is and claiming 1 PiB; another "
+          f"load emptied and unregistered the memo")
+
+
+def test_dynamic_vram_gpu_phase_runs_here_on_the_cpu():
+    """The gpu-check Dynamic VRAM phase's script (tests/comfy_dynamic_vram_run.py), on this host's CPU (no Dynamic
+    VRAM here): a generation through MODELs from ComfyUI's own loader, each SDVG load recorded with the memo."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_dynamic_vram_run.py"), COMFYUI_DIR, str(REPO),
+                          "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["decisions"][0] == "forced" and len(r["decisions"]) == 3 and r["memo_registered"], r
+    loads = [e["load"] for e in r["events"] if "load" in e]
+    assert loads and all(any(m["patcher"] == "MemoPatcher" for m in call) for call in loads), loads  # never dynamic here
+    print(f"\nDynamic VRAM run script on the CPU: patcher {r['dynamic_vram']}, {len(loads)} SDVG loads with the memo, "
+          f"decisions {r['decisions']}")

@@ -42,3 +42,26 @@ def test_pack_forward_matches_and_keeps_pace_with_comfy():
     assert fig["bf16_max_diff"] <= BF16_REL_TOL * fig["bf16_scale"]
     assert fig["fp32_time_ratio"] <= RATIO_LIMIT
     assert fig["bf16_time_ratio"] <= RATIO_LIMIT
+
+
+# the CPU fallbacks compute the same attention as SDPA up to float32 rounding (sub-quadratic chunks the softmax)
+FALLBACK_TOL = 1e-4
+
+
+def test_every_attention_backend_of_the_host_is_routed_or_declined():
+    """Each attention function a launch flag can make ComfyUI's `optimized_attention` is in nodes/attention.py's
+    table (routed or declined, none unlisted); each one that runs on this CPU deviates from SDPA by rounding only; a
+    MODEL's own choice (0.33's Model Attention Backend) is what the pack's attention calls."""
+    res = subprocess.run([_python(), str(REPO / "tests" / "comfy_attention_probe.py"), COMFYUI_DIR, str(REPO)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    unlisted = [n for n, b in r["backends"].items() if b["decision"] == "unlisted"]
+    assert not unlisted, f"attention backends nodes/attention.py does not know: {unlisted}"
+    ran = {n: b["max_dev_vs_sdpa"] for n, b in r["backends"].items() if "max_dev_vs_sdpa" in b}
+    assert ran and all(d <= FALLBACK_TOL for d in ran.values()), ran
+    if "override" in r:
+        assert r["override"]["routed"] and r["override"]["calls"] == 1 and r["override"]["max_dev_vs_chosen"] == 0.0, r
+    print(f"\nattention on the host (chosen {r['chosen']}): " + "; ".join(
+        f"{n} {b['decision']} " + (f"dev {b['max_dev_vs_sdpa']:.1e}" if "max_dev_vs_sdpa" in b else b["runs_on_cpu"])
+        for n, b in r["backends"].items()) + f"; MODEL override: {r.get('override', 'none on this host')}")

@@ -120,3 +120,16 @@ def test_gpu_model_is_roofline():
     assert compute_bound == pytest.approx(1.5e14 / (h100.bf16_flops * 0.40) + 0.02)
     memory_bound = gc_.call_seconds(cls, 1e9, 3e10, h100)
     assert memory_bound > gc_.call_seconds(cls, 1e9, 3e10, h200)  # more bandwidth, same FLOP/s
+
+
+def test_dynamic_vram_phase_is_labelled_unverified():
+    """The --comfyui Dynamic VRAM phase (tests/comfy_dynamic_vram_run.py on CUDA) is reported as unverified, with
+    ComfyUI's load / free events summarised; a failed run says so."""
+    doc = {"dynamic_vram": ["ModelPatcherDynamic", True], "decisions": ["forced", "accepted"], "memo_registered": True,
+           "memo_bytes": 2 * 2**30, "events": [{"load": [{"dynamic": True}]},
+                                               {"free_memory": {"for_dynamic": True, "pins_required": 0}},
+                                               {"free_memory": {"for_dynamic": False, "pins_required": 2**30}}]}
+    md = gc_.dynamic_vram_markdown(doc)
+    assert "UNVERIFIED" in md and "ModelPatcherDynamic (dynamic True)" in md and "1 load calls, 2 free calls" in md
+    assert "largest pins_required 1.00 GiB" in md and "memo registered True holding 2.00 GiB" in md
+    assert "failed: boom" in gc_.dynamic_vram_markdown({"error": "boom"})

@@ -153,12 +153,15 @@ def test_folders_registered(env):
 
 # ------------------------------------------------------------------------------------------------ workflows
 def test_workflows_valid(env):
-    _, classes = env
+    pack, classes = env
     specs = wt.object_info_from_classes(classes.values())
+    # saved in the oldest supported host's shape (strict: every widget has its value), and loadable on the newest
+    saved = wt.object_info_from_classes(list(pack.nodes.NODES) + pack.core_nodes.core_nodes(pack.core_nodes.WORKFLOW_HOST))
     assert len(WORKFLOWS) >= 3
     for path in WORKFLOWS:
         wf = wt.load(path)
-        assert wt.validate(wf, specs) == [], path.name
+        assert wt.validate(wf, saved) == [], path.name
+        assert wt.validate(wf, specs, host_newer=True) == [], path.name
         types = {n["type"] for n in wf["nodes"]}
         assert types <= set(specs) | wt.FRONTEND_ONLY, path.name
         assert any(t.startswith("SDVG") for t in types)

@@ -3,18 +3,28 @@
 Node specs are /object_info-shaped dicts ({"input": {"required": {...}, "optional": {...}}, "output": [...],
 ...}): from a real ComfyUI server, or built from node classes (`object_info_from_classes`). The conversion
 follows what the frontend's graphToPrompt does for plain graphs: links become [source id, slot], widget values
-are read in input order (required, then optional) skipping the extra control_after_generate value, frontend-only
-nodes (notes) are dropped and unconnected optional inputs are omitted.
+are read in widget order skipping the extra control_after_generate value, frontend-only nodes (notes) are dropped
+and unconnected optional inputs are omitted.
+
+Which inputs are widgets, and in which order their values lie in `widgets_values`, is learned from the host's own
+spec of each input (`widget_slots`), not from a list of type names: a combo (a list of choices, or `options`), an
+input with a `default`, or a primitive (INT, FLOAT, STRING, BOOLEAN) is a widget unless it is `forceInput`; a
+`hidden` one keeps no value in the file and is sent with its default. A dynamic combo (V3 `COMFY_DYNAMICCOMBO_V3`: options of {key, inputs}) is a widget followed by the
+widgets of the option it holds, named `<combo>.<sub input>` as the frontend names them in the prompt, at any depth.
+A workflow saved before the host added a widget has no value for it: the spec's default is used, as the frontend
+fills it in.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+# INT/FLOAT/STRING/BOOLEAN take a widget even without a default (the frontend's primitive widgets)
+PRIMITIVE_WIDGETS = {"INT", "FLOAT", "STRING", "BOOLEAN"}
 FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}
 CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
+SUB_KEY = "."  # the frontend names a dynamic combo's nested widgets <combo>.<input> in the prompt
 
 
 def load(path: str | Path) -> dict:
@@ -39,42 +49,107 @@ def object_info_from_classes(classes) -> dict:
     return info
 
 
-def _inputs(spec: dict) -> list[tuple[str, Any, dict, bool]]:
-    """(name, type, options, optional) in the frontend's order: required, then optional."""
+def _group_inputs(spec_inputs: dict, order: dict | None = None) -> list[tuple[str, Any, dict, bool]]:
     out = []
     for group in ("required", "optional"):
-        entries = spec["input"].get(group, {})
-        order = spec.get("input_order", {}).get(group, list(entries))
-        for name in order:
+        entries = spec_inputs.get(group, {})
+        for name in (order or {}).get(group, list(entries)):
             t, *rest = entries[name]
             out.append((name, t, rest[0] if rest else {}, group == "optional"))
     return out
 
 
+def _inputs(spec: dict) -> list[tuple[str, Any, dict, bool]]:
+    """(name, type, options, optional) in the frontend's order: required, then optional."""
+    return _group_inputs(spec["input"], spec.get("input_order"))
+
+
+def dynamic_options(opts: dict) -> list[dict] | None:
+    """The options of a dynamic combo ([{key, inputs: {required, optional}}]), or None for any other input."""
+    options = opts.get("options")
+    if isinstance(options, list) and options and all(isinstance(o, dict) and "key" in o for o in options):
+        return options
+    return None
+
+
 def is_widget(t: Any, opts: dict) -> bool:
-    return (isinstance(t, list) or t in WIDGET_TYPES) and not opts.get("forceInput")
+    """Whether the frontend gives this input a widget, from its spec alone (see the module docstring)."""
+    if opts.get("forceInput") or opts.get("hidden"):
+        return False
+    return isinstance(t, list) or t in PRIMITIVE_WIDGETS or "options" in opts or "default" in opts
+
+
+def combo_choices(t: Any, opts: dict) -> list | None:
+    """A combo's values (a dynamic combo's option keys), None when the widget is no combo."""
+    if isinstance(t, list):
+        return t
+    dyn = dynamic_options(opts)
+    if dyn is not None:
+        return [o["key"] for o in dyn]
+    return opts.get("options") if isinstance(opts.get("options"), list) else None
+
+
+def default_value(t: Any, opts: dict) -> Any:
+    """What the frontend puts in a widget the saved workflow has no value for: the default, else the first choice."""
+    if "default" in opts:
+        return opts["default"]
+    choices = combo_choices(t, opts)
+    if choices:
+        return choices[0]
+    return {"INT": 0, "FLOAT": 0.0, "STRING": "", "BOOLEAN": False}.get(t)
 
 
 def widget_names(spec: dict) -> list[tuple[str, Any, dict]]:
+    """Top-level widgets of a spec (name, type, options), in order."""
     return [(n, t, o) for n, t, o, _ in _inputs(spec) if is_widget(t, o)]
 
 
+def widget_slots(spec: dict, values: Sequence[Any]) -> Iterator[tuple[str, Any, dict, int | None, int | None]]:
+    """Walk the widgets of a node in the frontend's order against its saved `widgets_values`.
+
+    Yields (prompt key, type, options, index of its value or None when the saved workflow predates the widget,
+    index of its control_after_generate value or None). A dynamic combo yields itself, then the widgets of the
+    option its value selects, keyed `<combo>.<input>` (recursively). A hidden widget holds no saved value: the
+    frontend sends its default (as frontend 1.49.6 does for Save Video's hidden `codec`)."""
+    pos = [0]
+
+    def walk(entries: list[tuple[str, Any, dict, bool]], prefix: str):
+        for name, t, opts, _ in entries:
+            hidden = bool(opts.get("hidden")) and is_widget(t, {**opts, "hidden": False})
+            if not is_widget(t, opts) and not hidden:
+                continue
+            if hidden:  # a hidden widget (0.33's Save Video codec kept for old prompts): its default, no saved value
+                yield prefix + name, t, opts, None, None
+                continue
+            i = pos[0] if pos[0] < len(values) else None
+            pos[0] += 1
+            ctrl = None
+            if opts.get("control_after_generate") and pos[0] < len(values) and values[pos[0]] in CONTROL_VALUES:
+                ctrl = pos[0]
+                pos[0] += 1
+            yield prefix + name, t, opts, i, ctrl
+            dyn = dynamic_options(opts)
+            if dyn is not None:
+                chosen = values[i] if i is not None else default_value(t, opts)
+                option = next((o for o in dyn if o["key"] == chosen), None)
+                if option is not None:
+                    yield from walk(_group_inputs(option.get("inputs") or {}), prefix + name + SUB_KEY)
+
+    yield from walk(_inputs(spec), "")
+
+
 def _widget_values(node: dict, spec: dict) -> dict[str, Any]:
-    """Map widgets_values to widget names (skipping the control_after_generate entries)."""
+    """{prompt key: value} of a node's widgets (nested keys dotted); defaults for widgets the workflow predates."""
     values = list(node.get("widgets_values") or [])
-    out, i = {}, 0
-    for name, t, opts in widget_names(spec):
-        if i >= len(values):
-            break
-        out[name] = values[i]
-        i += 1
-        if opts.get("control_after_generate") and i < len(values) and values[i] in CONTROL_VALUES:
-            i += 1
-    return out
+    return {key: values[i] if i is not None else default_value(t, opts)
+            for key, t, opts, i, _ in widget_slots(spec, values)}
 
 
-def validate(wf: dict, specs: dict) -> list[str]:
-    """Problems in a UI workflow: unknown node types or inputs, broken links, type mismatches, bad widget values."""
+def validate(wf: dict, specs: dict, host_newer: bool = False) -> list[str]:
+    """Problems in a UI workflow: unknown node types or inputs, broken links, type mismatches, bad widget values.
+
+    Every widget needs its value in the file; with `host_newer` (specs of a host newer than the workflow) a widget
+    the workflow predates is fine when the host gives it a default or makes it optional (the frontend fills it in)."""
     problems = []
     nodes = {n["id"]: n for n in wf["nodes"]}
     links = {l[0]: l for l in wf.get("links", [])}
@@ -111,14 +186,17 @@ def validate(wf: dict, specs: dict) -> list[str]:
         for oi, out in enumerate(n.get("outputs", [])):
             if oi >= len(spec["output"]) or out["type"] != spec["output"][oi]:
                 problems.append(f"node {n['id']} {t}: output {oi} type {out['type']} != {spec['output'][oi:oi + 1]}")
-        vals = _widget_values(n, spec)
-        for name, typ, opts in widget_names(spec):
-            if name not in vals:
-                problems.append(f"node {n['id']} {t}: no widget value for {name!r}")
+        values = list(n.get("widgets_values") or [])
+        for name, typ, opts, i, ctrl in widget_slots(spec, values):
+            if i is None:
+                if opts.get("hidden"):
+                    continue
+                if not host_newer or (SUB_KEY not in name and "default" not in opts and not optional_input(spec, name)):
+                    problems.append(f"node {n['id']} {t}: no widget value for {name!r}")
                 continue
-            v = vals[name]
-            options = typ if isinstance(typ, list) else opts.get("options")
-            if options is not None and (typ == "COMBO" or isinstance(typ, list)):
+            v = values[i]
+            options = combo_choices(typ, opts)
+            if options is not None:
                 if options and v not in options and not opts.get("_files"):
                     problems.append(f"node {n['id']} {t}: {name}={v!r} not in {options}")
             elif typ in ("INT", "FLOAT"):
@@ -133,22 +211,14 @@ def validate(wf: dict, specs: dict) -> list[str]:
             elif typ == "STRING" and not isinstance(v, str):
                 problems.append(f"node {n['id']} {t}: {name}={v!r} is not a string")
             if opts.get("control_after_generate"):
-                idx = [w[0] for w in widget_names(spec)].index(name)
-                flat = _control_value(n, spec, idx)
+                flat = values[ctrl] if ctrl is not None else None
                 if flat != "fixed":
                     problems.append(f"node {n['id']} {t}: {name} control_after_generate is {flat!r}, ship 'fixed'")
     return problems
 
 
-def _control_value(node: dict, spec: dict, widget_index: int) -> Any:
-    values, i = list(node.get("widgets_values") or []), 0
-    for k, (name, t, opts) in enumerate(widget_names(spec)):
-        i += 1
-        if opts.get("control_after_generate"):
-            if k == widget_index:
-                return values[i] if i < len(values) else None
-            i += 1
-    return None
+def optional_input(spec: dict, name: str) -> bool:
+    return name in spec["input"].get("optional", {})
 
 
 def to_api(wf: dict, specs: dict) -> dict:
@@ -166,8 +236,9 @@ def to_api(wf: dict, specs: dict) -> dict:
             if name in linked:
                 l = linked[name]
                 inputs[name] = [str(l[1]), l[2]]
-            elif is_widget(typ, opts) and name in vals:
-                inputs[name] = vals[name]
+        for key, value in vals.items():  # widgets (a dynamic combo's nested ones dotted), unless linked
+            if key.split(SUB_KEY)[0] not in linked:
+                inputs[key] = value
         api[str(n["id"])] = {"inputs": inputs, "class_type": n["type"],
                              "_meta": {"title": n.get("title") or spec.get("display_name") or n["type"]}}
     return api
@@ -310,3 +381,63 @@ def screen_rect(wf: dict, node: dict) -> tuple[float, float, float, float]:
     x, y = node["pos"]
     w, hh = node["size"]
     return ((x + ox) * s, (y - TITLE_HEIGHT + oy) * s, (x + w + ox) * s, (y + hh + oy) * s)
+
+
+# ------------------------------------------------------------------------------------------------ fakes vs host
+def _kind(t: Any, opts: dict) -> str:
+    """What a frontend makes of an input: a combo (any list of choices), a dynamic combo, or its type name."""
+    if dynamic_options(opts) is not None:
+        return "DYNAMIC_COMBO"
+    return "COMBO" if isinstance(t, list) or t == "COMBO" else str(t)
+
+
+def _input_differences(where: str, real: dict, fake: dict) -> list[str]:
+    out = []
+    for group in ("required", "optional"):
+        r, f = real.get(group) or {}, fake.get(group) or {}
+        if list(r) != list(f):
+            missing, extra = [k for k in r if k not in f], [k for k in f if k not in r]
+            out.append(f"{where} {group} inputs: host {list(r)}, fake {list(f)}"
+                       + (f" (fake lacks {missing})" if missing else "") + (f" (host lacks {extra})" if extra else ""))
+        for k in [k for k in r if k in f]:
+            (rt, *ro), (ft, *fo) = r[k], f[k]
+            ro, fo = (ro[0] if ro else {}), (fo[0] if fo else {})
+            at = f"{where} {group}.{k}"
+            if _kind(rt, ro) != _kind(ft, fo):
+                out.append(f"{at}: host {_kind(rt, ro)}, fake {_kind(ft, fo)}")
+                continue
+            if bool(ro.get("hidden")) != bool(fo.get("hidden")) or bool(ro.get("forceInput")) != bool(fo.get("forceInput")):
+                out.append(f"{at}: hidden/forceInput host {ro.get('hidden')}/{ro.get('forceInput')}, fake "
+                           f"{fo.get('hidden')}/{fo.get('forceInput')}")
+            rd, fd = dynamic_options(ro), dynamic_options(fo)
+            if rd is not None:
+                if [o["key"] for o in rd] != [o["key"] for o in fd]:
+                    out.append(f"{at}: options host {[o['key'] for o in rd]}, fake {[o['key'] for o in fd]}")
+                for ro_, fo_ in zip(rd, fd):
+                    if ro_["key"] == fo_["key"]:
+                        out += _input_differences(f"{at}[{ro_['key']}]", ro_.get("inputs") or {}, fo_.get("inputs") or {})
+    return out
+
+
+def schema_differences(real: dict, fake: dict) -> list[str]:
+    """Every difference between a host's /object_info and the fakes' for the nodes the fakes define: input names and
+    order per group, each input's kind (combo, dynamic combo with its options and their inputs at any depth, or
+    socket type), hidden/forceInput, outputs and output_node. Combo choices of files and the growing lists of model
+    types are not compared (they depend on the installation)."""
+    out = []
+    for name, f in fake.items():
+        if name not in real:
+            out.append(f"{name}: not on the host")
+            continue
+        r = real[name]
+        out += _input_differences(name, r["input"], f["input"])
+        if list(r["output"]) != list(f["output"]):
+            out.append(f"{name} outputs: host {r['output']}, fake {f['output']}")
+        if bool(r.get("output_node")) != bool(f.get("output_node")):
+            out.append(f"{name} output_node: host {r.get('output_node')}, fake {f.get('output_node')}")
+    return out
+
+
+def host_version(text: str) -> tuple[int, ...]:
+    """'0.33.0' (a host's comfyui_version) as a comparable tuple."""
+    return tuple(int(p) for p in text.split("+")[0].split("-")[0].split(".")[:3] if p.isdigit())

@@ -1,5 +1,6 @@
 """Stand-ins for the core ComfyUI nodes the example workflows use, with the real input names and widget specs
-(ComfyUI v0.3.64 /object_info; `tests/test_comfy_host.py` checks they still match a real server).
+of the newest host tested (ComfyUI 0.33.0 /object_info; `tests/test_comfy_host.py` compares them with a real server
+and names every difference; HOST_CHANGES lists what older hosts lack, each allowed only on a host older than it).
 
 They run on the tiny test models: VAELoader builds the VAE from a file in models/vae, UNETLoader wraps a Wan
 DiT file into a ComfyUI-like MODEL, the video/preview nodes only record what they were given. CLIPLoader and
@@ -142,11 +143,33 @@ class CreateVideo(io.ComfyNode):
     def define_schema(cls):
         return io.Schema(node_id="CreateVideo", category="image/video", inputs=[
             io.Image.Input("images"), io.Float.Input("fps", default=30.0, min=1.0, max=120.0, step=1.0),
-            io.Custom("AUDIO").Input("audio", optional=True)], outputs=[io.Video.Output()])
+            io.Custom("AUDIO").Input("audio", optional=True),
+            io.Int.Input("bit_depth", default=8, min=8, max=10, step=2, optional=True,
+                         display_mode=io.NumberDisplay.number)], outputs=[io.Video.Output()])
 
     @classmethod
-    def execute(cls, images, fps, audio=None):
-        return io.NodeOutput({"images": images, "fps": fps})
+    def execute(cls, images, fps, audio=None, bit_depth=8):
+        return io.NodeOutput({"images": images, "fps": fps, "bit_depth": bit_depth})
+
+
+def _encoding(crf_default: float, crf_max: float):
+    return io.DynamicCombo.Input("encoding", optional=True, options=[
+        io.DynamicCombo.Option("auto", []),
+        io.DynamicCombo.Option("re-encode", [
+            io.Float.Input("crf", default=crf_default, min=0.0, max=crf_max, step=1.0),
+            io.Combo.Input("color_space", options=["auto", "sRGB", "HDR", "HDR PQ"], default="auto")])])
+
+
+def _codec(codecs: list[str], optional: bool = False, hidden: bool = False):
+    """Save Video's codec choice (0.33: nested under `format`, and kept as a hidden optional input for old prompts);
+    the encoding defaults are H.264's and AV1's CRF ranges (0-51 / 0-63)."""
+    encodings = {"h264": (23.0, 51.0), "av1": (30.0, 63.0)}
+    return io.DynamicCombo.Input("codec", optional=optional, extra_dict={"hidden": True} if hidden else None, options=[
+        io.DynamicCombo.Option(c, [_encoding(*encodings[c])] if c in encodings else []) for c in codecs])
+
+
+SAVE_VIDEO_FORMATS = {"auto": ["auto", "h264", "av1"], "mp4": ["auto", "h264", "av1"], "mkv": ["auto", "h264", "av1"],
+                      "webm": ["auto", "av1"]}
 
 
 class SaveVideo(io.ComfyNode):
@@ -154,35 +177,39 @@ class SaveVideo(io.ComfyNode):
     def define_schema(cls):
         return io.Schema(node_id="SaveVideo", category="image/video", is_output_node=True, inputs=[
             io.Video.Input("video"), io.String.Input("filename_prefix", default="video/ComfyUI"),
-            io.Combo.Input("format", options=["auto", "mp4"], default="auto"),
-            io.Combo.Input("codec", options=["auto", "h264"], default="auto")], outputs=[])
+            io.DynamicCombo.Input("format", options=[io.DynamicCombo.Option(f, [_codec(c)])
+                                                     for f, c in SAVE_VIDEO_FORMATS.items()]),
+            _codec(SAVE_VIDEO_FORMATS["auto"], optional=True, hidden=True)], outputs=[io.Video.Output()])
 
     @classmethod
-    def execute(cls, video, filename_prefix, format, codec):
-        return io.NodeOutput(ui={"images": [{"filename": f"{filename_prefix}_00001.mp4", "frames": int(video["images"].shape[0]),
-                                             "fps": video["fps"]}], "animated": (True,)})
+    def execute(cls, video, filename_prefix, format, codec=None):
+        if not isinstance(format, dict) or not isinstance(format.get("codec"), dict):  # as 0.33: nested dicts
+            raise TypeError(f"SaveVideo got format={format!r}: the prompt must name format.codec (0.33 dynamic combo)")
+        return io.NodeOutput(video, ui={"images": [{"filename": f"{filename_prefix}_00001.mp4",
+                                                    "frames": int(video["images"].shape[0]), "fps": video["fps"]}],
+                                        "animated": (True,)})
 
 
 class PreviewImage(io.ComfyNode):
     @classmethod
     def define_schema(cls):
         return io.Schema(node_id="PreviewImage", category="image", is_output_node=True,
-                         inputs=[io.Image.Input("images")], outputs=[])
+                         inputs=[io.Image.Input("images")], outputs=[io.Image.Output()])
 
     @classmethod
     def execute(cls, images):
-        return io.NodeOutput(ui=ui.PreviewImage(images))
+        return io.NodeOutput(images, ui=ui.PreviewImage(images))
 
 
 class PreviewAny(io.ComfyNode):
     @classmethod
     def define_schema(cls):
         return io.Schema(node_id="PreviewAny", category="utils", is_output_node=True,
-                         inputs=[io.AnyType.Input("source")], outputs=[])
+                         inputs=[io.AnyType.Input("source")], outputs=[io.String.Output()])
 
     @classmethod
     def execute(cls, source):
-        return io.NodeOutput(ui=ui.PreviewText(str(source)))
+        return io.NodeOutput(str(source), ui=ui.PreviewText(str(source)))
 
 
 class PrimitiveStringMultiline(io.ComfyNode):
@@ -199,3 +226,66 @@ class PrimitiveStringMultiline(io.ComfyNode):
 CORE_NODES = [CLIPLoader, CLIPTextEncode, VAELoader, UNETLoader, LoraLoaderModelOnly, CreateVideo, SaveVideo,
               PreviewImage, PreviewAny, PrimitiveStringMultiline]
 FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}
+
+# The core nodes as an older host declares them. The example workflows are saved in that shape (what ComfyUI 0.3.64's
+# frontend saves, the oldest host supported; newer frontends and tests/workflow_tools.py convert them on load), and
+# the real-host test compares the fakes of the host's own version with it.
+V0_3_64, V0_33_0 = (0, 3, 64), (0, 33, 0)
+NEWEST = V0_33_0
+
+
+class CreateVideo_before_0_33(CreateVideo):
+    """Before 0.33: no bit_depth."""
+
+    @classmethod
+    def define_schema(cls):
+        s = super().define_schema()
+        s.inputs = [i for i in s.inputs if i.id != "bit_depth"]
+        return s
+
+
+class SaveVideo_before_0_33(SaveVideo):
+    """Before 0.33: format and codec plain combos, no output."""
+
+    @classmethod
+    def define_schema(cls):
+        s = super().define_schema()
+        s.inputs = s.inputs[:2] + [io.Combo.Input("format", options=["auto", "mp4"], default="auto"),
+                                   io.Combo.Input("codec", options=["auto", "h264"], default="auto")]
+        s.outputs = []
+        return s
+
+    @classmethod
+    def execute(cls, video, filename_prefix, format, codec):
+        return io.NodeOutput(ui={"images": [{"filename": f"{filename_prefix}_00001.mp4", "frames": int(video["images"].shape[0]),
+                                             "fps": video["fps"]}], "animated": (True,)})
+
+
+def _without_outputs(node: type) -> type:
+    """A node as hosts before 0.33 declare it: no outputs (0.33 added PreviewImage's IMAGE, PreviewAny's STRING)."""
+
+    def define_schema(cls):
+        s = node.define_schema.__func__(cls)
+        s.outputs = []
+        return s
+
+    return type(f"{node.__name__}_before_0_33", (node,), {"define_schema": classmethod(define_schema)})
+
+
+PreviewImage_before_0_33 = _without_outputs(PreviewImage)
+PreviewAny_before_0_33 = _without_outputs(PreviewAny)
+
+
+# {first version without them: the shapes every host before it declares}
+OLDER = {V0_33_0: {"CreateVideo": CreateVideo_before_0_33, "SaveVideo": SaveVideo_before_0_33, "PreviewImage": PreviewImage_before_0_33,
+                   "PreviewAny": PreviewAny_before_0_33}}
+
+
+def core_nodes(host: tuple[int, ...] = NEWEST) -> list[type]:
+    """The fake core nodes as ComfyUI `host` (a version tuple) declares them."""
+    later = [v for v in sorted(OLDER) if host < v]
+    older = OLDER[later[0]] if later else {}
+    return [older.get(c.__name__, c) for c in CORE_NODES]
+
+
+WORKFLOW_HOST = V0_3_64  # the shape the example workflows are saved in

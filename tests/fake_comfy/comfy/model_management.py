@@ -5,6 +5,9 @@ models being loaded out of `current_loaded_models` (`detach(unpatch_all=False)`)
 device, then loads them and puts them first in the list. `free_memory` walks the other loaded models of the device
 (least offloaded first) and asks each to free what is still missing: `partially_unload(offload_device, n)`, and
 when that is not enough `detach()` and drop it from the list. `unload_all_models` is `free_memory(1e30, device)`.
+Like 0.33 (Dynamic VRAM): a load call frees "for dynamic" only when every model in it is dynamic (`is_dynamic()`),
+and then leaves the other dynamic models loaded (they stream on demand); every non-dynamic model's size is
+pinned-RAM demand (`pins_required`; the fake records it, it has no pinned memory to evict).
 Tests set FAKE_FREE_BYTES (what the device has free) and FAKE_TOTAL_BYTES; records the load calls and interrupt.
 """
 from __future__ import annotations
@@ -73,7 +76,7 @@ def throw_exception_if_processing_interrupted() -> None:
 # Memory accounting (ComfyUI: get_free_memory / get_total_memory / free_memory / unload_all_models); tests set these.
 FAKE_FREE_BYTES = 1 << 40
 FAKE_TOTAL_BYTES = 1 << 40
-FREE_CALLS: list[tuple[float, str]] = []  # (memory_required, device) per free_memory call
+FREE_CALLS: list[tuple[float, str, bool, int]] = []  # (memory_required, device, for_dynamic, pins_required) per call
 
 
 def get_free_memory(dev=None, torch_free_too: bool = False):
@@ -128,8 +131,8 @@ class LoadedModel:
         return self.model is other.model
 
 
-def free_memory(memory_required, device, keep_loaded=[]):  # noqa: B006 (ComfyUI's signature)
-    FREE_CALLS.append((memory_required, str(device)))
+def free_memory(memory_required, device, keep_loaded=[], for_dynamic=False, pins_required=0, ram_required=0):  # noqa: B006
+    FREE_CALLS.append((memory_required, str(device), for_dynamic, pins_required))
     can_unload = []
     for i in range(len(current_loaded_models) - 1, -1, -1):
         m = current_loaded_models[i]
@@ -138,6 +141,9 @@ def free_memory(memory_required, device, keep_loaded=[]):  # noqa: B006 (ComfyUI
     unloaded = []
     for *_, i in sorted(can_unload):
         free = get_free_memory(device)
+        if for_dynamic and current_loaded_models[i].model.is_dynamic():
+            memory_required -= current_loaded_models[i].model.loaded_size()  # streams on demand: not unloaded
+            continue
         if free > memory_required:
             break
         if current_loaded_models[i].model_unload(memory_required - free):
@@ -156,7 +162,10 @@ def load_models_gpu(models, memory_required: int = 0, force_patch_weights: bool 
         for i in [i for i, c in enumerate(current_loaded_models) if lm.model.is_clone(c.model)][::-1]:
             current_loaded_models.pop(i).model.detach(unpatch_all=False)
     need = sum(lm.model_memory_required(lm.device) for lm in to_load)
-    free_memory(need + memory_required, get_torch_device())  # the fake's device is the CPU, but ComfyUI frees here
+    pins = sum(lm.model_memory() for lm in to_load if not lm.model.is_dynamic())
+    # the fake's device is the CPU, but ComfyUI frees here
+    free_memory(need + memory_required, get_torch_device(), for_dynamic=all(x.is_dynamic() for x in models),
+                pins_required=pins)
     for lm in to_load:
         lm.model_load(0, force_patch_weights)
         current_loaded_models.insert(0, lm)

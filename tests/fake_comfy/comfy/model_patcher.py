@@ -26,6 +26,9 @@ class ModelPatcher:
     def model_size(self) -> int:
         return self.size
 
+    def is_dynamic(self) -> bool:
+        return False  # 0.33's ModelPatcherDynamic says True
+
     def loaded_size(self) -> int:
         return self.model_size() if self.loaded else 0
 

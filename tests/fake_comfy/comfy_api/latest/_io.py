@@ -70,9 +70,16 @@ _ALLOWED = {
 }
 
 
+def _widget_init(self, id: str, display_name: str | None = None, optional: bool = False, tooltip: str | None = None,
+                 lazy: bool | None = None, **widget: Any):
+    """A widget input takes no extra_dict (ComfyUI 0.3.64's widget inputs do not)."""
+    Input.__init__(self, id, display_name, optional, tooltip, lazy, None, **widget)
+
+
 def _make_type(io_type: str, widget: bool = False) -> type:
     in_cls = type("Input", (Input,), {"io_type": io_type, "is_widget": widget,
-                                      "allowed": frozenset(_ALLOWED.get(io_type, ()))})
+                                      "allowed": frozenset(_ALLOWED.get(io_type, ())),
+                                      **({"__init__": _widget_init} if widget else {})})
     out_cls = type("Output", (Output,), {"io_type": io_type})
     return type(io_type.title().replace("_", ""), (), {"io_type": io_type, "Input": in_cls, "Output": out_cls})
 
@@ -91,6 +98,59 @@ Vae = _make_type("VAE")
 Clip = _make_type("CLIP")
 Video = _make_type("VIDEO")
 AnyType = _make_type("*")
+
+def _input_dict(inputs: list) -> dict:
+    """{"required": {id: [type, options]}, "optional": {...}} of a list of inputs (a dynamic combo option's)."""
+    out: dict = {"required": {}}
+    for i in inputs:
+        out.setdefault("optional" if i.optional else "required", {})[i.id] = [i.io_type, i.as_dict()]
+    return out
+
+
+class DynamicCombo:
+    """A combo whose chosen option brings inputs of its own (ComfyUI 0.33: Save Video's format -> codec). The prompt
+    names them `<combo>.<input>`; `execute` gets the combo as {combo id: chosen key, input id: value, ...}."""
+
+    io_type = "COMFY_DYNAMICCOMBO_V3"
+
+    class Option:
+        def __init__(self, key: str, inputs: list):
+            self.key, self.inputs = key, list(inputs)
+
+        def as_dict(self) -> dict:
+            return {"key": self.key, "inputs": _input_dict(self.inputs)}
+
+    class Input(Input):
+        io_type = "COMFY_DYNAMICCOMBO_V3"
+        is_widget = True
+
+        def __init__(self, id: str, options: list, display_name: str | None = None, optional: bool = False,
+                     tooltip: str | None = None, lazy: bool | None = None, extra_dict: dict | None = None):
+            super().__init__(id, display_name, optional, tooltip, lazy, extra_dict)
+            self.options = list(options)
+
+        def as_dict(self) -> dict:
+            return {**super().as_dict(), "options": [o.as_dict() for o in self.options]}
+
+
+def build_nested_inputs(values: dict, inputs: list) -> dict:
+    """The keyword arguments a V3 node gets: a dynamic combo's dotted keys folded into its dict, at any depth."""
+    values = dict(values)
+
+    def fold(inp, key: str) -> dict:
+        out = {inp.id: values.pop(key)}
+        option = next((o for o in inp.options if o.key == out[inp.id]), None)
+        for sub in option.inputs if option is not None else []:
+            sub_key = f"{key}.{sub.id}"
+            if sub_key in values:
+                out[sub.id] = fold(sub, sub_key) if isinstance(sub, DynamicCombo.Input) else values.pop(sub_key)
+        return out
+
+    for inp in inputs:
+        if isinstance(inp, DynamicCombo.Input) and inp.id in values:
+            values[inp.id] = fold(inp, inp.id)
+    return values
+
 
 _CUSTOM: dict[str, type] = {}
 
