@@ -251,7 +251,7 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
                   engine: Engine, size: tuple[int, int]):
     """report.json and report.png of the committed blocks; (report, (json path, png path))."""
     prompts = spec.schedule
-    meta = {"prompt": prompts[0][1].text if len(prompts) == 1 else " | ".join(f"{b}: {p.text}" for b, p in prompts),
+    meta = {"prompt": prompts[0].prompt.text if len(prompts) == 1 else " | ".join(f"{b}: {p.text}" for b, p in prompts),
             "size": f"{size[0]}x{size[1]}", "seed": str(a.seed),
             "models": "real" if real else "tiny random (embedded default)", "decode_rule": a.decode_rule,
             "frames": str(outcome.frames)}
