@@ -146,6 +146,9 @@ class Engine:
         for recipe in self.recipes.values():
             recipe.validate(spec)
         check_prompt_switches(self.recipes, spec)
+        if spec.pixels is not None:  # being wired (docs/pixels.md): refused clearly until then
+            raise ValueError(f"this engine build cannot run pixel input ({spec.pixels.mode}) yet: run text-to-video "
+                             f"(GenerationSpec without pixels)")
         self._auto_run = uuid.uuid4().hex
         return GenerationState(spec)
 
