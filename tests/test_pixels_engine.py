@@ -312,6 +312,7 @@ def test_video_to_video_reads_the_input_as_the_run_goes_and_stops_where_it_ends(
     state = e.generate(_tiny_spec(pixels, blocks=4), ThresholdPolicy(tau=-1e9),
                        on_block=lambda eng, st: reads.append(src.frames_read))
     assert len(state.blocks) == 2 and state.stopped is not None and "block 2" in state.stopped
+    assert len(reads) == 2  # on_block runs per committed block only, not for the stop
     assert "block 2" in capsys.readouterr().err
     assert src.opens == [0]  # one reader for the run, never re-opened
     # block 0 held at most its 9 frames plus a piece of look-ahead; block 1 at most 21 + 4
