@@ -373,3 +373,19 @@ def test_an_extension_shorter_than_a_block_is_refused_when_the_run_starts(models
     e = _tiny_engine(models, SelfForcingRecipe())
     with pytest.raises(PixelInputError, match="at least 9"):
         e.start(_tiny_spec(PixelInput.extend(_video(8))))
+
+
+def test_self_forcing_extends_from_the_last_whole_blocks_of_the_video(models):
+    """53 frames encode to 14 latents: SF takes the last 4 blocks' worth (12 latents = the last 45 frames), so the
+    continuation follows the video's last frame; Krea encodes the clip whole (53 frames)."""
+    from sdvg_core.engine.video_input import encode_clip
+    from sdvg_core.io.pixels_in import as_vae_frames
+
+    clip = _video(53)
+    e = _tiny_engine(models, SelfForcingRecipe())
+    state = e.start(_tiny_spec(PixelInput.extend(clip)))
+    want = encode_clip(models.vae, as_vae_frames(clip[53 - 45:], (H, W)), (H, W))
+    assert torch.equal(state.given.of(e.recipe.given_encoding), want) and state.given_frames == 45
+    k = _tiny_engine(models, KreaRecipe())
+    state = k.start(_tiny_spec(PixelInput.extend(clip)))
+    assert torch.equal(state.given.of(k.recipe.given_encoding), encode_clip(models.vae, as_vae_frames(clip, (H, W)), (H, W)))
