@@ -1,5 +1,5 @@
 """Pixels in through the public API (Engine, GenerationSpec(pixels=PixelInput...)): every pixels_tiny run reproduced
-at <= 1e-4 (docs/pixels.md, ../shared/fixtures/PIXELS.md), for the target alone and with the drafter making every
+at <= 1e-4 (docs/pixels.md; the golden pixels fixture), for the target alone and with the drafter making every
 block after block 0 (both roles see the same given context); the output begins with the given frames; memo lineage
 (a tau re-queue reuses the prefix, a new image reuses nothing); video-to-video reads its input as the run goes and
 ends the run where the input ends.
@@ -37,7 +37,7 @@ class Fixture:
 def fx() -> Fixture:
     from conftest import require_shared
 
-    root = require_shared("fixtures")  # skips with a message when ../shared/fixtures is absent
+    root = require_shared("fixtures")  # skips with a message when the fixtures are absent
     d = Path(root) / "pixels_tiny"
     meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
     sizes = meta["sizes"]
