@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from sdvg_core.io.pixel_args import PixelRequest
+from sdvg_core.io.pixel_args import DEFAULT_STRENGTH, PixelRequest
 from sdvg_core.io.text import demo_embeddings, load_embeddings, save_embeddings
 
 # A prompt line may name given pixels after the prompt (docs/pixels.md, "Evaluation rows"):
@@ -22,7 +22,6 @@ from sdvg_core.io.text import demo_embeddings, load_embeddings, save_embeddings
 # Paths are relative to the prompt file's folder; strength only with input_video (default 0.7).
 PIXELS_SEPARATOR = " || "
 ROW_MODES = {"start_image": "start_image", "extend": "extend", "input_video": "video_to_video"}
-ROW_DEFAULT_STRENGTH = 0.7  # as the demo's --strength (io/pixel_args.py DEFAULT_STRENGTH)
 
 
 class PromptRowError(ValueError):
@@ -59,7 +58,7 @@ def parse_pixels(spec: str, base: Path, line_no: int) -> PixelRequest:
     strength = 1.0
     if mode == "video_to_video":
         try:
-            strength = float(fields.get("strength", ROW_DEFAULT_STRENGTH))
+            strength = float(fields.get("strength", DEFAULT_STRENGTH))
         except ValueError:
             raise PromptRowError(f"{where}: strength={fields['strength']!r} is not a number in [0, 1]") from None
     path = Path(fields[modes[0]]).expanduser()
