@@ -12,6 +12,7 @@ engine moved on) is reported as "stale", never silently skipped.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import subprocess
@@ -356,8 +357,11 @@ def key_field_mutations(keys_text: str) -> list[Mutation]:
 def run_tests(worktree: Path, tests: list[str]) -> tuple[str, float]:
     t0 = time.time()
     try:
+        # the private worktree lives in a temp folder: point the tests at this checkout's golden data, or every
+        # fixture test would skip and its mutations "survive"
+        env = {**os.environ, "SDVG_SHARED_DIR": os.environ.get("SDVG_SHARED_DIR", str(REPO.parent / "shared"))}
         r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests], cwd=worktree,
-                           capture_output=True, text=True, timeout=TIMEOUT_S)
+                           capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         return "timeout", time.time() - t0
     if r.returncode == 0:
