@@ -63,7 +63,11 @@ REPORT, DEMO_RUN, PIXEL_ARGS, EVAL = ("sdvg_core/engine/report.py", "sdvg_core/d
                                       "sdvg_core/io/pixel_args.py", "sdvg_eval/eval.py")
 # the pixels-in tests (G mutations name the one test meant to catch each: the whole file takes minutes per mutation)
 P_TESTS = ("tests/test_pixels_engine.py",)
-PIXEL_KEYS = ("GivenKey", "InputBlockKey", "GivenDecodeKey")  # their fields are checked against P_TESTS
+PIXEL_KEYS = ("GivenKey", "InputBlockKey", "GivenDecodeKey")  # their fields are checked against PIXEL_KEY_TESTS
+PIXEL_KEY_TESTS = tuple(f"tests/test_pixels_engine.py::{t}" for t in (
+    "test_changing_the_given_pixels_or_the_strength_reuses_nothing",
+    "test_requeue_after_moving_tau_reuses_every_block_before_the_first_flip",
+    "test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames"))
 # what the accounting mutations are checked against: fresh-run costs, reuse and carry-over, re-queues
 ACCOUNT_TESTS = (
     "tests/test_memo.py", "tests/test_engine.py", "tests/test_run_scope.py", "tests/test_memo_keys.py")
@@ -350,7 +354,7 @@ def key_field_mutations(keys_text: str) -> list[Mutation]:
                 return out.replace(future, future + "from dataclasses import field as _field\n", 1)
 
             out.append(Mutation(f"K:{cls}.{name}", KEYS, f"{cls}.{name} dropped from the key", edit=edit,
-                                tests=P_TESTS if cls in PIXEL_KEYS else ()))
+                                tests=PIXEL_KEY_TESTS if cls in PIXEL_KEYS else ()))
     return out
 
 
