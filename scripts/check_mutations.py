@@ -61,8 +61,7 @@ PIXEL_INPUT, GIVEN, KREA = ("sdvg_core/engine/pixel_input.py", "sdvg_core/engine
                             "sdvg_core/engine/recipes/krea.py")
 REPORT, DEMO_RUN, PIXEL_ARGS, EVAL = ("sdvg_core/engine/report.py", "sdvg_core/demo/run.py",
                                       "sdvg_core/io/pixel_args.py", "sdvg_eval/eval.py")
-# the pixels-in tests (G mutations name the one test meant to catch each: the whole file takes minutes per mutation)
-P_TESTS = ("tests/test_pixels_engine.py",)
+# G mutations name the one pixels-in test meant to catch each (the whole file takes minutes per mutation)
 PIXEL_KEYS = ("GivenKey", "InputBlockKey", "GivenDecodeKey")  # their fields are checked against PIXEL_KEY_TESTS
 PIXEL_KEY_TESTS = tuple(f"tests/test_pixels_engine.py::{t}" for t in (
     "test_changing_the_given_pixels_or_the_strength_reuses_nothing",
