@@ -64,6 +64,7 @@ REPORT, DEMO_RUN, PIXEL_ARGS, EVAL = ("sdvg_core/engine/report.py", "sdvg_core/d
 # G mutations name the one pixels-in test meant to catch each (the whole file takes minutes per mutation)
 PIXEL_KEYS = ("GivenKey", "InputBlockKey", "GivenDecodeKey")  # their fields are checked against PIXEL_KEY_TESTS
 PIXEL_KEY_TESTS = tuple(f"tests/test_pixels_engine.py::{t}" for t in (
+    "test_given_and_input_latents_are_keyed_by_encoding_size_vae_and_decode_rule",
     "test_changing_the_given_pixels_or_the_strength_reuses_nothing",
     "test_requeue_after_moving_tau_reuses_every_block_before_the_first_flip",
     "test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames"))

@@ -362,3 +362,47 @@ def test_self_forcing_extends_from_the_last_whole_blocks_of_the_video(models):
     k = _tiny_engine(models, KreaRecipe())
     state = k.start(_tiny_spec(PixelInput.extend(clip)))
     assert torch.equal(state.given.of(k.recipe.given_encoding), encode_clip(models.vae, as_vae_frames(clip, (H, W)), (H, W)))
+
+
+def test_given_and_input_latents_are_keyed_by_encoding_size_vae_and_decode_rule(models):
+    """One memo shared by engines (a ComfyUI server): the given latents of each recipe's encoding, each size and
+    each VAE are their own entries, and so are a video-to-video input's blocks and the decoder cache after the given
+    latents (per decode rule)."""
+    from sdvg_core import TieredMemo
+    from sdvg_core.demo.tiny import random_vae
+    from sdvg_core.engine.tally import Tally
+
+    memo = TieredMemo.split(1 << 30)
+    image, clip = _given("start_image"), _given("video_to_video")
+
+    def engine(vae=models.vae, rule="standard", **recipes):
+        return Engine(models.target, vae, models.drafter, models.scorer,
+                      EngineConfig(decode_rule=rule, **recipes), memo=memo)
+
+    mixed = engine(drafter_recipe=KreaRecipe(), target_recipe=SelfForcingRecipe())
+    st = mixed.start(_tiny_spec(image))
+    assert st.given.of(KreaRecipe().given_encoding).shape[1] == 3  # the image repeated into 3 latents
+    assert st.given.of(SelfForcingRecipe().given_encoding).shape[1] == 1  # the image alone
+    big = GenerationSpec(st.spec.prompt, 64, 48, 2, 42, pixels=image)
+    assert mixed.start(big).given.of(KreaRecipe().given_encoding).shape[-2:] == (6, 8)
+    other_vae = random_vae(7)
+    alone = Engine(models.target, other_vae, config=EngineConfig(recipe=KreaRecipe())).start(_tiny_spec(image))
+    shared = engine(vae=other_vae, recipe=KreaRecipe()).start(_tiny_spec(image))
+    assert torch.equal(shared.given.of(KreaRecipe().given_encoding), alone.given.of(KreaRecipe().given_encoding))
+    # input blocks: per size and per VAE
+    k = engine(recipe=KreaRecipe())
+    small = k.start(_tiny_spec(clip))
+    assert k.inputs.block(small, 0, Tally()).shape[-2:] == (4, 6)
+    big_v2v = k.start(GenerationSpec(st.spec.prompt, 64, 48, 2, 42, pixels=clip))
+    assert k.inputs.block(big_v2v, 0, Tally()).shape[-2:] == (6, 8)
+    o = engine(vae=other_vae, recipe=KreaRecipe())
+    fresh = Engine(models.target, other_vae, config=EngineConfig(recipe=KreaRecipe()))
+    assert torch.equal(o.inputs.block(o.start(_tiny_spec(clip)), 0, Tally()),
+                       fresh.inputs.block(fresh.start(_tiny_spec(clip)), 0, Tally()))
+    # the decoder cache after an SF start image: per decode rule and per VAE
+    for vae, rule in ((models.vae, "standard"), (models.vae, "krea"), (other_vae, "standard")):
+        e = engine(vae=vae, rule=rule, recipe=SelfForcingRecipe())
+        s = e.generate(_tiny_spec(image, blocks=1), TargetOnly())
+        ref = Engine(models.target, vae, config=EngineConfig(recipe=SelfForcingRecipe(), decode_rule=rule))
+        r = ref.generate(_tiny_spec(image, blocks=1), TargetOnly())
+        assert torch.equal(e.block_frames(s, 0), ref.block_frames(r, 0)), (vae.key, rule)
