@@ -16,9 +16,8 @@ from typing import Iterator, Protocol, Union
 
 import torch
 
-from ..io.pixel_args import DEFAULT_STRENGTH
-from ..io.pixels_in import (PIECE_FRAMES, PixelInputError, as_vae_frames, check_aspect, count_frames, image_size,
-                            probe_video, read_image, read_video)
+from ..io.pixels_in import (DEFAULT_STRENGTH, PIECE_FRAMES, PixelInputError, as_vae_frames, check_aspect,
+                            count_frames, image_size, probe_video, read_image, read_video)
 from .prompts import tensor_digest
 from .schedule import check_strength
 

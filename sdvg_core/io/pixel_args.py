@@ -12,10 +12,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from .pixels_in import PixelInputError, check_image, check_video
+from .pixels_in import DEFAULT_STRENGTH, PixelInputError, check_image, check_video
 
 FLAGS = {"start_image": "--start-image", "extend": "--extend", "video_to_video": "--input-video"}
-DEFAULT_STRENGTH = 0.7  # the default video-to-video strength (CLI, eval rows, PixelInput; the fixture's Krea runs: 0.7)
 # Self-Forcing's last trained step, 250 of 1000 (engine/schedule.py SELF_FORCING_NOMINAL): the lowest strength its
 # few-step recipes (self_forcing, longlive) start from
 APPEND_CACHE_MIN_STRENGTH = 0.25

@@ -23,6 +23,8 @@ import torch.nn.functional as F
 
 # More than this fraction of the picture cropped away is refused (the rule: "losing more than half").
 MAX_CROPPED_FRACTION = 0.5
+# The default video-to-video strength (CLI, evaluation rows, PixelInput.video_to_video; the fixture's Krea runs: 0.7)
+DEFAULT_STRENGTH = 0.7
 # Frames per piece `read_video` yields: one encoder chunk of the Wan VAE (4 pixel frames per latent frame).
 PIECE_FRAMES = 4
 FIT_RULE = ("centre crop to the run's aspect ratio (as ComfyUI's Image Scale, crop=center), then bicubic resize "
