@@ -67,7 +67,8 @@ PIXEL_KEY_TESTS = tuple(f"tests/test_pixels_engine.py::{t}" for t in (
     "test_given_and_input_latents_are_keyed_by_encoding_size_vae_and_decode_rule",
     "test_changing_the_given_pixels_or_the_strength_reuses_nothing",
     "test_requeue_after_moving_tau_reuses_every_block_before_the_first_flip",
-    "test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames"))
+    "test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames",
+    "test_fixture_run_through_the_engine"))
 # what the accounting mutations are checked against: fresh-run costs, reuse and carry-over, re-queues
 ACCOUNT_TESTS = (
     "tests/test_memo.py", "tests/test_engine.py", "tests/test_run_scope.py", "tests/test_memo_keys.py")

@@ -399,10 +399,11 @@ def test_given_and_input_latents_are_keyed_by_encoding_size_vae_and_decode_rule(
     fresh = Engine(models.target, other_vae, config=EngineConfig(recipe=KreaRecipe()))
     assert torch.equal(o.inputs.block(o.start(_tiny_spec(clip)), 0, Tally()),
                        fresh.inputs.block(fresh.start(_tiny_spec(clip)), 0, Tally()))
-    # the decoder cache after an SF start image: per decode rule and per VAE
-    for vae, rule in ((models.vae, "standard"), (models.vae, "krea"), (other_vae, "standard")):
+    # the decoder cache after an SF start image: per decode rule, per VAE and per image (the root lineage)
+    for vae, rule, img in ((models.vae, "standard", image), (models.vae, "krea", image),
+                           (other_vae, "standard", image), (models.vae, "standard", _given("start_image", seed=3))):
         e = engine(vae=vae, rule=rule, recipe=SelfForcingRecipe())
-        s = e.generate(_tiny_spec(image, blocks=1), TargetOnly())
+        s = e.generate(_tiny_spec(img, blocks=1), TargetOnly())
         ref = Engine(models.target, vae, config=EngineConfig(recipe=SelfForcingRecipe(), decode_rule=rule))
-        r = ref.generate(_tiny_spec(image, blocks=1), TargetOnly())
+        r = ref.generate(_tiny_spec(img, blocks=1), TargetOnly())
         assert torch.equal(e.block_frames(s, 0), ref.block_frames(r, 0)), (vae.key, rule)
