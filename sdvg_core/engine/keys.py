@@ -103,6 +103,42 @@ class ScoreKey:
     prompt_text: str
 
 
+@dataclass(frozen=True)
+class GivenKey:
+    """A start image's or an extension's latents as one recipe encoding takes them (engine/given.py); `pixels` is
+    PixelInput.identity() (mode, strength, digest)."""
+
+    kind: ClassVar[str] = "given"
+    vae: str
+    pixels: str
+    size: tuple[int, int]
+    encoding: Hashable
+    frames_per_block: int
+
+
+@dataclass(frozen=True)
+class InputBlockKey:
+    """Block `block`'s latents of a video-to-video input and the encoder cache after them."""
+
+    kind: ClassVar[str] = "input"
+    vae: str
+    digest: str
+    size: tuple[int, int]
+    frames_per_block: int
+    block: int
+
+
+@dataclass(frozen=True)
+class GivenDecodeKey:
+    """The VAE decoder cache after the given latents a Self-Forcing / LongLive output decodes before block 0; `lineage`
+    is the root lineage (it names the given pixels)."""
+
+    kind: ClassVar[str] = "given_decode"
+    vae: str
+    rule: str
+    lineage: str
+
+
 def key_kind(key: Hashable) -> str:
     """The family of a memo key: `kind` of a typed key, the first element of a tuple, else its text."""
     kind = getattr(key, "kind", None)

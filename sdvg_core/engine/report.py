@@ -61,6 +61,9 @@ class RunReport:
     blocks_from_earlier_runs: int = 0  # blocks this execution did not compute (taken from a host's cache)
     fresh_run: bool = True  # every block and every part of it was computed by this execution (wall = a fresh run's time)
     prompts: list[dict] = field(default_factory=list)  # the schedule: [{"first_block": n, "text": ...}, ...]
+    # given pixels (docs/pixels.md): {"mode", "strength", "given_frames", "digest"}; None for text-to-video
+    pixels: dict | None = None
+    stopped: str | None = None  # why the run ended before its requested blocks (an input video ran out)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -73,6 +76,10 @@ class RunReport:
         """
         segments = len(self.prompts) > 1
         lines = [f"policy: {self.policy} | recipe: {self.recipe}"]
+        if self.pixels is not None:
+            px = self.pixels
+            strength = f" strength {px['strength']:g}" if px["mode"] == "video_to_video" else ""
+            lines.append(f"pixels in: {px['mode']}{strength}, {px['given_frames']} given frame(s)")
         if segments:
             lines += [f"prompt {i} from block {p['first_block']}: {p['text']}" for i, p in enumerate(self.prompts)]
         lines.append(f"{'block':>5} " + (f"{'prompt':>6} " if segments else "") + f"{'producer':>8} {'decision':>8} "
@@ -89,6 +96,8 @@ class RunReport:
         if self.blocks_from_earlier_runs:
             lines.append(f"* {self.blocks_from_earlier_runs} block(s) were not computed by this run: they came from "
                          f"ComfyUI's cache of an earlier run (e.g. before Cancel); their seconds are that run's")
+        if self.stopped:
+            lines.append(f"stopped early: {self.stopped}")
         acc = "-" if self.acceptance_blocks_1_to_n is None else f"{self.acceptance_blocks_1_to_n:.1%}"
         lines.append(f"acceptance blocks 1..N-1: {acc} | all N blocks: {self.acceptance_all_blocks:.1%}")
         lines.append(f"forwards a fresh run makes: drafter {self.drafter_forwards}, target {self.target_forwards} | counted cost "
@@ -169,4 +178,6 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         seconds=seconds, wall_seconds=wall_seconds, meta=dict(meta or {}), run_id=run_id,
         blocks_from_earlier_runs=n - len(now),
         fresh_run=len(now) == n and not any(b.carried for b in blocks),
-        prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule])
+        prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule],
+        pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
+        stopped=state.stopped)

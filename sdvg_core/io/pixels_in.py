@@ -23,6 +23,8 @@ import torch.nn.functional as F
 
 # More than this fraction of the picture cropped away is refused (the issue's rule: "losing more than half").
 MAX_CROPPED_FRACTION = 0.5
+# The default video-to-video strength (CLI, evaluation rows, PixelInput.video_to_video; the fixture's Krea runs: 0.7)
+DEFAULT_STRENGTH = 0.7
 # Frames per piece `read_video` yields: one encoder chunk of the Wan VAE (4 pixel frames per latent frame).
 PIECE_FRAMES = 4
 FIT_RULE = ("centre crop to the run's aspect ratio (as ComfyUI's Image Scale, crop=center), then bicubic resize "
@@ -109,6 +111,12 @@ def check_image(path: str | Path, run_hw: tuple[int, int]) -> tuple[int, int]:
     path = Path(path)
     img = _open_image(path)
     check_aspect((img.height, img.width), run_hw, f"start image {path}")
+    return img.height, img.width
+
+
+def image_size(path: str | Path) -> tuple[int, int]:
+    """(height, width) of a start image as displayed (refusing a file that is not an image)."""
+    img = _open_image(Path(path))
     return img.height, img.width
 
 
@@ -207,6 +215,11 @@ def check_video(path: str | Path, run_hw: tuple[int, int]) -> VideoInfo:
     return info
 
 
+def count_frames(path: str | Path) -> int:
+    """Frames of a video that decode (headers can be missing or wrong), decoded one at a time and dropped."""
+    return sum(1 for _ in _decoded(Path(path)))
+
+
 def resample_times(frames: Iterable[tuple[float | None, np.ndarray]], fps: float
                    ) -> Iterator[np.ndarray]:
     """Frames at `fps` from timed frames, streaming: output frame n (at first time + n / fps) is the input frame
@@ -261,5 +274,5 @@ def read_video(path: str | Path, run_hw: tuple[int, int], *, fps: float | None =
 
 
 __all__ = ["PixelInputError", "VideoInfo", "FIT_RULE", "MAX_CROPPED_FRACTION", "crop_box", "cropped_fraction",
-           "check_aspect", "fit_frames", "as_vae_frames", "to_vae_range", "check_image", "read_image", "probe_video",
-           "check_video", "read_video", "resample_times"]
+           "check_aspect", "fit_frames", "as_vae_frames", "to_vae_range", "check_image", "image_size", "read_image",
+           "probe_video", "check_video", "count_frames", "read_video", "resample_times"]
