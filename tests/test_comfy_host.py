@@ -554,6 +554,24 @@ def test_requeue_under_ram_pressure_recomputes_only_from_the_first_flip(root):
           f"{first['seconds']:.1f} s then {second['seconds']:.1f} s")
 
 
+def test_state_outputs_report_their_draft_to_the_ram_pressure_cache():
+    """0.33's RAM-pressure output cache, through its own ram_release (tests/comfy_ram_cache_probe.py): a state holding
+    a decoded draft is counted for the draft's bytes like an IMAGE of that size (both taken by the pass for large
+    intermediates); a state without a draft counts as the cache's small default and is evictable too."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_ram_cache_probe.py"), COMFYUI_DIR, str(REPO)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    assert r["large_pass_took"] == ["decode_state", "image"], r
+    assert r["large_pass_freed"] >= 2 * r["draft_bytes"], r  # the state's draft counted in full, as the IMAGE is
+    assert r["left"] == [] and r["rest_freed"] < 1, r  # the draft-less state: evicted at the default size
+    print(f"\nRAM-pressure cache: a state with a {r['draft_bytes'] / 2**20:.0f} MiB draft counted "
+          f"{(r['large_pass_freed'] - r['draft_bytes']) / 2**20:.0f} MiB (an IMAGE of the same bytes "
+          f"{r['draft_bytes'] / 2**20:.0f} MiB); a state without a draft {r['rest_freed']} bytes, evicted")
+
+
 def report_texts(api: dict, entry: dict) -> dict[str, str]:
     """{Generate/Finish id: the report table its workflow's own viewer shows} (PreviewAny on the `report` output)."""
     return {src[0]: entry["outputs"][nid]["text"][0] for nid, n in api.items() if n["class_type"] == "PreviewAny"
