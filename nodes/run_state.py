@@ -39,13 +39,23 @@ def node_run_id() -> str:
 
 
 @dataclass(frozen=True)
-class Run:
-    """The SDVG_STATE value passed between nodes: the session plus an immutable GenerationState."""
+class Run(tuple):
+    """The SDVG_STATE value passed between nodes: the session plus an immutable GenerationState.
+
+    As a tuple it is (state, the draft's decoded frames when it has them): ComfyUI's RAM-pressure output cache
+    (0.33, `--cache-ram`) sizes a node output by the tensors it finds in lists and tuples, so the one large tensor a
+    state holds outside the shared memo is counted for its bytes there (models and memo entries are ComfyUI's model
+    management's; committed latents are memo entries every later state shares). The state comes first because that
+    cache keeps, while its prompt runs, an output in which nothing lacks `is_dynamic()`: an empty tuple would be one."""
 
     session: "Session"
     state: GenerationState
     tau: float | None = None  # the tau of the last routing decision (for the report plot)
     policy: str = ""  # description of the routing policy used
+
+    def __new__(cls, session: "Session", state: GenerationState, tau: float | None = None, policy: str = ""):
+        frames = state.pending.frames if state.pending is not None else None
+        return super().__new__(cls, (state,) if frames is None else (state, frames))
 
     def with_state(self, state: GenerationState, **kw: Any) -> "Run":
         return Run(self.session, state, kw.get("tau", self.tau), kw.get("policy", self.policy))

@@ -352,6 +352,14 @@ def video_frames(root: Path, entry: dict) -> list[int]:
     return [int(x) for x in out.stdout.split()]
 
 
+def probe(script: str, *args: str, timeout: float = 300) -> dict:
+    """Run tests/<script> with ComfyUI's python (COMFYUI_DIR, this checkout, then `args`); its last stdout line (JSON)."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / script), COMFYUI_DIR, str(REPO), *args],
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 # ------------------------------------------------------------------------------------------------ tests
 def test_object_info_lists_every_node(server):
     info = server.object_info
@@ -554,6 +562,21 @@ def test_requeue_under_ram_pressure_recomputes_only_from_the_first_flip(root):
           f"{first['seconds']:.1f} s then {second['seconds']:.1f} s")
 
 
+def test_state_outputs_report_their_draft_to_the_ram_pressure_cache():
+    """0.33's RAM-pressure output cache, through its own ram_release (tests/comfy_ram_cache_probe.py): a state holding
+    a decoded draft is counted for the draft's bytes like an IMAGE of that size (both taken by the pass for large
+    intermediates); a state without a draft counts as the cache's small default and is evictable too."""
+    r = probe("comfy_ram_cache_probe.py")
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    assert r["large_pass_took"] == ["decode_state", "image"], r
+    assert r["large_pass_freed"] >= 2 * r["draft_bytes"], r  # the state's draft counted in full, as the IMAGE is
+    assert r["left"] == [] and r["rest_freed"] < 1, r  # the draft-less state: evicted at the default size
+    print(f"\nRAM-pressure cache: a state with a {r['draft_bytes'] / 2**20:.0f} MiB draft counted "
+          f"{(r['large_pass_freed'] - r['draft_bytes']) / 2**20:.0f} MiB (an IMAGE of the same bytes "
+          f"{r['draft_bytes'] / 2**20:.0f} MiB); a state without a draft {r['rest_freed']} bytes, evicted")
+
+
 def report_texts(api: dict, entry: dict) -> dict[str, str]:
     """{Generate/Finish id: the report table its workflow's own viewer shows} (PreviewAny on the `report` output)."""
     return {src[0]: entry["outputs"][nid]["text"][0] for nid, n in api.items() if n["class_type"] == "PreviewAny"
@@ -698,10 +721,7 @@ def test_frontend_loads_every_workflow(server):
 
 def test_causal_forward_on_comfy_wanmodel():
     """CausalWan calls ComfyUI's WanModel submodules: equal to WanModel.forward in fp32; bf16 needs the adapter."""
-    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_wan_probe.py"), COMFYUI_DIR, str(REPO)],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = probe("comfy_wan_probe.py")
     assert r["fp32_vs_comfy_forward"] < 1e-4 * max(r["scale"], 1.0), r
     assert r["bf16_plain_view_vs_fp32"] < 0.05 * r["scale"] and r["bf16_manual_cast_view_vs_fp32"] < 0.05 * r["scale"], r
     assert r["bf16_plain_raw"].startswith("fails"), r  # why comfy_wan_view exists
@@ -713,10 +733,7 @@ def test_causal_forward_on_comfy_wanmodel():
 def test_memo_lives_in_comfyuis_memory_manager():
     """Importing the pack replaces nothing of ComfyUI; its memo is one of ComfyUI's loaded models, freed by ComfyUI's
     own free_memory (partly: the oldest entries) and unload_all_models (all), kept through SDVG's own model swaps."""
-    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_memory_probe.py"), COMFYUI_DIR, str(REPO)],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = probe("comfy_memory_probe.py")
     assert r["changed_by_import"] == [] and r["changed_after_use"] == [], r
     assert not r["registered_before_use"] and r["registered_after_load"], r
     assert r["after_partial"] == {"entries": [1, 2], "registered": True}, r
@@ -731,10 +748,7 @@ def test_memo_next_to_dynamic_vram_in_comfys_own_model_management():
     stand-in device (tests/comfy_dynamic_probe.py): SDVG loading a dynamic MODEL keeps ComfyUI's dynamic free path;
     the memo is never counted as host RAM demand (0.33's pins_required, the pip build's ram_required: a 1 PiB memo
     changes nothing); another load still reclaims the memo. Skipped on hosts without Dynamic VRAM."""
-    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_dynamic_probe.py"), COMFYUI_DIR, str(REPO)],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = probe("comfy_dynamic_probe.py")
     if "skipped" in r:
         pytest.skip(r["skipped"])
     own = r["own_dynamic_load"]

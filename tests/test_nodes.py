@@ -646,6 +646,52 @@ def test_a_generation_releases_what_it_held(env):
         assert memo.bytes > 0, wf  # the budgeted entries stay for a re-queue
 
 
+def _storages(value, out: dict) -> dict:
+    """{storage pointer: bytes} of the tensors inside a value (tensors, tuples/lists, dataclasses)."""
+    import dataclasses
+
+    if isinstance(value, torch.Tensor):
+        out[value.untyped_storage().data_ptr()] = value.untyped_storage().nbytes()
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _storages(v, out)
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            _storages(getattr(value, f.name), out)
+    return out
+
+
+def test_state_outputs_show_the_host_the_tensors_only_they_hold(env):
+    """ComfyUI 0.33's RAM-pressure output cache sizes an output by the tensors in its lists/tuples (the real cache:
+    test_comfy_host). After the step-by-step loop, every SDVG_STATE output shows it, beside its GenerationState,
+    exactly its draft's decoded frames; whatever else its state holds outside the shared memo is the prompt's
+    embeddings, which SDVG Start's state already held (shared by every state, not one output's)."""
+    pack, classes = env
+    from sdvg_pack.nodes.run_state import Run
+
+    memo = pack.nodes.shared_memo.MEMO
+    memo.clear()
+    api = api_for(REPO / "workflows" / "sdvg_loop_step_by_step.json", classes, tau=-5.0, seed=9)
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    runs = {nid: v for nid, vals in ex.values.items() for v in (vals or ()) if isinstance(v, Run)}
+    in_memo: dict = {}
+    for tier in (memo.small, memo.large):
+        for value, _ in tier._data.values():
+            _storages(value, in_memo)
+    prompt = _storages(runs[node_of(api, "SDVGStart")].state, {})
+    drafts = 0
+    for nid, run in runs.items():
+        pending = run.state.pending
+        frames = pending.frames if pending is not None else None
+        assert run[0] is run.state and list(run[1:]) == ([] if frames is None else [frames]), nid
+        drafts += frames is not None
+        shown = _storages(tuple(run[1:]), {})
+        outside = set(_storages(run.state, {})) - set(in_memo) - set(shown)
+        assert outside <= set(prompt), (nid, outside)
+    assert drafts == 2 * (SMALL["num_blocks"] - 1)  # Decode and Score of every drafted block
+
+
 def test_a_corrupt_checkpoint_message_reads_as_sentences(env, tmp_path):
     """The loader adds its advice after the checkpoint reader's sentence: one period between them, never two."""
     pack, _ = env
