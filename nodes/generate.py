@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly
 from . import shared_memo
-from .errors import SDVGError
-from .finish import finish_outputs, open_video, result_outputs
-from .progress import BlockProgress
-from .run_state import node_run_id
-from .start import AUTO, need, run_inputs, start_run, steps_per_block
-from .steps import threshold_policy
-from .types import CATEGORY
-from .ui_text import show_text
+from .outputs import BlockProgress, finish_outputs, open_video, result_outputs
+from .run import AUTO, engine_errors, need, node_run_id, run_inputs, start_run, steps_per_block, threshold_policy
+from .surface import CATEGORY, SDVGError, show_text
 from .video_file import save_inputs
 
 POLICIES = ["sdvg", "target_only", "draft_only"]
@@ -75,19 +72,25 @@ class SDVGGenerate(io.ComfyNode):
         # the generation is this node's: results another node of the same execution computed count as reused
         engine = run.session.engine(BlockProgress(num_blocks, steps_per_block(run)), memo=memo, run_id=node_run_id())
         video = open_video(run, filename_prefix, cls.hidden) if save_video else None
+        blocks = []  # without a file: every block's frames, taken as it commits (its pixels are still held then)
+
+        def on_block(engine, state) -> None:
+            frames = engine.block_frames(state, state.next_block - 1)
+            if video is not None:
+                video.write(frames)
+            else:
+                blocks.append(frames)
+
         t0 = time.perf_counter()
-        state = run.state
         try:
-            while not state.done:
-                state = engine.route(state, pol)
-                if video is not None:  # the block's frames go to the file now (the newest block's are held)
-                    video.write(engine.block_frames(state, state.next_block - 1))
+            with engine_errors(what):
+                state = engine.generate(run.state.spec, pol, on_block=on_block)  # releases what the run held
             if video is not None:
                 video.close()
             run = run.with_state(state, tau=float(tau) if policy == "sdvg" else None, policy=pol.describe())
-            outputs = finish_outputs(run, time.perf_counter() - t0, engine, video)
-        finally:  # finished or cancelled: the file is closed (playable up to the last block written) and what the
-            # generation held outside the memo's budget goes
+            wall = time.perf_counter() - t0
+            outputs = finish_outputs(run, wall, engine, None if video is not None else torch.cat(blocks), video)
+        finally:  # finished or cancelled: the file is closed (playable up to the last block written)
             if video is not None:
                 video.close()
             shared_memo.release_run(memo)
