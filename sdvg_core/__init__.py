@@ -45,6 +45,10 @@ _EXPORTS: dict[str, str] = {
     "GenerationState": ".engine.state",
     "BlockRecord": ".engine.state",
     "PendingBlock": ".engine.state",
+    # given pixels: start image, extension, video-to-video
+    "PixelInput": ".engine.pixel_input",
+    "PixelInputError": ".io.pixels_in",
+    "PIXEL_MODES": ".engine.pixel_input",
     # memo (shared between engines / runs) and noise (custom noise sources)
     "Memo": ".engine.memo",
     "TieredMemo": ".engine.memo",
@@ -91,6 +95,7 @@ __all__ = [
     "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "Recipe", "recipe_by_name", "RECIPE_NAMES",
     "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "aggregate", "DEFAULT_TAU",
     "GenerationSpec", "PromptConditioning", "PromptSchedule", "GenerationState", "BlockRecord", "PendingBlock",
+    "PixelInput", "PixelInputError", "PIXEL_MODES",
     "Memo", "TieredMemo", "BlockNoise", "block_noise",
     "RunReport", "BlockReport", "build_report", "render_report_plot", "estimate_for_spec", "MemoryRefused",
     "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "ImageRewardScorer", "ImageRewardConfig",
@@ -129,6 +134,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .engine.report import BlockReport, RunReport, build_report
     from .engine.prompts import PromptConditioning, PromptSchedule
     from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock
+    from .engine.pixel_input import PIXEL_MODES, PixelInput
+    from .io.pixels_in import PixelInputError
     from .io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
     from .io.model_files import ModelSet, load_model_files
     from .io.reward_files import load_scorer

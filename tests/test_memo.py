@@ -112,7 +112,7 @@ def _extend(memos, tally, b: int):
         part.add("target_context_forwards", 1)
         return _Link(f"{link.name}+{k}")
     return memos.extend(lambda j: ("kv", j), b, "target_kv", tally, usable=lambda link: not link.stale,
-                        start=lambda: _Link("empty"), step=step, hold=Hold("kv:target", lru=False),
+                        start=lambda part: _Link("empty"), step=step, hold=Hold("kv:target", lru=False),
                         snapshot=lambda link: _Link(link.name))
 
 

@@ -52,17 +52,23 @@ class ContextServices:
         return self.memos.memoised(key, label, tally, compute, hold=hold)
 
     def extend_kv(self, role: str, runner: CausalWan, recipe, state: GenerationState, b: int, tally: Tally,
-                  layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache]) -> KVCache:
+                  layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache],
+                  prefix: Callable[[KVCache, Tally], KVCache] | None = None) -> KVCache:
         """The view block b's calls append to: the newest memoised view of this history (one a later block of its
         branch overwrote is skipped) extended by `commit(k, view, part)` for each block k it lacks, from an empty
         cache of `layout` (window frames, sink frames, RoPE mode) when there is none. Each new view is held for the
         generation (a sequential run never rebuilds from the start) and a snapshot offered to the memo's budget (a
-        re-queue restarts from the block it changed)."""
+        re-queue restarts from the block it changed). `prefix(view, part)`: what the view before block 0 holds
+        besides nothing (given latents: docs/pixels.md §4)."""
         F = state.spec.frames_per_block
         window, sink, rope = layout
+
+        def start(part: Tally) -> KVCache:
+            kv = self.empty_kv(runner, state.spec, window, sink=sink, rope=rope)
+            return kv if prefix is None else prefix(kv, part)
+
         return self.memos.extend(lambda j: self.kv_key(runner, recipe, state, j), b, f"{role}_kv", tally,
-                                 usable=lambda kv: kv.valid_for(F),
-                                 start=lambda: self.empty_kv(runner, state.spec, window, sink=sink, rope=rope),
+                                 usable=lambda kv: kv.valid_for(F), start=start,
                                  step=commit, hold=Hold(f"kv:{role}", lru=False), snapshot=KVCache.clone)
 
     @property
@@ -99,8 +105,13 @@ class ContextServices:
         tally.add(f"{role}_context_forwards", 1)
         return out.kv
 
-    def pixels_before(self, b: int, spec: GenerationSpec) -> int:
-        return self.pixels.pixels_before(b, spec)
+    def pixels_before(self, b: int, state: GenerationState) -> int:
+        return self.pixels.pixels_before(b, state)
+
+    def given_latents(self, state: GenerationState, recipe) -> torch.Tensor | None:
+        """The given latents [1, g, C, h, w] (CPU) `recipe` starts its context from (a start image or an extension,
+        encoded its way), or None (text-to-video, video-to-video)."""
+        return None if state.given is None else state.given.of(recipe.given_encoding)
 
     def pixel_frame(self, state: GenerationState, g: int, tally: Tally) -> torch.Tensor:
         return self.pixels.pixel_frame(state, g, tally)

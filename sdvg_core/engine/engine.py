@@ -13,6 +13,7 @@ does, for comparison; outputs are bit-identical either way. Context building bel
 """
 from __future__ import annotations
 
+import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -23,12 +24,14 @@ from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan
 from .context import ContextServices
 from .denoise import denoise
+from .given import InputVideo, given_latents, given_output
 from .keys import BlockKey, DraftDecodeKey, ScoreKey, require_key
 from .memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, block_noise, noise_identity
 from .pixels import DecodeEntry, PixelStore
 from .policy import Policy, aggregate
 from .recipes import KreaRecipe, Recipe, check_prompt_switches
+from .schedule import StepPlan, noise_input
 from .state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, extend_lineage
 from .tally import PHASES, WORK_KEYS, Tally
 from .work import LAZY, REFERENCE
@@ -129,6 +132,7 @@ class Engine:
                                  lambda: self.callbacks.interrupt, history_frames=history)
         self.services = ContextServices(self.memos, vae, self.pixels, self.keys["vae"], config.decode_rule,
                                         tracer, self.callbacks, kv_copies)
+        self.inputs = InputVideo(vae, self.keys["vae"], self.memos, lambda: self.callbacks.interrupt)
 
     @property
     def run_id(self) -> str:
@@ -147,16 +151,50 @@ class Engine:
             recipe.validate(spec)
         check_prompt_switches(self.recipes, spec)
         self._auto_run = uuid.uuid4().hex
-        return GenerationState(spec)
+        if spec.pixels is None:
+            return GenerationState(spec)
+        for role in ROLES:  # a strength a role's recipe cannot start from is refused before any work
+            self.plan_for(spec, role)
+        self.inputs.close()
+        given = given_latents(self.memos, self.vae, self.keys["vae"], spec.pixels, (spec.height, spec.width),
+                              tuple(r.given_encoding for r in self.recipes.values()), self.recipe.given_encoding,
+                              spec.frames_per_block, self.callbacks.interrupt)
+        return GenerationState(spec, given=given)
+
+    def plan_for(self, spec: GenerationSpec, role: str = "target") -> StepPlan:
+        """The timesteps `role` denoises a block of `spec` at: its recipe's plan, or for video-to-video the plan from
+        the strength (Krea's truncated schedule; Self-Forcing's trained steps from the strength on)."""
+        recipe = self.recipes[role]
+        if spec.pixels is None or spec.pixels.mode != "video_to_video":
+            return recipe.plan
+        return recipe.strength_plan(spec.pixels.strength)
 
     def release_run(self) -> int:
         """The generation ended: drop what it held outside the memo's budget (returns the bytes released)."""
+        self.inputs.close()
         return self.memo.release_run()
+
+    def stopped(self, state: GenerationState) -> GenerationState:
+        """The state, ended here when block state.next_block has no input (a video-to-video input that ran out):
+        the run ends with the blocks it has, and says so (the report's `stopped`, and stderr)."""
+        spec = state.spec
+        if state.done or spec.pixels is None or spec.pixels.mode != "video_to_video":
+            return state
+        b = state.next_block
+        if self.inputs.block(state, b, self._tally()) is not None:
+            return state
+        why = (f"the input video ends before block {b} ({state.given.pixel_frames(b + 1)} input frames needed): the "
+               f"run ends after {b} of {spec.num_blocks} block(s)")
+        print(f"SDVG: {why}", file=sys.stderr)
+        return state.stop(why)
 
     # ------------------------------------------------------------------------------------------ operations
     def draft(self, state: GenerationState) -> GenerationState:
         """Operation: the drafter proposes the next block (pending.latents)."""
+        state = self.stopped(state)
         if state.done:
+            if state.stopped is not None:
+                return state
             raise ValueError("all blocks are committed; nothing to draft")
         tally = self._tally()
         latents = self._generate("drafter", state, state.next_block, tally)
@@ -207,7 +245,10 @@ class Engine:
 
     def route(self, state: GenerationState, policy: Policy) -> GenerationState:
         """Operation: decide the pending block (computing what the work mode needs: work.py) and commit it."""
+        state = self.stopped(state)
         if state.done:
+            if state.stopped is not None:
+                return state
             raise ValueError("all blocks are committed; nothing to route")
         b = state.next_block
         forced = policy.forced(b)
@@ -262,31 +303,45 @@ class Engine:
         """Committed block b's frames [T, H, W, 3] in 0..1 on the CPU (the newest block's are held: no decode)."""
         return to_image(self.committed_pixels(state, b))
 
+    def given_frames(self, state: GenerationState):
+        """The frames the output video begins with before block 0, as [t, H, W, 3] pieces in 0..1 on the CPU: a
+        start image or the extended video (decoded from its latents by a Self-Forcing / LongLive target, as read
+        for Krea); none for text-to-video and video-to-video."""
+        for pixels in given_output(self.vae, state, self.config.decode_rule, self.callbacks.interrupt):
+            yield to_image(pixels)
+
     def frames(self, state: GenerationState) -> torch.Tensor:
-        """All committed frames [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout)."""
+        """The output video [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout): the given frames, then every
+        committed block's."""
         if not state.blocks:
             raise ValueError("no block committed yet")
-        return torch.cat([self.block_frames(state, b) for b in range(len(state.blocks))])
+        return torch.cat([*self.given_frames(state), *(self.block_frames(state, b) for b in range(len(state.blocks)))])
 
     # ------------------------------------------------------------------------------------------ generation
     def _generate(self, role: str, state: GenerationState, b: int, tally: Tally,
                   context: tuple[object, int] | None = None) -> torch.Tensor:
         """Block b denoised by one model from the block's noise -> latents [1, F, C, h, w] (float32), memoised.
         `context`: the (kv, offset) the role's recipe already built for this block (the reference's work)."""
-        runner, recipe, spec = self._role(role), self.recipes[role], state.spec
+        runner, spec = self._role(role), state.spec
+        plan = self.plan_for(spec, role)
 
         def make(part: Tally) -> torch.Tensor:
             kv, offset = context if context is not None else self._context(role, runner, state, b, part)
             with part.phase("draft" if role == "drafter" else "target"):
                 text = self.services.text(runner, state, part)
                 noise = self._noise(spec, b).to(runner.device)
+                x = noise.initial
+                if spec.pixels is not None and spec.pixels.mode == "video_to_video":
+                    # the block's input noised to the plan's first step with the block's own initial draw (drafter
+                    # and target start from the same noised input; docs/pixels.md §4)
+                    x = noise_input(self.inputs.block(state, b, part).to(runner.device), noise.initial, plan)
 
                 def after_step(s: int) -> None:
                     part.add(f"{role}_forwards", 1)
                     if self.callbacks.progress is not None:
-                        self.callbacks.progress(ProgressEvent("step", b, spec.num_blocks, role, s + 1, recipe.plan.num_steps))
+                        self.callbacks.progress(ProgressEvent("step", b, spec.num_blocks, role, s + 1, plan.num_steps))
 
-                x0 = denoise(runner, noise.initial, recipe.plan, noise.renoise, text, kv, offset,
+                x0 = denoise(runner, x, plan, noise.renoise, text, kv, offset,
                              interrupt=self.callbacks.interrupt, after_step=after_step,
                              trace=lambda name, t: self.services.trace(f"{role}/block{b}/{name}", t))
                 if self.services.tracing:

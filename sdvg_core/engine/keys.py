@@ -103,6 +103,40 @@ class ScoreKey:
     prompt_text: str
 
 
+@dataclass(frozen=True)
+class GivenKey:
+    """A start image's or an extension's latents as one recipe encoding takes them (engine/given.py)."""
+
+    kind: ClassVar[str] = "given"
+    vae: str
+    pixels: str  # PixelInput.identity(): mode, strength, digest
+    size: tuple[int, int]
+    encoding: Hashable
+    frames_per_block: int
+
+
+@dataclass(frozen=True)
+class InputBlockKey:
+    """Block `block`'s latents of a video-to-video input and the encoder cache after them."""
+
+    kind: ClassVar[str] = "input"
+    vae: str
+    digest: str
+    size: tuple[int, int]
+    frames_per_block: int
+    block: int
+
+
+@dataclass(frozen=True)
+class GivenDecodeKey:
+    """The VAE decoder cache after the given latents a Self-Forcing / LongLive output decodes before block 0."""
+
+    kind: ClassVar[str] = "given_decode"
+    vae: str
+    rule: str
+    lineage: str  # the root lineage (it names the given pixels)
+
+
 def key_kind(key: Hashable) -> str:
     """The family of a memo key: `kind` of a typed key, the first element of a tuple, else its text."""
     kind = getattr(key, "kind", None)

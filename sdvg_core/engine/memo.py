@@ -404,10 +404,10 @@ class Memoiser:
         return self.memo.keeps(nbytes)
 
     def extend(self, key_at: Callable[[int], Hashable], b: int, label: str, tally: Tally, *,
-               usable: Callable[[Any], bool], start: Callable[[], Any], step: Callable[[int, Any, Tally], Any],
+               usable: Callable[[Any], bool], start: Callable[[Tally], Any], step: Callable[[int, Any, Tally], Any],
                hold: Hold, snapshot: Callable[[Any], Any]) -> Any:
         """A chain of results, link j+1 made from link j by `step(j, value, part)` (a KV view after block j's
-        commit): link b, from the newest usable memoised link (`start()` makes link 0 when none is). Links are live
+        commit): link b, from the newest usable memoised link (`start(part)` makes link 0 when none is). Links are live
         views a later link overwrites in place: each new one is held (`hold`, never in the LRU) and, when the budget
         keeps its bytes, a `snapshot` of it goes to the LRU for later runs.
 
@@ -426,8 +426,14 @@ class Memoiser:
         if found is not None:
             value = found.value
         else:
-            j, value = 0, start()
-            self.memo.hold(hold.slot, key_at(0), Entry(value, {}), hold.keep, tally.run_id)
+            part = tally.part()
+            j, value = 0, start(part)
+            tally.include(part)
+            cost = {name: n for name, n in part.cost.items() if n}
+            self.memo.hold(hold.slot, key_at(0), Entry(value, cost), hold.keep, tally.run_id)
+            if cost and self.memo.keeps(value.nbytes):  # link 0 holds work (given latents): offer it for later runs
+                self.memo.put(key_at(0), Entry(snapshot(value), cost), tally.run_id)
+            tally.counted.add(key_at(0))
         if j == b and b > 0:
             self._reused(key_at(b), label, found, tally)
         fresh_from = j if lost is None else lost[0]

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from .keys import DecoderCacheKey, DraftDecodeKey, PixelsKey
+from .keys import DecoderCacheKey, DraftDecodeKey, GivenDecodeKey, PixelsKey
 from .memo import Hold, Memoiser
 from .state import GenerationSpec, GenerationState
 from .tally import Tally
@@ -42,6 +42,7 @@ class PixelStore:
     """
 
     HEAD = Hold("decoder_head")
+    GIVEN = Hold("given_decode")  # the decoder cache after the given latents (block 0 continues it)
     DRAFT = Hold("draft_decode")  # the route hands it to the commit
     PIXELS_SLOT = "pixels"
 
@@ -58,9 +59,34 @@ class PixelStore:
     def _pixels_hold(self, spec: GenerationSpec) -> Hold:
         return Hold(self.PIXELS_SLOT, keep=self.held_blocks(spec))
 
-    def pixels_before(self, b: int, spec: GenerationSpec) -> int:
-        """Pixel frames decoded from the first b blocks (1 + 4(T-1) for T latent frames)."""
-        return self.vae.config.pixel_frames(b * spec.frames_per_block)
+    def pixels_before(self, b: int, state: GenerationState) -> int:
+        """Pixel frames decoded from the first b blocks (1 + 4(T-1) for T latent frames; after given latents the
+        output decodes first, 4 T: the given frames are not counted)."""
+        p = self._prefix_frames(state)
+        pixel_frames = self.vae.config.pixel_frames
+        return pixel_frames(p + b * state.spec.frames_per_block) - pixel_frames(p)
+
+    @staticmethod
+    def _prefix_frames(state: GenerationState) -> int:
+        prefix = None if state.given is None else state.given.decode_prefix
+        return 0 if prefix is None else prefix.shape[1]
+
+    def given_cache(self, state: GenerationState, tally: Tally | None) -> Any:
+        """The decoder cache before block 0: None, or after the given latents the output decodes first (Self-Forcing
+        / LongLive targets with a start image or an extension), memoised by the root lineage."""
+        prefix = None if state.given is None else state.given.decode_prefix
+        if prefix is None:
+            return None
+
+        def decode(part: Tally) -> Any:
+            cache, F = None, state.spec.frames_per_block
+            for s in range(0, prefix.shape[1], F):
+                cache = self.decode(prefix[:, s:s + F], cache).cache
+            part.add("vae_decode_frames", prefix.shape[1])
+            return cache
+
+        key = GivenDecodeKey(self.vae_key, self.rule, state.lineage_at(0))
+        return self.memos.memoised(key, None, tally if tally is not None else Tally(), decode, hold=self.GIVEN)
 
     def decode(self, latents: torch.Tensor, cache) -> DecodeEntry:
         """Decode latents [1, F, C, h, w] continuing `cache` (None = start of the video)."""
@@ -91,6 +117,8 @@ class PixelStore:
             if cache is not None:
                 break
             start -= 1
+        if start < 0:
+            cache = self.given_cache(state, tally)
         for k in range(start + 1, b + 1):
             entry = self.decode(state.blocks[k].latents, cache)
             self.store(state.blocks[k].lineage, entry, state.spec, tally)
@@ -111,9 +139,8 @@ class PixelStore:
 
     def pixel_frame(self, state: GenerationState, g: int, tally: Tally) -> torch.Tensor:
         """Committed pixel frame number g of the video, [1, 3, H, W]."""
-        spec = state.spec
-        k = max(j for j in range(len(state.blocks)) if self.pixels_before(j, spec) <= g)
-        return self.committed_pixels(state, k, tally)[:, :, g - self.pixels_before(k, spec)]
+        k = max(j for j in range(len(state.blocks)) if self.pixels_before(j, state) <= g)
+        return self.committed_pixels(state, k, tally)[:, :, g - self.pixels_before(k, state)]
 
     def decode_draft(self, state: GenerationState, latents: torch.Tensor, key: DraftDecodeKey,
                      tally: Tally) -> DecodeEntry:

@@ -61,6 +61,9 @@ class RunReport:
     blocks_from_earlier_runs: int = 0  # blocks this execution did not compute (taken from a host's cache)
     fresh_run: bool = True  # every block and every part of it was computed by this execution (wall = a fresh run's time)
     prompts: list[dict] = field(default_factory=list)  # the schedule: [{"first_block": n, "text": ...}, ...]
+    # given pixels (docs/pixels.md): {"mode", "strength", "given_frames", "digest"}; None for text-to-video
+    pixels: dict | None = None
+    stopped: str | None = None  # why the run ended before its requested blocks (an input video ran out)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -169,4 +172,6 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         seconds=seconds, wall_seconds=wall_seconds, meta=dict(meta or {}), run_id=run_id,
         blocks_from_earlier_runs=n - len(now),
         fresh_run=len(now) == n and not any(b.carried for b in blocks),
-        prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule])
+        prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule],
+        pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
+        stopped=state.stopped)

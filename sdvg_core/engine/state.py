@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
 from .prompts import PromptConditioning, PromptSchedule, check_conditioning, tensor_digest  # noqa: F401 (re-exported)
 from .tally import Account, Counts
+
+if TYPE_CHECKING:
+    from .given import GivenLatents
+    from .pixel_input import PixelInput
 
 Producer = Literal["drafter", "target"]
 Decision = Literal["accepted", "rejected", "forced"]  # forced: rejected without drafting (block 0 / target-only)
@@ -28,6 +32,8 @@ class GenerationSpec:
     """What to generate: a prompt schedule (or one prompt), pixel size, number of blocks, seed, frames per block.
 
     Block b is generated, committed and scored under `schedule.at(b)`; a single prompt is the schedule of one entry.
+    `pixels`: given pixels the run starts from (a start image, a video to extend or to restyle; docs/pixels.md);
+    None is text-to-video.
     """
 
     schedule: PromptSchedule[PromptConditioning]
@@ -36,6 +42,7 @@ class GenerationSpec:
     num_blocks: int
     seed: int
     frames_per_block: int = 3  # latent frames per block (Self-Forcing / Krea)
+    pixels: "PixelInput | None" = None
 
     def __post_init__(self):
         if isinstance(self.schedule, PromptConditioning):
@@ -52,6 +59,13 @@ class GenerationSpec:
                 raise ValueError(f"{name} {v} is not a positive multiple of {SIZE_MULTIPLE} "
                                  f"(8x VAE downsampling x 2x DiT patch); try {max(SIZE_MULTIPLE, round(v / SIZE_MULTIPLE) * SIZE_MULTIPLE)}")
         check_conditioning(self.schedule, self.num_blocks)
+        if self.pixels is not None:
+            from .pixel_input import PixelInput
+
+            if not isinstance(self.pixels, PixelInput):
+                raise TypeError(f"GenerationSpec.pixels takes a PixelInput (PixelInput.start_image(...), .extend(...), "
+                                f".video_to_video(...)), got {type(self.pixels).__name__}")
+            self.pixels.check_fit((self.height, self.width))
 
     @property
     def prompt(self) -> PromptConditioning:
@@ -75,7 +89,10 @@ class GenerationSpec:
         return self.num_blocks * self.frames_per_block
 
     def identity(self) -> str:
-        return f"{self.prompt.key}|{self.width}x{self.height}|{self.num_blocks}x{self.frames_per_block}|seed{self.seed}"
+        """What the root lineage names: the prompt, size, blocks, seed and the given pixels (mode, strength, digest);
+        text-to-video's identity is unchanged by the pixels field."""
+        base = f"{self.prompt.key}|{self.width}x{self.height}|{self.num_blocks}x{self.frames_per_block}|seed{self.seed}"
+        return base if self.pixels is None else f"{base}|pixels:{self.pixels.identity()}"
 
 
 class Accounted:
@@ -148,6 +165,8 @@ class GenerationState:
     spec: GenerationSpec
     blocks: tuple[BlockRecord, ...] = ()
     pending: PendingBlock | None = None
+    given: "GivenLatents | None" = None  # the given pixels as the run's recipes use them (engine/given.py)
+    stopped: str | None = None  # why the run ended before spec.num_blocks (an input video ran out)
 
     @property
     def lineage(self) -> str:
@@ -159,7 +178,12 @@ class GenerationState:
 
     @property
     def done(self) -> bool:
-        return len(self.blocks) >= self.spec.num_blocks
+        return self.stopped is not None or len(self.blocks) >= self.spec.num_blocks
+
+    @property
+    def given_frames(self) -> int:
+        """Pixel frames of the given input the run used (0 for text-to-video)."""
+        return 0 if self.given is None else self.given.pixel_frames(len(self.blocks))
 
     def lineage_at(self, b: int) -> str:
         """Lineage of the history before block b (the first b committed blocks)."""
@@ -183,7 +207,11 @@ class GenerationState:
         return replace(self, pending=pending)
 
     def commit(self, record: BlockRecord) -> "GenerationState":
-        return GenerationState(self.spec, self.blocks + (record,), None)
+        return replace(self, blocks=self.blocks + (record,), pending=None)
+
+    def stop(self, why: str) -> "GenerationState":
+        """The run ends here (before spec.num_blocks), saying why."""
+        return replace(self, pending=None, stopped=why)
 
 
 def root_lineage(spec: GenerationSpec) -> str:

@@ -112,6 +112,12 @@ def check_image(path: str | Path, run_hw: tuple[int, int]) -> tuple[int, int]:
     return img.height, img.width
 
 
+def image_size(path: str | Path) -> tuple[int, int]:
+    """(height, width) of a start image as displayed (refusing a file that is not an image)."""
+    img = _open_image(Path(path))
+    return img.height, img.width
+
+
 def read_image(path: str | Path, run_hw: tuple[int, int]) -> torch.Tensor:
     """A start image as VAE input [1, 3, H, W] in [-1, 1] at the run's size (alpha dropped: RGB, as Krea reads it)."""
     path = Path(path)
@@ -207,6 +213,11 @@ def check_video(path: str | Path, run_hw: tuple[int, int]) -> VideoInfo:
     return info
 
 
+def count_frames(path: str | Path) -> int:
+    """Frames of a video that decode (headers can be missing or wrong), decoded one at a time and dropped."""
+    return sum(1 for _ in _decoded(Path(path)))
+
+
 def resample_times(frames: Iterable[tuple[float | None, np.ndarray]], fps: float
                    ) -> Iterator[np.ndarray]:
     """Frames at `fps` from timed frames, streaming: output frame n (at first time + n / fps) is the input frame
@@ -261,5 +272,5 @@ def read_video(path: str | Path, run_hw: tuple[int, int], *, fps: float | None =
 
 
 __all__ = ["PixelInputError", "VideoInfo", "FIT_RULE", "MAX_CROPPED_FRACTION", "crop_box", "cropped_fraction",
-           "check_aspect", "fit_frames", "as_vae_frames", "to_vae_range", "check_image", "read_image", "probe_video",
-           "check_video", "read_video", "resample_times"]
+           "check_aspect", "fit_frames", "as_vae_frames", "to_vae_range", "check_image", "image_size", "read_image",
+           "probe_video", "check_video", "count_frames", "read_video", "resample_times"]

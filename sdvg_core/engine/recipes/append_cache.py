@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from ...models.wan import CausalWan, KVCache
-from ..schedule import StepPlan, self_forcing_plan, timestep_tensor
+from ..given import GivenEncoding
+from ..schedule import StepPlan, self_forcing_plan, self_forcing_strength_plan, timestep_tensor
 from ..state import GenerationSpec, GenerationState
 from ..tally import Tally
 from .base import ContextHost
@@ -28,6 +31,16 @@ class CacheRule:
     sink: int = 0
     rope: str = "baked"
     keep_sink: bool = False
+
+
+def prefix_groups(given_frames: int, frames_per_block: int) -> list[tuple[int, int]]:
+    """How Self-Forcing's pipeline feeds given latents into the cache (causal_inference.py 136-169): a 1-frame start
+    image alone (`independent_first_frame`), else one group per block (given latents come in whole blocks)."""
+    if given_frames == 1:
+        return [(0, 1)]
+    if given_frames % frames_per_block:
+        raise ValueError(f"Self-Forcing takes given latents in whole blocks of {frames_per_block}, got {given_frames}")
+    return [(s, s + frames_per_block) for s in range(0, given_frames, frames_per_block)]
 
 
 def prompt_switches_at(spec: GenerationSpec, b: int) -> bool:
@@ -51,14 +64,25 @@ class AppendCacheRecipe:
         """denoising_step_list [1000, 750, 500, 250], warped with shift 5, then the clean commit."""
         return self_forcing_plan()
 
+    def strength_plan(self, strength: float) -> StepPlan:
+        """Video-to-video: the trained steps from the first at most 1000 s, then the commit (docs/pixels.md §3)."""
+        return self_forcing_strength_plan(strength, self.plan.schedule)
+
+    @property
+    def given_encoding(self) -> GivenEncoding:
+        """Self-Forcing's `initial_latent`: a start image alone (1 latent), an extension's last whole blocks; the
+        output decodes them before the generated blocks (the reference decodes its whole `output`)."""
+        return GivenEncoding("initial_latent", decodes_given=True)
+
     def window_frames(self, frames_per_block: int, num_latent_frames: int) -> int:
         window = self.rule().window
         return window if window is not None else num_latent_frames
 
-    def cache_layout(self, spec: GenerationSpec) -> tuple[int, int, str]:
-        """(window frames, sink frames, RoPE mode) of the model's KV buffer."""
+    def cache_layout(self, spec: GenerationSpec, given_frames: int = 0) -> tuple[int, int, str]:
+        """(window frames, sink frames, RoPE mode) of the model's KV buffer (a whole-video cache holds the given
+        latent frames too)."""
         rule = self.rule()
-        return self.window_frames(spec.frames_per_block, spec.num_latent_frames), rule.sink, rule.rope
+        return self.window_frames(spec.frames_per_block, spec.num_latent_frames + given_frames), rule.sink, rule.rope
 
     def query_frames(self, frames_per_block: int) -> int:
         """A block; with a window, a recache at a prompt switch runs up to the whole window in one call (a whole-video
@@ -81,32 +105,49 @@ class AppendCacheRecipe:
         block's absolute frame offset (a slot-RoPE cache positions queries and keys by slot itself)."""
         spec = state.spec
         F = spec.frames_per_block
+        given = host.given_latents(state, self)  # start image / extension latents, or None
+        g = 0 if given is None else given.shape[1]
+
+        def prefix(kv: KVCache, part: Tally) -> KVCache:
+            """The given latents into the empty cache: one clean t = 0 call per group at their own positions
+            (causal_inference.py: a 1-frame start image alone, an extension a block at a time)."""
+            for s, e in prefix_groups(g, F):
+                kv = host.context_forward(role, runner, given[:, s:e], timestep_tensor(0.0, 1, e - s), state, s, kv, part,
+                                          text_block=0)
+            if host.tracing:
+                host.trace_kv(f"{role}/given/kv", kv, slot_frame=True)
+            return kv
 
         def commit(k: int, kv: KVCache, part: Tally) -> KVCache:
             kv = host.context_forward(role, runner, state.latent_frames(k * F, (k + 1) * F), timestep_tensor(0.0, 1, F),
-                                      state, k * F, kv, part, text_block=k)
+                                      state, g + k * F, kv, part, text_block=k)
             if host.tracing:
                 host.trace_kv(f"{role}/block{k}/commit/kv", kv, slot_frame=True)
             if prompt_switches_at(spec, k + 1):
-                kv = self.recache(host, role, runner, state, k + 1, kv, part)
+                kv = self.recache(host, role, runner, state, k + 1, kv, part, given)
             return kv
 
-        return host.extend_kv(role, runner, self, state, b, tally, self.cache_layout(spec), commit), b * F
+        return host.extend_kv(role, runner, self, state, b, tally, self.cache_layout(spec, g), commit,
+                              prefix=prefix if g else None), g + b * F
 
     def recache(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int, kv: KVCache,
-                tally: Tally) -> KVCache:
+                tally: Tally, given: torch.Tensor | None = None) -> KVCache:
         """LongLive's KV recache before block b, the first of a new prompt (InteractiveCausalInferencePipeline.
         _recache_after_switch): one clean t = 0 forward under block b's prompt over the newest min(window, generated)
         generated latent frames, at their own positions, rewriting the cache in place without advancing it. With a
         kept sink (LongLive global_sink, and only when the recached frames do not start at frame 0) the sink slots
         keep the old prompt's keys and the frames that map onto them only query; otherwise the first recached frames
         become the sink. A cache without window (Self-Forcing) recaches every generated frame."""
-        end = b * state.spec.frames_per_block
+        g = 0 if given is None else given.shape[1]  # given latents come first in the video (and the cache)
+        end = g + b * state.spec.frames_per_block
         n = kv.frames  # the cache holds min(window, end) frames: LongLive recaches min(local_attn_size, end)
         first = end - n
         plan = kv.rewrite(n, first, keep_sink=self.rule().keep_sink and first > 0)
-        kv = host.context_forward(role, runner, state.latent_frames(first, end), timestep_tensor(0.0, 1, n), state,
-                                  first, plan, tally, text_block=b)
+        latents = state.latent_frames(max(first - g, 0), end - g)
+        if first < g:
+            latents = torch.cat([given[:, first:].to(latents), latents], dim=1)
+        kv = host.context_forward(role, runner, latents, timestep_tensor(0.0, 1, n), state, first, plan, tally,
+                                  text_block=b)
         if host.tracing:
             host.trace_kv(f"{role}/block{b}/recache/kv", kv, slot_frame=True)
         return kv

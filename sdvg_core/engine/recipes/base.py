@@ -42,9 +42,11 @@ class ContextHost(Protocol):
         """A fresh cache on the runner's device holding `window_frames` latent frames, the first `sink` a sink."""
 
     def extend_kv(self, role: str, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int, tally: Tally,
-                  layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache]) -> KVCache:
+                  layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache],
+                  prefix: Callable[[KVCache, Tally], KVCache] | None = None) -> KVCache:
         """An append cache's view for block b: the newest memoised view of this history extended by
-        `commit(k, view, part)` for each block k it lacks (from an empty cache of `layout` when there is none)."""
+        `commit(k, view, part)` for each block k it lacks (from an empty cache of `layout`, passed through
+        `prefix(view, part)` when given, when there is none)."""
 
     def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
                         state: GenerationState, frame_offset: int, kv: KVCache | KVWrite, tally: Tally,
@@ -56,7 +58,12 @@ class ContextHost(Protocol):
     def text(self, runner: CausalWan, state: GenerationState, tally: Tally, b: int | None = None) -> TextKV:
         """Cross-attention K/V of block b's prompt (default: the block being generated), held for the run."""
 
-    def pixels_before(self, b: int, spec: GenerationSpec) -> int: ...
+    def pixels_before(self, b: int, state: GenerationState) -> int:
+        """Decoded pixel frames of the generated blocks before block b (given frames the output decodes first are
+        not counted)."""
+
+    def given_latents(self, state: GenerationState, recipe: "Recipe") -> torch.Tensor | None:
+        """The start image's / extension's latents [1, g, C, h, w] as `recipe` encodes them, or None."""
 
     def pixel_frame(self, state: GenerationState, g: int, tally: Tally) -> torch.Tensor:
         """Committed decoded pixel frame number g, [1, 3, H, W] in [-1, 1]."""
@@ -84,6 +91,14 @@ class Recipe(Protocol):
     @property
     def plan(self) -> StepPlan:
         """The timesteps a block is denoised at with this recipe."""
+
+    def strength_plan(self, strength: float) -> StepPlan:
+        """The timesteps a video-to-video block is denoised at, from its input noised at `strength` (ValueError
+        for a strength the recipe cannot start from)."""
+
+    @property
+    def given_encoding(self) -> Any:
+        """How this recipe encodes a start image or an extension (engine/given.py GivenEncoding)."""
 
     def validate(self, spec: GenerationSpec) -> None:
         """Raise ValueError, before any work, when the spec cannot run with this recipe."""

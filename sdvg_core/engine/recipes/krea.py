@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from ...models.wan import CausalWan, KVCache
+from ..given import GivenEncoding
 from ..keys import AnchorKey
 from ..memo import Hold
-from ..schedule import StepPlan, krea_plan
+from ..schedule import StepPlan, krea_plan, krea_strength_plan
 from ..state import GenerationSpec, GenerationState
 from ..tally import Tally
 from .base import ContextHost
@@ -40,6 +41,16 @@ class KreaRecipe:
     @property
     def plan(self) -> StepPlan:
         return krea_plan(self.num_steps)
+
+    def strength_plan(self, strength: float) -> StepPlan:
+        """Video-to-video: linspace(1000 s, 0, steps) truncated and warped, all calls (v2v.py; docs/pixels.md §3)."""
+        return krea_strength_plan(strength, self.num_steps)
+
+    @property
+    def given_encoding(self) -> GivenEncoding:
+        """A start image repeated into `context_frames` latents, an extension encoded whole (setup_start_frame /
+        resume_latents); the output begins with the given pixels as read (the decoder starts at block 0)."""
+        return GivenEncoding("krea", self.context_frames, decodes_given=False)
 
     def window_frames(self, frames_per_block: int, num_latent_frames: int) -> int:
         """Latent frames the KV buffer must hold: context + the new block (6 = 9360 tokens at 832x480)."""
@@ -67,11 +78,12 @@ class KreaRecipe:
         """The KV cache `runner` needs to generate block b, and the block's RoPE frame offset (window-relative)."""
         spec = state.spec
         window = self.window_frames(spec.frames_per_block, spec.num_latent_frames)
-        if b == 0:
+        given = host.given_latents(state, self)  # start image / extension latents, or None
+        if b == 0 and given is None:
             return host.empty_kv(runner, spec, window), 0
 
         def rebuild(part: Tally) -> KVCache:  # for re-runs only: a block uses its context at once
-            ctx = self._context_latents(host, state, b, part, runner.device)  # [1, ctx, C, h, w]
+            ctx = self._context_latents(host, state, b, part, runner.device, given)  # [1, ctx, C, h, w]
             host.trace(f"{role}/block{b}/context", ctx)
             kv = host.context_forward(role, runner, ctx, torch.zeros(1, ctx.shape[1]), state, 0,
                                       host.empty_kv(runner, spec, window), part)
@@ -82,13 +94,23 @@ class KreaRecipe:
         return host.memoised(host.kv_key(runner, self, state, b), f"{role}_kv", tally, rebuild), self.context_frames
 
     def _context_latents(self, host: ContextHost, state: GenerationState, b: int, tally: Tally,
-                         device: torch.device) -> torch.Tensor:
-        """Context latents [1, ctx, C, h, w] on `device`: frame 0 (latent 0 or the anchor) + the newest ctx-1 frames."""
+                         device: torch.device, given: torch.Tensor | None = None) -> torch.Tensor:
+        """Context latents [1, ctx, C, h, w] on `device`: frame 0 (latent 0 or the anchor) + the newest ctx-1 frames.
+        With given latents (start image / extension) the video's latents are the given ones then the committed
+        ones: block 0 rebuilds from the given frames, frame 0 is the first given latent until the anchor takes over
+        (release_server get_clean_context_frames), the anchor comes from the generated frames' decode."""
         n = self.context_frames
+        g = 0 if given is None else given.shape[1]
         end = b * state.spec.frames_per_block  # latent frames committed before block b
-        newest = state.latent_frames(max(end - (n - 1), 0), end)  # only the frames it needs: flat cost per block
+
+        def frames(start: int, stop: int) -> torch.Tensor:  # video latent frames [start, stop): given, then committed
+            parts = ([given[:, start:min(stop, g)]] if start < g else []) + \
+                    ([state.latent_frames(max(start - g, 0), stop - g)] if stop > g else [])
+            return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+        newest = frames(max(g + end - (n - 1), min(1, g)), g + end)  # only the frames it needs: flat cost per block
         if end <= n or not self.anchor:
-            first = state.latent_frames(0, 1) if end <= n else state.latent_frames(end - n, end - n + 1)
+            first = frames(0, 1) if end <= n else frames(g + end - n, g + end - n + 1)
         else:
             first = self._anchor(host, state, b, tally)
         return torch.cat([first.to(device), newest.to(device)], dim=1)
@@ -97,7 +119,7 @@ class KreaRecipe:
         """The oldest kept decoded pixel frame, re-encoded -> [1, 1, C, h, w] (memoised by history)."""
         def encode(part: Tally) -> torch.Tensor:
             spec = state.spec
-            g = host.pixels_before(b, spec) - self.pixel_history(host.temporal_compression)  # oldest kept frame
+            g = host.pixels_before(b, state) - self.pixel_history(host.temporal_compression)  # oldest kept frame
             frame = host.pixel_frame(state, g, part)  # [1, 3, H, W]
             host.trace(f"block{b}/anchor/pixel_frame", frame)
             anchor = host.encode_frame(frame, spec, part)
