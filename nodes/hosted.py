@@ -203,6 +203,10 @@ class HostedVAE:
         self.ensure_loaded()
         return self.inner.encode_anchor_frame(*args, **kwargs)
 
+    def encode_stream(self, *args, **kwargs):  # given pixels: a start image, a video to extend or restyle
+        self.ensure_loaded()
+        return self.inner.encode_stream(*args, **kwargs)
+
     def __getattr__(self, name: str) -> Any:  # config, device, decoder_slots, ... of our WanVAE
         if "inner" not in self.__dict__:
             raise AttributeError(name)

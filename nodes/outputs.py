@@ -12,7 +12,7 @@ from comfy_api.latest import io
 from ..sdvg_core.engine.engine import Engine, ProgressEvent
 from ..sdvg_core.engine.plot import render_report_plot
 from ..sdvg_core.engine.report import RunReport, build_report
-from .run import Run, current_run_id, steps_per_block
+from .run import Run, current_run_id, describe_pixels, steps_per_block
 from .video_file import PREVIEW_FRAMES, WAN_FPS, StreamingVideo, metadata_of
 
 PREVIEW_SIZE = 512  # longest side of a progress preview (ComfyUI's default max preview resolution)
@@ -89,14 +89,11 @@ def result_outputs() -> list:
                                      "video/SDVG_00001_.mp4), for SDVG Show Video; else empty")]
 
 
-def committed_frame_count(run: Run) -> int:
-    return run.session.vae.config.pixel_frames(len(run.state.blocks) * run.state.spec.frames_per_block)
-
-
 def open_video(run: Run, filename_prefix: str, hidden) -> StreamingVideo:
-    """The file a saving node writes this run's video to (every block of the spec, as they are committed)."""
+    """The file a saving node writes this run's video to (the given frames, then every block of the spec as it is
+    committed)."""
     spec = run.state.spec
-    total = run.session.vae.config.pixel_frames(spec.num_latent_frames)
+    total = run.state.given_frames + run.session.vae.config.pixel_frames(spec.num_latent_frames)
     return StreamingVideo(filename_prefix, spec.width, spec.height, total, metadata=metadata_of(hidden))
 
 
@@ -111,19 +108,25 @@ def _report(run: Run, wall: float | None, run_id: str, frames: int) -> RunReport
 def finish_outputs(run: Run, wall: float | None, engine: Engine, frames: torch.Tensor | None = None,
                    video: StreamingVideo | None = None) -> tuple:
     """(frames, report table, plot, report JSON, saved video) of a run; `engine` the one that ran it; `frames` the
-    whole video when it was gathered, or `video` the file it was written to (then `frames` is the file's preview)."""
-    n = committed_frame_count(run)
-    report = _report(run, wall, engine.callbacks.run_id or current_run_id(), n)
+    output video when it was gathered, or `video` the file it was written to (then `frames` is the file's preview)."""
+    if video is not None:
+        count, frames = video.frames_written, video.preview()
+    else:
+        frames = engine.frames(run.state) if frames is None else frames
+        count = frames.shape[0]
+    report = _report(run, wall, engine.callbacks.run_id or current_run_id(), count)
     plot = to_image_batch(render_report_plot(report, run.tau))  # tau = +inf: the plot says why every block is forced
     spec = run.state.spec
-    head = f"{n} frames at {spec.width}x{spec.height} ({WAN_FPS} fps), seed {spec.seed}"
+    head = f"{count} frames at {spec.width}x{spec.height} ({WAN_FPS} fps), seed {spec.seed}"
+    if report.pixels is not None:  # the given pixels: what the run did with them
+        p = report.pixels
+        head += f"\n{describe_pixels(p['mode'], p['strength'])}, {p['given_frames']} input frame(s) used"
+    if report.stopped:
+        head += f"\nstopped: {report.stopped}"
     if video is not None:
-        frames = video.preview()
         sub = f"{video.subfolder}/" if video.subfolder else ""
         head += (f"\nvideo: output/{sub}{video.file} ({video.frames_written} frames, written block by block); "
                  f"'frames' holds {frames.shape[0]} of them (one in {video.stride})")
-    elif frames is None:
-        frames = engine.frames(run.state)
     table = head + "\n" + report.table()
     if not run.state.done:
         table = f"(partial: {len(run.state.blocks)} of {run.state.spec.num_blocks} blocks committed)\n" + table

@@ -19,6 +19,7 @@ from comfy_api.latest import io
 from ..sdvg_core.engine.engine import DECODE_RULES, Engine, EngineConfig, ProgressEvent
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.engine.memory import MemoryEstimate, check_fits, estimate_for_spec
+from ..sdvg_core.engine.pixel_input import DEFAULT_STRENGTH, PIXEL_MODES, PixelInput
 from ..sdvg_core.engine.policy import ThresholdPolicy
 from ..sdvg_core.engine.prompts import PromptSchedule
 from ..sdvg_core.engine.recipes import RECIPE_NAMES, Recipe, recipe_by_name
@@ -33,6 +34,9 @@ LOG = logging.getLogger("SDVG")
 
 AUTO = "auto"  # a model's recipe: the one its drafter kind was trained for, else `recipe`
 ROLE_RECIPES = [AUTO, *RECIPE_NAMES]
+# What a connected input_video is for: the pixel modes that take a video, video_to_video first (the widget's default)
+VIDEO_MODES = [m for m in reversed(PIXEL_MODES) if m != "start_image"]
+STRENGTH_STEP = 0.05  # the strength widget's step (PIXELS_API)
 
 
 # ------------------------------------------------------------------------------------------------ execution ids
@@ -241,18 +245,59 @@ def prompt_schedule(what: str, positive, prompt: str, schedule: PromptSchedule |
     return PromptSchedule.one(PromptConditioning.make(prompt.strip() or carried, fit_text_len(emb, text_len)))
 
 
+def pixel_inputs() -> list:
+    """The optional given pixels of a generation (SDVG Start and SDVG Generate; docs/pixels.md)."""
+    return [
+        io.Image.Input("start_image", optional=True,
+                       tooltip="Image-to-video: the video begins with this picture (Load Image; the first image of a "
+                               "batch). It is centre-cropped to the width/height's aspect and resized; the first block "
+                               "still comes from the target. Leave 'input_video' unconnected."),
+        io.Image.Input("input_video", optional=True,
+                       tooltip="A video as IMAGE frames (core Load Video + Get Video Components, or VHS Load Video), "
+                               "cropped and resized like start_image: restyled block by block (video_mode "
+                               "video_to_video) or continued (extend). The run ends where the input ends."),
+        io.Combo.Input("video_mode", options=VIDEO_MODES, default=VIDEO_MODES[0], optional=True,
+                       tooltip="What 'input_video' is for. video_to_video: each input block is noised at 'strength' "
+                               "and denoised by the drafter (the target redoes rejected blocks from the same noised "
+                               "input). extend: the output begins with the video and continues it."),
+        io.Float.Input("strength", default=DEFAULT_STRENGTH, min=0.0, max=1.0, step=STRENGTH_STEP, optional=True,
+                       tooltip="video_to_video only: how far each input block is noised (1 = from pure noise, the "
+                               "input is ignored; lower keeps more of the input)."),
+    ]
+
+
+def pixel_input(what: str, start_image: torch.Tensor | None, input_video: torch.Tensor | None,
+                video_mode: str = VIDEO_MODES[0], strength: float = DEFAULT_STRENGTH) -> PixelInput | None:
+    """The given pixels of the inputs (None: text-to-video); sdvg_core checks the frames and the strength."""
+    if start_image is not None and input_video is not None:
+        raise SDVGError(f"{what}: both 'start_image' and 'input_video' are connected; a run starts from one of them: "
+                        f"disconnect the other")
+    with engine_errors(what):
+        if start_image is not None:
+            return PixelInput.start_image(start_image)
+        if input_video is None:
+            return None
+        if video_mode == "extend":
+            return PixelInput.extend(input_video)
+        if video_mode != "video_to_video":
+            raise SDVGError(f"{what}: video_mode must be one of {VIDEO_MODES}, got {video_mode!r}")
+        return PixelInput.video_to_video(input_video, strength)
+
+
 def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: int, height: int,
               num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
               drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
-              schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO) -> Run:
-    """The first (empty) state from the inputs: the prompt schedule becomes part of the spec, each model's recipe part
-    of the engine config, and ComfyUI's reservation is sized for both; the engine refuses what it cannot run."""
+              schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO,
+              pixels: PixelInput | None = None) -> Run:
+    """The first state from the inputs: the prompt schedule and the given pixels become part of the spec, each
+    model's recipe part of the engine config, and ComfyUI's reservation is sized for both; the engine refuses what it
+    cannot run (and encodes a start image or a video to extend)."""
     config = engine_config(what, recipe, drafter_recipe, target_recipe, decode_rule, drafter)
     shared_memo.set_cache_budget(cache_gb)
     with engine_errors(what):
         entries = prompt_schedule(what, positive, prompt, schedule, target.runner.cfg.text_len)
         session = Session(target, drafter, host_vae(vae), image_reward, config)
-        spec = GenerationSpec(entries, width, height, num_blocks, seed)
+        spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
         session.reserve(spec)  # size this run's reservation for its window; refuse sizes that cannot fit
         state = session.engine().start(spec)
     return Run(session, state)
@@ -289,4 +334,11 @@ def describe_start(run: Run) -> str:
             f"target {config.recipe_for('target').name}")
     if spec.schedule.switches:
         text += "\nprompts: " + "; ".join(f"block {b}: {p.text[:50]!r}" for b, p in spec.schedule)
+    if spec.pixels is not None:
+        text += f"\n{describe_pixels(spec.pixels.mode, spec.pixels.strength)} (from {spec.pixels.source.name})"
     return text
+
+
+def describe_pixels(mode: str, strength: float) -> str:
+    """The given pixels' mode and strength (a strength only where it acts), as SDVG Start and the report show them."""
+    return f"pixels: {mode}" + (f" at strength {strength:g}" if mode == "video_to_video" else "")
