@@ -15,6 +15,7 @@ tests/test_comfy_host.py loads each file in the real frontend (chromium) to chec
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -388,30 +389,30 @@ def pixels_workflow(sp: dict, wid: str, title: str, text: str, given: list[tuple
     return g.to_json()
 
 
-def image_to_video_workflow(sp: dict) -> dict:
-    return pixels_workflow(
-        sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000006", "Image to video (SDVG)",
+# the pixels-in workflows: (workflow id, title, what it does, the core nodes giving the pixels, Generate's widgets)
+PIXEL_WORKFLOWS = {
+    "sdvg_image_to_video.json": (
+        "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000006", "Image to video (SDVG)",
         "**Load Image** gives the first frame: the video begins with it and continues under the prompt. Block 0 "
         "still comes from the 14B target (it fixes the scene); the drafter proposes the rest and the target redoes "
         "a block when its lowest ImageReward frame score is < **tau**.",
-        [("LoadImage", (380, 390), {"image": START_IMAGE}, (360, 330))], {})
-
-
-def video_to_video_workflow(sp: dict) -> dict:
-    return pixels_workflow(
-        sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000007", "Video to video (SDVG)",
+        [("LoadImage", (380, 390), {"image": START_IMAGE}, (360, 330))], {}),
+    "sdvg_video_to_video.json": (
+        "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000007", "Video to video (SDVG)",
         "**Load Video** -> **Get Video Components** gives the frames: each input block is noised at **strength** "
         "and denoised by the drafter under the prompt, scored, and redone by the target from the same noised input "
         "when rejected (`video_mode` extend continues the video instead). The run ends where the input ends.",
         [("LoadVideo", (380, 390), {"file": INPUT_VIDEO}, (360, 240)),
          ("GetVideoComponents", (380, 650), {}, (360, 70))],
-        {"video_mode": "video_to_video", "strength": 0.7})
+        {"video_mode": "video_to_video", "strength": 0.7}),
+}
 
 
 WORKFLOWS = {"sdvg_loop_step_by_step.json": loop_workflow, "sdvg_generate.json": generate_workflow,
              "sdvg_vs_target_only.json": baseline_workflow, "sdvg_long_video.json": long_video_workflow,
              "sdvg_long_video_prompt_changes.json": prompt_changes_workflow,
-             "sdvg_image_to_video.json": image_to_video_workflow, "sdvg_video_to_video.json": video_to_video_workflow}
+             **{name: functools.partial(pixels_workflow, wid=a[0], title=a[1], text=a[2], given=a[3], widgets=a[4])
+                for name, a in PIXEL_WORKFLOWS.items()}}
 
 
 def main() -> int:

@@ -77,6 +77,17 @@ def peft_lora(net, lora_mod, rank: int, seed: int, scale: float = 0.05) -> dict:
     return out
 
 
+def loaded_models(pack) -> dict:
+    """The loaded tiny models by SDVG Start's input names: target, Self-Forcing drafter, ImageReward, VAE, the test
+    prompt's conditioning."""
+    n = pack.nodes
+    return {"target": n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema", "auto").args[0],
+            "drafter": n.SDVGLoadDrafter.execute("self_forcing_dmd.pt").args[0],
+            "image_reward": n.SDVGLoadImageReward.execute("ImageReward.pt", "auto", 16).args[0],
+            "vae": pack.core_nodes.VAELoader.execute("wan_2.1_vae.safetensors").args[0],
+            "positive": n.SDVGLoadPromptEmbeddings.execute(EMB_FILE).args[0]}
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy")

@@ -55,13 +55,7 @@ def env(tmp_path_factory):
         tn.write_tiny_models(base, pack.sdvg_core)
         write_inputs(base / "input")
         classes = {c.GET_SCHEMA().node_id: c for c in list(pack.nodes.NODES) + list(pack.core_nodes.CORE_NODES)}
-        n = pack.nodes
-        models = {"target": n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema",
-                                                     "auto").args[0],
-                  "drafter": n.SDVGLoadDrafter.execute("self_forcing_dmd.pt").args[0],
-                  "image_reward": n.SDVGLoadImageReward.execute("ImageReward.pt", "auto", 16).args[0],
-                  "vae": pack.core_nodes.VAELoader.execute("wan_2.1_vae.safetensors").args[0],
-                  "positive": n.SDVGLoadPromptEmbeddings.execute(tn.EMB_FILE).args[0]}
+        models = tn.loaded_models(pack)
         yield pack, classes, models, base
 
 
