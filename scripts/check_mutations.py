@@ -56,6 +56,13 @@ POLICY, ENGINE, STATE, KEYS, PIXELS = ("sdvg_core/engine/policy.py", "sdvg_core/
 WORK, NOISE, PROMPTS = "sdvg_core/engine/work.py", "sdvg_core/engine/noise.py", "sdvg_core/engine/prompts.py"
 MEMO, TALLY, KV = "sdvg_core/engine/memo.py", "sdvg_core/engine/tally.py", "sdvg_core/models/kv_cache.py"
 APPEND, REGISTRY_FILE = "sdvg_core/engine/recipes/append_cache.py", "sdvg_core/engine/recipes/__init__.py"
+PIXEL_INPUT, GIVEN, KREA = ("sdvg_core/engine/pixel_input.py", "sdvg_core/engine/given.py",
+                            "sdvg_core/engine/recipes/krea.py")
+REPORT, DEMO_RUN, PIXEL_ARGS, EVAL = ("sdvg_core/engine/report.py", "sdvg_core/demo/run.py",
+                                      "sdvg_core/io/pixel_args.py", "sdvg_eval/eval.py")
+# the pixels-in tests (G mutations name the one test meant to catch each: the whole file takes minutes per mutation)
+P_TESTS = ("tests/test_pixels_engine.py",)
+PIXEL_KEYS = ("GivenKey", "InputBlockKey", "GivenDecodeKey")  # their fields are checked against P_TESTS
 # what the accounting mutations are checked against: fresh-run costs, reuse and carry-over, re-queues
 ACCOUNT_TESTS = (
     "tests/test_memo.py", "tests/test_engine.py", "tests/test_run_scope.py", "tests/test_memo_keys.py")
@@ -275,6 +282,47 @@ MUTATIONS = [
     Mutation("D5", DRIVER, "webcam: each block encoded with a fresh encoder cache",
              "self.vae.encode_stream(self._clip(*stream_frames), self.encoder_cache)",
              "self.vae.encode_stream(self._clip(*stream_frames), None)", tests=X_TESTS),
+    # pixels in through the engine, CLI and evaluation (issue 26 items 2-5; docs/pixels.md)
+    Mutation("G1", STATE, "the root lineage ignores the given pixels (a new image reuses the old video)",
+             'return base if self.pixels is None else f"{base}|pixels:{self.pixels.identity()}"', "return base",
+             tests=("tests/test_pixels_engine.py::test_changing_the_given_pixels_or_the_strength_reuses_nothing",)),
+    Mutation("G2", PIXEL_INPUT, "the pixels' identity leaves out the strength",
+             'return f"{self.mode}|s{self.strength!r}|{self.digest}"', 'return f"{self.mode}|{self.digest}"',
+             tests=("tests/test_pixels_engine.py::test_digest_names_the_pixels_not_the_object",)),
+    Mutation("G3", ENGINE, "a video-to-video block starts from pure noise instead of its noised input",
+             "x = noise_input(self.inputs.block(state, b, part).to(runner.device), noise.initial, plan)",
+             "x = noise.initial", tests=("tests/test_pixels_engine.py::test_video_to_video_blocks_start_from_the_noised_input_at_the_strength",)),
+    Mutation("G4", ENGINE, "video-to-video runs the text-to-video plan, not the strength's",
+             "return recipe.strength_plan(spec.pixels.strength)", "return recipe.plan", tests=("tests/test_pixels_engine.py::test_video_to_video_blocks_start_from_the_noised_input_at_the_strength",)),
+    Mutation("G5", APPEND, "SF/LongLive blocks after given latents keep RoPE 3b (not shifted by g)",
+             "prefix=prefix if g else None), g + b * F", "prefix=prefix if g else None), b * F", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
+    Mutation("G6", APPEND, "the given latents never enter the SF/LongLive cache (no prefix calls)",
+             "prefix=prefix if g else None)", "prefix=None)", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
+    Mutation("G7", KREA, "Krea block 0 ignores the start image (no rebuild from the given latents)",
+             "if b == 0 and given is None:", "if b == 0:", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
+    Mutation("G8", GIVEN, "each input block encoded with a fresh encoder cache (not one causal stream)",
+             "None if prev is None else prev.cache", "None", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
+    Mutation("G9", GIVEN, "an input that ends inside a block is not noticed (the run does not stop there)",
+             "if frames is None or frames.shape[2] < n:", "if frames is None:", tests=("tests/test_pixels_engine.py::test_video_to_video_reads_the_input_as_the_run_goes_and_stops_where_it_ends",)),
+    Mutation("G10", GIVEN, "an extension taken from the video's first frames, not its last whole blocks",
+             "return total_frames - used, used", "return 0, used", tests=("tests/test_pixels_engine.py::test_self_forcing_extends_from_the_last_whole_blocks_of_the_video",)),
+    Mutation("G11", ENGINE, "the output leaves out the given frames",
+             "return torch.cat([*self.given_frames(state), *(", "return torch.cat([*(", tests=("tests/test_pixels_engine.py::test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames",)),
+    Mutation("G12", ENGINE, "the stop for a short input is not reported (a v2v run carries on)",
+             "if self.inputs.block(state, b, self._tally()) is not None:", "if True:", tests=("tests/test_pixels_engine.py::test_video_to_video_reads_the_input_as_the_run_goes_and_stops_where_it_ends",)),
+    Mutation("G13", REPORT, "the report drops the pixels entry",
+             "pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),",
+             "pixels=None,", tests=("tests/test_pixels_engine.py::test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames",)),
+    Mutation("G14", DEMO_RUN, "the demo's video does not begin with the given frames",
+             "if st.next_block == 1:  # the video begins", "if False:  # the video begins", tests=("tests/test_pixels_cli.py::test_each_pixel_mode_runs_end_to_end_on_the_tiny_default",)),
+    Mutation("G15", PIXEL_ARGS, "a strength up to 1.5 passes preflight",
+             "if not 0.0 <= req.strength <= 1.0:", "if not 0.0 <= req.strength <= 1.5:", tests=("tests/test_pixels_cli.py::test_unusable_pixel_input_is_refused_before_any_model_loads",)),
+    Mutation("G16", PIXEL_ARGS, "two pixel modes at once pass preflight",
+             "if len(given) > 1:", "if len(given) > 2:", tests=("tests/test_pixels_cli.py::test_unusable_pixel_input_is_refused_before_any_model_loads",)),
+    Mutation("G17", PIXEL_ARGS, "an extension shorter than a block passes preflight",
+             "info.frames < EXTEND_MIN_FRAMES", "info.frames < 0", tests=("tests/test_pixels_cli.py::test_unusable_pixel_input_is_refused_before_any_model_loads",)),
+    Mutation("G18", EVAL, "prompt rows' pixels are not checked before the sweep",
+             "return _pixel_row_problems(a, prompts)", "return []", tests=("tests/test_eval_pixels.py",)),
 ]
 
 
@@ -300,7 +348,8 @@ def key_field_mutations(keys_text: str) -> list[Mutation]:
                 future = "from __future__ import annotations\n"
                 return out.replace(future, future + "from dataclasses import field as _field\n", 1)
 
-            out.append(Mutation(f"K:{cls}.{name}", KEYS, f"{cls}.{name} dropped from the key", edit=edit))
+            out.append(Mutation(f"K:{cls}.{name}", KEYS, f"{cls}.{name} dropped from the key", edit=edit,
+                                tests=P_TESTS if cls in PIXEL_KEYS else ()))
     return out
 
 

@@ -37,6 +37,7 @@ from sdvg_core.io.cli_args import (INTERRUPTED, REAL_BLOCKS, REAL_SIZE, TINY_BLO
                                    add_drafter_kind_args, add_recipe_args, blocks_problem, ctrl_c_raises,
                                    drafter_own_recipe, output_folder_problem, recipe_problems)
 from sdvg_core.io.drafters import drafter_problems
+from sdvg_core.io.pixel_args import request_problems
 from sdvg_core.io.prompt_schedule import PromptSource, ScheduleError, read_schedule
 from sdvg_core.io.prompt_width import text_width, umt5_width
 from sdvg_core.io.text import load_embeddings, umt5_folders
@@ -45,7 +46,7 @@ from sdvg_core.models.wan_config import PRESETS
 
 from .config import DEFAULT_SEEDS, PAPER_CONFIGS, parse_configs
 from .metrics import IMAGEREWARD_NOTE, MetricOptions, metric_identity, metric_name, metric_spec_problems
-from .prompts import Encoder, Prompt, cached_embeddings, demo_encoder, read_prompts, umt5_encoder
+from .prompts import Encoder, Prompt, PromptRowError, cached_embeddings, demo_encoder, read_prompts, umt5_encoder
 from .visionreward import MODES as VR_MODES, VIDEO_SOURCES as VR_VIDEO
 from .records import (Appender, RunMismatch, check_results, code_version, columns, open_results, read_rows,
                       results_paths)
@@ -189,9 +190,13 @@ def _prompt_problems(a: argparse.Namespace) -> list[str]:
     if a.prompts:
         if not Path(a.prompts).is_file():
             return [f"--prompts {a.prompts}: file not found"]
-        if not read_prompts(a.prompts):
+        try:
+            prompts = read_prompts(a.prompts)
+        except PromptRowError as e:
+            return [f"--prompts {a.prompts}: {e}"]
+        if not prompts:
             return [f"--prompts {a.prompts}: no prompts in it (empty, or blank lines only; one prompt per line)"]
-        return []
+        return _pixel_row_problems(a, prompts)
     problems = ["--limit applies to --prompts (a prompt schedule is one prompt)"] if a.limit is not None else []
     try:
         entries = read_schedule(a.prompt_schedule)
@@ -216,6 +221,19 @@ def _prompt_problems(a: argparse.Namespace) -> list[str]:
                         f"take {text_dim}")
     elif len(set(widths.values())) > 1:
         problems.append(f"--prompt-schedule: entries' embeddings differ in width ({widths}, by first block)")
+    return problems
+
+
+def _pixel_row_problems(a: argparse.Namespace, prompts: list[Prompt]) -> list[str]:
+    """The given pixels prompt rows name, checked as the demo checks its flags (io/pixel_args.py) at the sweep's size
+    and with its recipes: every problem, each naming its line."""
+    width, height = TINY_SIZE if a.tiny else REAL_SIZE
+    run_hw = (a.height or height, a.width or width)
+    recipes = role_recipes(a)
+    problems = []
+    for p in prompts:
+        if p.pixels is not None:
+            problems += request_problems(p.pixels, f"--prompts {a.prompts} line {p.id + 1}", run_hw, recipes)
     return problems
 
 
@@ -284,7 +302,7 @@ def sweep_units(a: argparse.Namespace, encoder: Encoder, cache_dir: Path) -> tup
     if not a.prompt_schedule:
         prompts = read_prompts(a.prompts, a.limit)
         files, encoded = cached_embeddings(cache_dir, encoder, prompts)
-        return [Unit(p.id, s, PromptSchedule.one(PromptSource(p.text, files[p.id]))) for p in prompts
+        return [Unit(p.id, s, PromptSchedule.one(PromptSource(p.text, files[p.id])), p.pixels) for p in prompts
                 for s in a.seeds], encoded
     entries = read_schedule(a.prompt_schedule)
     to_encode = [Prompt(i, src.text) for i, (_, src) in enumerate(entries) if src.embeddings is None]

@@ -12,21 +12,73 @@ from typing import Callable
 
 import torch
 
+from sdvg_core.io.pixel_args import DEFAULT_STRENGTH, PixelRequest
 from sdvg_core.io.text import demo_embeddings, load_embeddings, save_embeddings
+
+# A prompt line may name given pixels after the prompt (docs/pixels.md, "Evaluation rows"):
+#   a corgi runs through a meadow || start_image=photos/corgi.png
+#   waves at dusk || input_video=clips/sea.mp4 strength=0.6
+#   a cat walks on || extend=clips/cat.mp4
+# Paths are relative to the prompt file's folder; strength only with input_video (default 0.7).
+PIXELS_SEPARATOR = " || "
+ROW_MODES = {"start_image": "start_image", "extend": "extend", "input_video": "video_to_video"}
+
+
+class PromptRowError(ValueError):
+    """A prompt line whose pixel part cannot be read; the message names the line and the fix."""
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """A benchmark prompt: id k = line k+1 of the file (the benchmark's numbering)."""
+    """A benchmark prompt: id k = line k+1 of the file (the benchmark's numbering), and the given pixels its line
+    names (None: text-to-video)."""
 
     id: int
     text: str
+    pixels: PixelRequest | None = None
+
+
+def parse_pixels(spec: str, base: Path, line_no: int) -> PixelRequest:
+    """`start_image=PATH`, `extend=PATH` or `input_video=PATH [strength=S]` -> a PixelRequest (paths from `base`)."""
+    where = f"line {line_no}"
+    fields: dict[str, str] = {}
+    for item in spec.split():
+        key, eq, value = item.partition("=")
+        if not eq or not value or key not in (*ROW_MODES, "strength") or key in fields:
+            raise PromptRowError(f"{where}: {item!r} is not one of start_image=PATH, extend=PATH, input_video=PATH, "
+                                 f"strength=S (each once; write the pixels after '{PIXELS_SEPARATOR.strip()}')")
+        fields[key] = value
+    modes = [k for k in ROW_MODES if k in fields]
+    if len(modes) != 1:
+        raise PromptRowError(f"{where}: name exactly one of start_image=, extend=, input_video= (got "
+                             f"{', '.join(modes) or 'none'})")
+    mode = ROW_MODES[modes[0]]
+    if "strength" in fields and mode != "video_to_video":
+        raise PromptRowError(f"{where}: strength= applies to input_video= only")
+    strength = 1.0
+    if mode == "video_to_video":
+        try:
+            strength = float(fields.get("strength", DEFAULT_STRENGTH))
+        except ValueError:
+            raise PromptRowError(f"{where}: strength={fields['strength']!r} is not a number in [0, 1]") from None
+    path = Path(fields[modes[0]]).expanduser()
+    return PixelRequest(mode, path if path.is_absolute() else base / path, strength)
 
 
 def read_prompts(path: str | Path, limit: int | None = None) -> list[Prompt]:
-    """Prompts of a one-per-line file; blank lines keep their number but are skipped."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    prompts = [Prompt(k, line.strip()) for k, line in enumerate(lines) if line.strip()]
+    """Prompts of a one-per-line file; blank lines keep their number but are skipped. A line may end with
+    ` || start_image=PATH` (or extend= / input_video= with strength=): PromptRowError when that part is bad."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    prompts = []
+    for k, line in enumerate(lines):
+        text, sep, given = line.partition(PIXELS_SEPARATOR)
+        if not text.strip():
+            if sep:
+                raise PromptRowError(f"line {k + 1}: pixels without a prompt before '{PIXELS_SEPARATOR.strip()}'")
+            continue
+        pixels = parse_pixels(given, path.parent, k + 1) if sep else None
+        prompts.append(Prompt(k, text.strip(), pixels))
     return prompts[:limit] if limit is not None else prompts
 
 

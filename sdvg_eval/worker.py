@@ -19,6 +19,7 @@ from sdvg_core.engine.memo import TieredMemo
 from sdvg_core.engine.recipes import recipe_by_name
 from sdvg_core.engine.report import build_report, recipe_label
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning, PromptSchedule
+from sdvg_core.io.pixel_args import PixelRequest
 from sdvg_core.io.prompt_schedule import PromptSource
 from sdvg_core.io.model_files import DTYPES  # also the --dtype choices of eval.py
 
@@ -98,13 +99,17 @@ class Unit:
     prompt_id: int
     seed: int
     schedule: PromptSchedule[PromptSource]
+    pixels: PixelRequest | None = None  # given pixels the prompt's row names (docs/pixels.md, evaluation rows)
 
     @property
     def label(self) -> str:
-        """The prompt as rows show it: its text, or a schedule in its file's `block: prompt` form, ' | ' between."""
+        """The prompt as rows show it: its text, or a schedule in its file's `block: prompt` form, ' | ' between;
+        given pixels as the row names them after ' || '."""
         if len(self.schedule) == 1:
-            return self.schedule.first.text
-        return " | ".join(f"{b}: {src.text}" for b, src in self.schedule)
+            text = self.schedule.first.text
+        else:
+            text = " | ".join(f"{b}: {src.text}" for b, src in self.schedule)
+        return text if self.pixels is None else f"{text} || {self.pixels.describe()}"
 
 
 def load_models(s: ModelSetup):
@@ -230,7 +235,8 @@ class UnitRunner:
         cfg = parse_config(config_name)
         s = self.setup
         schedule = unit.schedule.map(lambda src: PromptConditioning.make(src.text, load_cached(src.embeddings)))
-        spec = GenerationSpec(schedule, s.width, s.height, s.blocks, unit.seed)
+        spec = GenerationSpec(schedule, s.width, s.height, s.blocks, unit.seed,
+                              pixels=unit.pixels.pixel_input() if unit.pixels is not None else None)
         policy = cfg.policy(unit.prompt_id, unit.seed)
         engine = Engine(self.target, self.vae, self.drafter if cfg.needs_drafter else None,
                         self.scorer if cfg.needs_scorer else None, self.engine_config, memo=self._memo_for(unit))
@@ -245,7 +251,7 @@ class UnitRunner:
         else:
             frames = engine.frames(state)
         wall = time.perf_counter() - t0
-        rep = build_report(state, policy.describe(), engine.recipe, engine.plan.num_steps, wall_seconds=wall,
+        rep = build_report(state, policy.describe(), engine.recipe, engine.plan_for(spec).num_steps, wall_seconds=wall,
                            run_id=run_id, drafter_recipe=engine.recipes["drafter"])
         # the paper's record: config, prompt (the prompt's index in the prompt file), vr, time_s, s1..s8, b1..b8
         row: dict = {"config": cfg.name, "prompt": unit.prompt_id, "seed": unit.seed}

@@ -1,64 +1,37 @@
 """Pixels in through the public API (Engine, GenerationSpec(pixels=PixelInput...)): every pixels_tiny run reproduced
-at <= 1e-4 (docs/pixels.md, ../shared/fixtures/PIXELS.md), for the target alone and with the drafter making every
+at <= 1e-4 (docs/pixels.md; the golden pixels fixture), for the target alone and with the drafter making every
 block after block 0 (both roles see the same given context); the output begins with the given frames; memo lineage
 (a tau re-queue reuses the prefix, a new image reuses nothing); video-to-video reads its input as the run goes and
 ends the run where the input ends.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
-
 import pytest
 import torch
-from safetensors.torch import load_file
 
+from pixels_reference import PixelsFixture, load_fixture
 from sdvg_core import (BlockNoise, CausalWan, DraftOnly, Engine, EngineConfig, GenerationSpec, KreaRecipe, PixelInput,
-                       PixelInputError, PromptConditioning, SelfForcingRecipe, TargetOnly, WanDiTConfig, WanVAE,
-                       WanVAEConfig, build_report)
-from sdvg_core.models.wan import WanDiT
+                       PixelInputError, PromptConditioning, SelfForcingRecipe, TargetOnly, build_report)
 
 TOL = 1e-4  # issue 26: each fixture run matches at <= 1e-4 through the public API
 SF_RUNS = ("start_frame", "extend")
 KREA_RUNS = ("v2v_s070", "v2v_s050", "v2v_stream", "krea_start_frame")
 
 
-@dataclass(frozen=True)
-class Fixture:
-    meta: dict
-    T: dict
-    cfg: WanDiTConfig
-    net: WanDiT
-    vae: WanVAE
-
-
 @pytest.fixture(scope="module")
-def fx() -> Fixture:
+def fx() -> PixelsFixture:
     from conftest import require_shared
 
-    root = require_shared("fixtures")  # skips with a message when ../shared/fixtures is absent
-    d = Path(root) / "pixels_tiny"
-    meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
-    sizes = meta["sizes"]
-    cfg = WanDiTConfig.from_mapping(sizes["dit"], name="pixels_tiny-dit")
-    net = WanDiT(cfg).eval()
-    weights = load_file(Path(root) / "causal_wan_tiny" / "weights.safetensors")
-    net.load_state_dict({k.removeprefix("model."): v for k, v in weights.items()}, strict=True)
-    v = sizes["vae"]
-    vcfg = WanVAEConfig(name="pixels_tiny-vae", dim=v["dim"], z_dim=v["z_dim"], dim_mult=tuple(v["dim_mult"]),
-                        num_res_blocks=v["num_res_blocks"], attn_scales=tuple(v["attn_scales"]),
-                        temporal_downsample=tuple(v["temperal_downsample"]))
-    vae = WanVAE.from_state_dict(load_file(Path(root) / "wan_vae_tiny" / "weights.safetensors"), config=vcfg)
-    vae.key = "pixels-tiny-vae"
-    return Fixture(meta, load_file(d / "tensors.safetensors"), cfg, net, vae)
+    fixture = load_fixture(require_shared("fixtures"))  # skips with a message when the fixtures are absent
+    fixture.vae.key = "pixels-tiny-vae"
+    return fixture
 
 
 def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float().reshape(a.shape)).abs().max().item()
 
 
-def _noise(fx: Fixture, name: str):
+def _noise(fx: PixelsFixture, name: str):
     """The fixture's random draws as the engine's per-block noise: each block's initial draw (for video-to-video its
     input-noising eps) and its re-noising draws, padded to the engine's count."""
     T, F = fx.T, 3
@@ -83,7 +56,7 @@ def _noise(fx: Fixture, name: str):
     return noise
 
 
-def _pixels(fx: Fixture, name: str) -> PixelInput:
+def _pixels(fx: PixelsFixture, name: str) -> PixelInput:
     T = fx.T
     video01 = (T["vae_encode/video"][0].permute(1, 2, 3, 0) + 1) / 2  # [13, H, W, 3] in [0, 1]
     clip01 = T["input_clip_u8"].float() / 255  # [57, H, W, 3]
@@ -96,11 +69,11 @@ def _pixels(fx: Fixture, name: str) -> PixelInput:
     return PixelInput.video_to_video(clip01, fx.meta["krea"][name]["strength"])
 
 
-def _run(fx: Fixture, name: str, drafted: bool = False, memo=None):
+def _run(fx: PixelsFixture, name: str, drafted: bool = False, memo=None):
     sf = name in SF_RUNS
     recipe = SelfForcingRecipe() if sf else KreaRecipe()
-    target = CausalWan(fx.net, fx.cfg, key="pixels-tiny-target")
-    drafter = CausalWan(fx.net, fx.cfg, key="pixels-tiny-drafter") if drafted else None
+    target = CausalWan(fx.net, fx.dit_cfg, key="pixels-tiny-target")
+    drafter = CausalWan(fx.net, fx.dit_cfg, key="pixels-tiny-drafter") if drafted else None
     engine = Engine(target, fx.vae, drafter, config=EngineConfig(recipe=recipe, decode_rule="standard" if sf else "krea"),
                     noise_fn=_noise(fx, name), memo=memo)
     blocks = fx.meta["sizes"]["blocks"] if sf else fx.meta["krea"][name]["blocks_generated"]
@@ -110,7 +83,7 @@ def _run(fx: Fixture, name: str, drafted: bool = False, memo=None):
     return engine, state
 
 
-def _expected(fx: Fixture, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _expected(fx: PixelsFixture, name: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(generated latents, given latents) the reference produced."""
     T = fx.T
     if name in SF_RUNS:
@@ -312,6 +285,7 @@ def test_video_to_video_reads_the_input_as_the_run_goes_and_stops_where_it_ends(
     state = e.generate(_tiny_spec(pixels, blocks=4), ThresholdPolicy(tau=-1e9),
                        on_block=lambda eng, st: reads.append(src.frames_read))
     assert len(state.blocks) == 2 and state.stopped is not None and "block 2" in state.stopped
+    assert len(reads) == 2  # on_block runs per committed block only, not for the stop
     assert "block 2" in capsys.readouterr().err
     assert src.opens == [0]  # one reader for the run, never re-opened
     # block 0 held at most its 9 frames plus a piece of look-ahead; block 1 at most 21 + 4
@@ -372,3 +346,19 @@ def test_an_extension_shorter_than_a_block_is_refused_when_the_run_starts(models
     e = _tiny_engine(models, SelfForcingRecipe())
     with pytest.raises(PixelInputError, match="at least 9"):
         e.start(_tiny_spec(PixelInput.extend(_video(8))))
+
+
+def test_self_forcing_extends_from_the_last_whole_blocks_of_the_video(models):
+    """53 frames encode to 14 latents: SF takes the last 4 blocks' worth (12 latents = the last 45 frames), so the
+    continuation follows the video's last frame; Krea encodes the clip whole (53 frames)."""
+    from sdvg_core.engine.video_input import encode_clip
+    from sdvg_core.io.pixels_in import as_vae_frames
+
+    clip = _video(53)
+    e = _tiny_engine(models, SelfForcingRecipe())
+    state = e.start(_tiny_spec(PixelInput.extend(clip)))
+    want = encode_clip(models.vae, as_vae_frames(clip[53 - 45:], (H, W)), (H, W))
+    assert torch.equal(state.given.of(e.recipe.given_encoding), want) and state.given_frames == 45
+    k = _tiny_engine(models, KreaRecipe())
+    state = k.start(_tiny_spec(PixelInput.extend(clip)))
+    assert torch.equal(state.given.of(k.recipe.given_encoding), encode_clip(models.vae, as_vae_frames(clip, (H, W)), (H, W)))

@@ -33,6 +33,7 @@ from ..io.cli_args import (INTERRUPTED, MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY
                            add_drafter_kind_args, add_recipe_args, ctrl_c_raises, drafter_own_recipe)
 from ..io.drafters import DEFAULT_DRAFTER_KIND
 from ..io.model_files import DTYPES, load_model_files
+from ..io.pixel_args import add_pixel_args, pixel_request
 from ..io.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
 from .outputs import DEFAULT_ROOT, REPORT_JSON, REPORT_PNG, VIDEO_FORMATS, VIDEO_STEM, dated_folder
@@ -71,6 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
     p.add_argument("--accept-rate", type=float, default=0.73, help="for --policy random")
     add_recipe_args(p)
+    add_pixel_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",
                    help="standard = equal to a one-shot decode; krea = the VAE cache rule of the published runs")
     p.add_argument("--drafter", help="drafter checkpoint (Self-Forcing self_forcing_dmd.pt, Causal Forcing "
@@ -195,9 +197,13 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationSpec, o
         a.tau = DEFAULT_TAU if real else TINY_DEMO_TAU
     width, height = a.width or size[0], a.height or size[1]
     schedule = _schedule(a, target.cfg.text_dim, real)
-    spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed)
+    request = pixel_request(a)
+    spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed,
+                          pixels=request.pixel_input() if request else None)
     engine = Engine(target, vae, drafter, scorer, _engine_config(a, real),
                     memo=TieredMemo.split(int(a.memo_gb * 2**30)))
+    if spec.pixels is not None:
+        engine.start(spec)  # the given pixels fit the recipes (an extension long enough...): refused before any work
     return engine, spec, _policy(a), (width, height)
 
 
@@ -240,6 +246,8 @@ def _run(a: argparse.Namespace, real: bool, out: Path, engine: Engine, spec: Gen
                   f"committed and written to {outcome.video} ({outcome.frames} frames, playable); their report: "
                   f"{paths[0]} and {paths[1]}", file=sys.stderr)
             return INTERRUPTED
+        if outcome.state.stopped is not None:
+            print(f"note: {outcome.state.stopped}", file=sys.stderr)
         print(f"wrote {outcome.video} ({outcome.frames} frames, {size[0]}x{size[1]}), {paths[0]} and {paths[1]}")
         if not real:
             print("note: the tiny models have random weights, so the video is noise; the table, report.json and "
@@ -251,13 +259,15 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
                   engine: Engine, size: tuple[int, int]):
     """report.json and report.png of the committed blocks; (report, (json path, png path))."""
     prompts = spec.schedule
-    meta = {"prompt": prompts[0][1].text if len(prompts) == 1 else " | ".join(f"{b}: {p.text}" for b, p in prompts),
+    meta = {"prompt": prompts.first.text if len(prompts) == 1 else " | ".join(f"{b}: {p.text}" for b, p in prompts),
             "size": f"{size[0]}x{size[1]}", "seed": str(a.seed),
             "models": "real" if real else "tiny random (embedded default)", "decode_rule": a.decode_rule,
             "frames": str(outcome.frames)}
     if outcome.interrupted_at is not None:
         meta.update(interrupted_at_block=str(outcome.interrupted_at), blocks_requested=str(spec.num_blocks))
-    report = build_report(outcome.state, policy.describe(), engine.recipe, engine.plan.num_steps,
+    if spec.pixels is not None:
+        meta["pixels"] = pixel_request(a).describe()
+    report = build_report(outcome.state, policy.describe(), engine.recipe, engine.plan_for(spec).num_steps,
                           wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"])
     data = json.loads(report.to_json())
     tau = a.tau if a.policy == "sdvg" else None

@@ -10,7 +10,9 @@ from pathlib import Path
 from ..engine.policy import DEFAULT_TAU
 from ..engine.state import SIZE_MULTIPLE
 from ..io.checkpoint import CheckpointError
-from ..io.cli_args import REAL_BLOCKS, TINY_BLOCKS, blocks_problem, output_folder_problem, recipe_problems
+from ..io.cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, drafter_own_recipe,
+                           output_folder_problem, recipe_problems)
+from ..io.pixel_args import pixel_problems
 from ..io.prompt_width import text_width, umt5_width, width_problems
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
 from ..io.prompt_schedule import ScheduleError, read_schedule
@@ -89,7 +91,20 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
     problems += _schedule_problems(a, real, widths)
     problems += recipe_problems(a, real)
     problems += width_problems({k: w for k, w in widths.items() if w}, model_widths(a, real))
+    problems += pixel_problems(a, run_size(a, real), run_recipes(a, real))
     return problems
+
+
+def run_size(a: argparse.Namespace, real: bool) -> tuple[int, int]:
+    """The run's (height, width): the flags', else the default of the mode."""
+    width, height = REAL_SIZE if real else TINY_SIZE
+    return (a.height if a.height and a.height > 0 else height), (a.width if a.width and a.width > 0 else width)
+
+
+def run_recipes(a: argparse.Namespace, real: bool) -> tuple[str, ...]:
+    """The recipe names the run's roles use (demo/cli.py _engine_config)."""
+    drafter = a.drafter_recipe or (drafter_own_recipe(a.drafter_kind) if real and a.drafter else None)
+    return tuple(r for r in (a.recipe, drafter, a.target_recipe) if r)
 
 
 def _output_problems(a: argparse.Namespace, out: Path) -> list[str]:

@@ -93,6 +93,9 @@ def generate_to_file(engine: Engine, spec: GenerationSpec, policy: Policy, video
 
     def on_block(eng: Engine, st: GenerationState) -> None:
         with guard.critical():
+            if st.next_block == 1:  # the video begins with the given frames (a start image, the extended video)
+                for piece in eng.given_frames(st):
+                    writer.write(piece)
             writer.write(eng.block_frames(st, st.next_block - 1))
             written[:] = [st]
         if trimmer is not None:
@@ -101,7 +104,9 @@ def generate_to_file(engine: Engine, spec: GenerationSpec, policy: Policy, video
             on_written(st)
 
     try:
-        engine.generate(spec, policy, on_block=on_block)
+        final = engine.generate(spec, policy, on_block=on_block)
+        if final.stopped is not None and final.blocks:  # the input ended the run: the state says so (report)
+            written[:] = [final]
     except KeyboardInterrupt:
         interrupted_at = written[0].next_block if written else 0
     finally:

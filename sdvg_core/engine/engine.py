@@ -287,8 +287,9 @@ class Engine:
         state = self.start(spec)
         try:
             while not state.done:
+                committed = len(state.blocks)
                 state = self.route(state, policy)
-                if on_block is not None:
+                if on_block is not None and len(state.blocks) > committed:  # not when the input ended the run
                     on_block(self, state)
         finally:
             self.release_run()

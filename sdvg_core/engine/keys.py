@@ -105,11 +105,12 @@ class ScoreKey:
 
 @dataclass(frozen=True)
 class GivenKey:
-    """A start image's or an extension's latents as one recipe encoding takes them (engine/given.py)."""
+    """A start image's or an extension's latents as one recipe encoding takes them (engine/given.py); `pixels` is
+    PixelInput.identity() (mode, strength, digest)."""
 
     kind: ClassVar[str] = "given"
     vae: str
-    pixels: str  # PixelInput.identity(): mode, strength, digest
+    pixels: str
     size: tuple[int, int]
     encoding: Hashable
     frames_per_block: int
@@ -129,12 +130,13 @@ class InputBlockKey:
 
 @dataclass(frozen=True)
 class GivenDecodeKey:
-    """The VAE decoder cache after the given latents a Self-Forcing / LongLive output decodes before block 0."""
+    """The VAE decoder cache after the given latents a Self-Forcing / LongLive output decodes before block 0; `lineage`
+    is the root lineage (it names the given pixels)."""
 
     kind: ClassVar[str] = "given_decode"
     vae: str
     rule: str
-    lineage: str  # the root lineage (it names the given pixels)
+    lineage: str
 
 
 def key_kind(key: Hashable) -> str:

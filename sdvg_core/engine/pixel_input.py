@@ -16,13 +16,13 @@ from typing import Iterator, Protocol, Union
 
 import torch
 
+from ..io.pixel_args import DEFAULT_STRENGTH
 from ..io.pixels_in import (PIECE_FRAMES, PixelInputError, as_vae_frames, check_aspect, count_frames, image_size,
                             probe_video, read_image, read_video)
 from .prompts import tensor_digest
 from .schedule import check_strength
 
 PIXEL_MODES = ("start_image", "extend", "video_to_video")
-DEFAULT_STRENGTH = 0.7  # the CLI's / nodes' default video-to-video strength (Krea's demo uses 0.7; PIXELS.md P4)
 FILE_HASH_CHUNK = 1 << 20  # bytes read at a time when hashing a file (never the whole file in memory)
 
 ImageLike = Union[str, Path, torch.Tensor]

@@ -76,6 +76,10 @@ class RunReport:
         """
         segments = len(self.prompts) > 1
         lines = [f"policy: {self.policy} | recipe: {self.recipe}"]
+        if self.pixels is not None:
+            px = self.pixels
+            strength = f" strength {px['strength']:g}" if px["mode"] == "video_to_video" else ""
+            lines.append(f"pixels in: {px['mode']}{strength}, {px['given_frames']} given frame(s)")
         if segments:
             lines += [f"prompt {i} from block {p['first_block']}: {p['text']}" for i, p in enumerate(self.prompts)]
         lines.append(f"{'block':>5} " + (f"{'prompt':>6} " if segments else "") + f"{'producer':>8} {'decision':>8} "
@@ -92,6 +96,8 @@ class RunReport:
         if self.blocks_from_earlier_runs:
             lines.append(f"* {self.blocks_from_earlier_runs} block(s) were not computed by this run: they came from "
                          f"ComfyUI's cache of an earlier run (e.g. before Cancel); their seconds are that run's")
+        if self.stopped:
+            lines.append(f"stopped early: {self.stopped}")
         acc = "-" if self.acceptance_blocks_1_to_n is None else f"{self.acceptance_blocks_1_to_n:.1%}"
         lines.append(f"acceptance blocks 1..N-1: {acc} | all N blocks: {self.acceptance_all_blocks:.1%}")
         lines.append(f"forwards a fresh run makes: drafter {self.drafter_forwards}, target {self.target_forwards} | counted cost "

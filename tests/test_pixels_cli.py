@@ -1,0 +1,118 @@
+"""Pixels in from the demo CLI (issue 26 item 5): --start-image, --extend, --input-video --strength refused in
+preflight (exit 2, one message, no model loaded) when unusable, and each mode run end to end on the tiny default,
+its video beginning with the given frames and its report naming the mode."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sdvg_core.demo.cli import main
+
+SMALL = ["--width", "48", "--height", "32", "--quiet"]
+
+
+def _no_loading(monkeypatch):
+    import sdvg_core.demo.cli as cli
+
+    def boom(*_a, **_k):
+        raise AssertionError("a model was loaded before the inputs were checked")
+
+    monkeypatch.setattr(cli, "load_model_files", boom)
+    monkeypatch.setattr(cli, "tiny_models", boom)
+
+
+def write_image(path: Path, h: int = 32, w: int = 48, seed: int = 0) -> Path:
+    from PIL import Image
+
+    rgb = (np.random.default_rng(seed).random((h, w, 3)) * 255).astype(np.uint8)
+    Image.fromarray(rgb).save(path)
+    return path
+
+
+def write_video(path: Path, frames: int, h: int = 32, w: int = 48, seed: int = 0) -> Path:
+    av = pytest.importorskip("av")
+    rng = np.random.default_rng(seed)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("mpeg4", rate=16)
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        for _ in range(frames):
+            img = (rng.random((h, w, 3)) * 255).astype(np.uint8)
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def _frames_in(video: Path) -> int:
+    import av
+
+    with av.open(str(video)) as c:
+        return sum(1 for _ in c.decode(video=0))
+
+
+def _refused(capsys, args: list[str], expect: str) -> str:
+    assert main([*args, *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert "1 problem(s)" in err and "nothing was loaded" in err, err
+    assert expect in err, err
+    return err
+
+
+def test_unusable_pixel_input_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    _no_loading(monkeypatch)
+    out = ["--out", str(tmp_path / "o")]
+    not_image = tmp_path / "notes.png"
+    not_image.write_text("not an image")
+    _refused(capsys, [*out, "--start-image", str(not_image)], "is not an image Pillow can read")
+    video = write_video(tmp_path / "clip.mp4", 20)
+    corrupt = tmp_path / "corrupt.mp4"
+    corrupt.write_bytes(video.read_bytes()[:500])
+    _refused(capsys, [*out, "--input-video", str(corrupt)], "--input-video: input video")
+    _refused(capsys, [*out, "--extend", str(corrupt)], "--extend: input video")
+    for s in ("1.5", "-0.1", "nan"):
+        _refused(capsys, [*out, "--input-video", str(video), "--strength", s], "must be between 0 and 1")
+    _refused(capsys, [*out, "--input-video", str(video), "--strength", "0.1", "--recipe", "self_forcing"],
+             "below 0.25")
+    tall = write_image(tmp_path / "tall.png", h=300, w=60)
+    _refused(capsys, [*out, "--start-image", str(tall)], "crop away")
+    _refused(capsys, [*out, "--start-image", str(write_image(tmp_path / "ok.png")), "--input-video", str(video)],
+             "given together")
+    _refused(capsys, [*out, "--strength", "0.5"], "without --input-video")
+    _refused(capsys, [*out, "--extend", str(write_video(tmp_path / "short.mp4", 5))], "at least 9")
+    missing = tmp_path / "missing.png"
+    _refused(capsys, [*out, "--start-image", str(missing)], "not found")
+
+
+def test_a_crop_of_exactly_half_is_allowed(tmp_path, capsys, monkeypatch):
+    _no_loading(monkeypatch)  # the checks pass, so the (patched) model load is reached
+    image = write_image(tmp_path / "wide.png", h=32, w=96)  # the 48x32 run keeps half of it
+    with pytest.raises(AssertionError, match="a model was loaded"):
+        main(["--start-image", str(image), "--out", str(tmp_path / "o"), *SMALL])
+
+
+@pytest.mark.parametrize("mode", ["start_image", "extend", "video_to_video"])
+def test_each_pixel_mode_runs_end_to_end_on_the_tiny_default(tmp_path, capsys, mode):
+    out = tmp_path / "o"
+    if mode == "start_image":
+        args, given, extra = ["--start-image", str(write_image(tmp_path / "start.png"))], 1, []
+    elif mode == "extend":  # 40 frames: Krea encodes 37 of them (10 latents), the output begins with those
+        args, given, extra = ["--extend", str(write_video(tmp_path / "clip.mp4", 40))], 37, []
+    else:  # 40 frames: blocks of 9 + 12 + 12 = 33; a 4th block would need 45: the run ends after 3
+        args, given, extra = ["--input-video", str(write_video(tmp_path / "clip.mp4", 40)), "--strength", "0.6"], 33, []
+    assert main([*args, *extra, "--blocks", "4", "--out", str(out), *SMALL]) == 0
+    captured = capsys.readouterr()
+    report = json.loads((out / "report.json").read_text())
+    assert report["pixels"]["mode"] == mode and report["pixels"]["given_frames"] == given
+    assert f"pixels in: {mode}" in captured.out
+    generated = 1 + 4 * (3 * report["num_blocks"] - 1)
+    if mode == "video_to_video":
+        assert report["pixels"]["strength"] == 0.6 and report["num_blocks"] == 3
+        assert "ends before block 3" in report["stopped"] and "ends before block 3" in captured.err
+        assert _frames_in(out / "sdvg.mp4") == generated == given
+    else:
+        assert report["num_blocks"] == 4 and report["stopped"] is None
+        assert _frames_in(out / "sdvg.mp4") == given + generated  # the video begins with the given frames
