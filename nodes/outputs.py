@@ -12,7 +12,7 @@ from comfy_api.latest import io
 from ..sdvg_core.engine.engine import Engine, ProgressEvent
 from ..sdvg_core.engine.plot import render_report_plot
 from ..sdvg_core.engine.report import RunReport, build_report
-from .run import Run, current_run_id, describe_pixels, steps_per_block
+from .run import Run, current_run_id, steps_per_block
 from .video_file import PREVIEW_FRAMES, WAN_FPS, StreamingVideo, metadata_of
 
 PREVIEW_SIZE = 512  # longest side of a progress preview (ComfyUI's default max preview resolution)
@@ -118,11 +118,6 @@ def finish_outputs(run: Run, wall: float | None, engine: Engine, frames: torch.T
     plot = to_image_batch(render_report_plot(report, run.tau))  # tau = +inf: the plot says why every block is forced
     spec = run.state.spec
     head = f"{count} frames at {spec.width}x{spec.height} ({WAN_FPS} fps), seed {spec.seed}"
-    if report.pixels is not None:  # the given pixels: what the run did with them
-        p = report.pixels
-        head += f"\n{describe_pixels(p['mode'], p['strength'])}, {p['given_frames']} input frame(s) used"
-    if report.stopped:
-        head += f"\nstopped: {report.stopped}"
     if video is not None:
         sub = f"{video.subfolder}/" if video.subfolder else ""
         head += (f"\nvideo: output/{sub}{video.file} ({video.frames_written} frames, written block by block); "

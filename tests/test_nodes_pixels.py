@@ -92,7 +92,7 @@ def test_generate_is_the_cores_run_of_the_same_pixel_input(env, mode):
     assert rep["meta"]["lineage"] == state.lineage and torch.equal(frames, engine.frames(state))
     assert rep["pixels"]["mode"] == mode and rep["pixels"]["digest"] == pixels.digest
     assert rep["pixels"]["strength"] == (0.5 if mode == "video_to_video" else 1.0)
-    assert ("pixels: video_to_video at strength 0.5" if mode == "video_to_video" else f"pixels: {mode},") in text
+    assert ("pixels in: video_to_video strength 0.5," if mode == "video_to_video" else f"pixels in: {mode},") in text
     assert int(rep["meta"]["frames"]) == frames.shape[0]
     if mode != "video_to_video":  # the output begins with the given frames, then the generated blocks
         assert frames.shape[0] > 1 + 4 * (3 * BLOCKS - 1)
@@ -113,7 +113,7 @@ def test_start_loop_and_finish_give_generates_video(env):
         s = n.SDVGRoute.execute(s, -5.0, True).args[0]
     out = n.SDVGFinish.execute(s)
     assert s.state.lineage == rep["meta"]["lineage"] and torch.equal(out.args[0], frames)
-    assert "pixels: extend," in out.args[1]
+    assert "pixels in: extend," in out.args[1]
 
 
 def test_a_short_input_video_ends_the_run_and_says_so(env):
@@ -121,7 +121,7 @@ def test_a_short_input_video_ends_the_run_and_says_so(env):
     video = _frames(VIDEO_FRAMES - 12, (H, W), seed=1)  # one block short
     frames, rep, text = generate(pack, models, input_video=video, strength=0.7, save_video=True,
                                  filename_prefix="video/short")
-    assert len(rep["blocks"]) == BLOCKS - 1 and rep["stopped"] and "stopped: the input video ends" in text
+    assert len(rep["blocks"]) == BLOCKS - 1 and rep["stopped"] and "stopped early: the input video ends" in text
     import av
 
     with av.open(str(base / "output" / "video" / "short_00001_.mp4")) as c:  # every committed block, once each
@@ -167,7 +167,7 @@ def test_pixel_workflows_run_and_report_mode_and_strength(env, name):
     rep, text = json.loads(ex.values[gen][3]), ex.values[gen][1]
     mode = PIXEL_WORKFLOWS[name]
     assert rep["pixels"]["mode"] == mode and len(rep["blocks"]) == BLOCKS
-    assert ("pixels: video_to_video at strength 0.7" if mode == "video_to_video" else "pixels: start_image,") in text
+    assert ("pixels in: video_to_video strength 0.7," if mode == "video_to_video" else "pixels in: start_image,") in text
     frames = ex.values[gen][0]
     assert frames.shape[1:] == (H, W, 3) and int(rep["meta"]["frames"]) == frames.shape[0]
     loader = {"start_image": "LoadImage", "video_to_video": "GetVideoComponents"}[mode]
