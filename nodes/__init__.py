@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from comfy_api.latest import ComfyExtension, io
 
-from .finish import SDVGFinish
+from .finish import SDVGFinish, SDVGShowVideo
 from .folders import register_folders
 from .generate import SDVGGenerate
 from .loaders import SDVGLoadDrafter, SDVGLoadImageReward, SDVGLoadTarget
@@ -12,7 +12,6 @@ from .prompts import SDVGLoadPromptEmbeddings, SDVGSavePromptEmbeddings
 from .schedule import SDVGPromptFromBlock, SDVGPromptSchedule
 from .start import SDVGStart
 from .steps import SDVGDecodeBlock, SDVGDraftBlock, SDVGRoute, SDVGScoreBlock
-from .video_file import SDVGShowVideo
 
 NODES: list[type[io.ComfyNode]] = [
     SDVGLoadDrafter, SDVGLoadTarget, SDVGLoadImageReward,

@@ -9,11 +9,9 @@ import torch
 from ..sdvg_core.models.wan_config import (
     INDISTINGUISHABLE_NOTE, WanDiTConfig, WrongWanModel, check_t2v, shape_signature,
 )
-from .dtypes import DTYPES, auto_dtype, dtype_name
-from .errors import SDVGError
 from .folders import SOURCES
-from .hosted_dit import DiTHandle, HostedWan, work_bytes
-from .identity import object_token
+from .hosted import DTYPES, DiTHandle, HostedWan, auto_dtype, dtype_name, object_token, work_bytes
+from .surface import SDVGError
 
 # ComfyUI's TorchCompileModel stores its torch.compile arguments here (comfy_api/torch_helpers/torch_compile.py) and
 # compiles `diffusion_model` only inside `apply_model`, which SDVG never calls; SDVG honours the request instead by

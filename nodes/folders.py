@@ -7,7 +7,7 @@ import os
 
 import folder_paths
 
-from .errors import SDVGError
+from .surface import SDVGError
 
 DIFFUSION_FOLDER = "diffusion_models"
 REWARD_FOLDER = "image_reward"

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.memo import TieredMemo
+from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
 from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly
 from . import shared_memo
-from .errors import SDVGError
-from .finish import finish_outputs, open_video, result_outputs
-from .progress import BlockProgress
-from .run_state import node_run_id
-from .start import AUTO, need, run_inputs, start_run, steps_per_block
-from .steps import threshold_policy
-from .types import CATEGORY
-from .ui_text import show_text
+from .outputs import BlockProgress, finish_outputs, open_video, result_outputs
+from .run import (AUTO, VIDEO_MODES, engine_errors, need, node_run_id, pixel_input, pixel_inputs, run_inputs, start_run,
+                  steps_per_block, threshold_policy)
+from .surface import CATEGORY, SDVGError, show_text
 from .video_file import save_inputs
 
 POLICIES = ["sdvg", "target_only", "draft_only"]
@@ -49,6 +48,7 @@ class SDVGGenerate(io.ComfyNode):
                                          "e.g. target-only vs SDVG). Off: moving tau recomputes only from the first "
                                          "changed block."),
                 *save_inputs(),
+                *pixel_inputs(),
             ],
             outputs=result_outputs(),
             hidden=[io.Hidden.prompt, io.Hidden.extra_pnginfo],
@@ -60,12 +60,14 @@ class SDVGGenerate(io.ComfyNode):
                 policy="sdvg", tau=DEFAULT_TAU, force_reject_first=True, recipe="krea", decode_rule="standard",
                 cache_gb=shared_memo.DEFAULT_CACHE_GB, fresh_run=False, drafter=None, image_reward=None,
                 schedule=None, drafter_recipe=AUTO, target_recipe=AUTO, save_video=False,
-                filename_prefix="") -> io.NodeOutput:
+                filename_prefix="", start_image=None, input_video=None, video_mode=VIDEO_MODES[0],
+                strength=DEFAULT_STRENGTH) -> io.NodeOutput:
         what = "SDVG Generate"
         if policy not in POLICIES:
             raise SDVGError(f"{what}: policy must be one of {POLICIES}, got {policy!r}")
+        pixels = pixel_input(what, start_image, input_video, video_mode, strength)
         run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
-                        cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe)
+                        cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe, pixels)
         pol = {"sdvg": lambda: threshold_policy(tau, force_reject_first), "target_only": TargetOnly,
                "draft_only": lambda: DraftOnly(force_reject_first=bool(force_reject_first))}[policy]()
         if policy != "target_only":
@@ -75,19 +77,30 @@ class SDVGGenerate(io.ComfyNode):
         # the generation is this node's: results another node of the same execution computed count as reused
         engine = run.session.engine(BlockProgress(num_blocks, steps_per_block(run)), memo=memo, run_id=node_run_id())
         video = open_video(run, filename_prefix, cls.hidden) if save_video else None
+        gathered: list = []  # without a file: the output's frames, taken as each block commits (its pixels are held)
+        sink = video.write if video is not None else gathered.append
+        passed: list[int] = []  # blocks passed on (a run whose input video ends calls on_block once without a commit)
+
+        def on_block(engine, state) -> None:
+            if not passed:  # the output begins with the given frames (a start image, the video it extends)
+                for frames in engine.given_frames(state):
+                    sink(frames)
+            for b in range(len(passed), len(state.blocks)):
+                sink(engine.block_frames(state, b))
+                passed.append(b)
+
         t0 = time.perf_counter()
-        state = run.state
         try:
-            while not state.done:
-                state = engine.route(state, pol)
-                if video is not None:  # the block's frames go to the file now (the newest block's are held)
-                    video.write(engine.block_frames(state, state.next_block - 1))
+            with engine_errors(what):
+                state = engine.generate(run.state.spec, pol, on_block=on_block)  # releases what the run held
             if video is not None:
                 video.close()
+            if not state.blocks:
+                raise SDVGError(f"{what}: no block was made: {state.stopped}")
             run = run.with_state(state, tau=float(tau) if policy == "sdvg" else None, policy=pol.describe())
-            outputs = finish_outputs(run, time.perf_counter() - t0, engine, video)
-        finally:  # finished or cancelled: the file is closed (playable up to the last block written) and what the
-            # generation held outside the memo's budget goes
+            wall = time.perf_counter() - t0
+            outputs = finish_outputs(run, wall, engine, None if video is not None else torch.cat(gathered), video)
+        finally:  # finished or cancelled: the file is closed (playable up to the last block written)
             if video is not None:
                 video.close()
             shared_memo.release_run(memo)

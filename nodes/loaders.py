@@ -7,37 +7,20 @@ from comfy_api.latest import io, ui
 
 import comfy.model_management as mm
 
-from ..sdvg_core.engine.recipes import RECIPE_NAMES
 from ..sdvg_core.io.checkpoint import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
+from ..sdvg_core.io.cli_args import drafter_own_recipe
 from ..sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, DrafterError, drafter_problems, load_drafter
 from ..sdvg_core.io.reward_files import find_vocab, load_scorer
 from .comfy_model import host_comfy_model
-from .dtypes import dtype_name, pick_dtype, reward_dtype
-from .errors import SDVGError, sentence
 from .folders import (
     DIFFUSION_FOLDER, LORA_FOLDER, REWARD_FOLDER, SOURCES, check_file, file_list, full_path, resolve_file,
 )
-from .hosted_dit import DiTHandle, host_file_dit
-from .hosted_scorer import HostedScorer
-from .identity import file_key
-from .types import CAT_LOADERS, SDVGModel, SDVGReward
+from .hosted import DTYPE_OPTIONS, DiTHandle, HostedScorer, dtype_name, file_key, host_file_dit, pick_dtype, reward_dtype
+from .surface import CAT_LOADERS, SDVGError, SDVGModel, SDVGReward, sentence
 
 LOG = logging.getLogger("SDVG")
-DIT_DTYPES = ["auto", "bf16", "fp16", "fp32"]
-
-
-# Self-Forcing-family drafters (kinds self_forcing, causal_forcing: their own recipe is this one) run SDVG Start's
-# `recipe` (the published pairing: krea for both models); a kind trained for another recipe (LongLive: frame sink +
-# sliding window) runs its own unless told otherwise, as the demo CLI does (sdvg_core/demo/cli.py _engine_config)
-SELF_FORCING_FAMILY_RECIPE = "self_forcing"
 NO_LORA = "none"
 AUTO_ENTRY = "auto"
-
-
-def own_recipe(kind: str) -> str | None:
-    """The recipe a drafter of this kind runs when SDVG Start / Generate's drafter_recipe is auto (None: `recipe`)."""
-    own = DRAFTER_KINDS[kind].default_recipe if kind in DRAFTER_KINDS else None
-    return own if own not in (None, SELF_FORCING_FAMILY_RECIPE) and own in RECIPE_NAMES else None
 
 
 def _model_input(role: str) -> io.Input:
@@ -52,7 +35,7 @@ def _model_input(role: str) -> io.Input:
 
 
 def _common_inputs() -> list:
-    return [io.Combo.Input("weight_dtype", options=DIT_DTYPES, default="auto",
+    return [io.Combo.Input("weight_dtype", options=DTYPE_OPTIONS, default="auto",
                            tooltip="Weights and compute dtype. auto: bf16 on GPUs that support it, fp16 on "
                                    "other GPUs, fp32 on the CPU. For fp8 or GGUF use 'model' instead."),
             io.Boolean.Input("compile", default=False,
@@ -208,7 +191,7 @@ class SDVGLoadDrafter(io.ComfyNode):
                 raise SDVGError(f"{what}: lora_name {lora!r} is set but a MODEL is connected; apply the LoRA with "
                                 f"ComfyUI's 'LoraLoaderModelOnly' before the 'model' input, or set lora_name to none")
             handle = host_comfy_model(model, "drafter")
-            return _loaded(DiTHandle(handle.role, handle.runner, f"{handle.info}, kind {kind}", own_recipe(kind)))
+            return _loaded(DiTHandle(handle.role, handle.runner, f"{handle.info}, kind {kind}", drafter_own_recipe(kind)))
         path = resolve_file(DIFFUSION_FOLDER, model_name, what, _kind_source(kind))
         lora_path = None if lora is None else resolve_file(LORA_FOLDER, lora, what, SOURCES["lora"])
         dtype = pick_dtype(weight_dtype, mm.get_torch_device())
@@ -220,7 +203,7 @@ class SDVGLoadDrafter(io.ComfyNode):
             raise SDVGError(f"{what}: {sentence(e)}") from e
         except CheckpointError as e:
             raise _checkpoint_error(what, e, _kind_source(kind)) from e
-        return _loaded(_file_handle("drafter", net, cfg, dtype, rep, compile, own_recipe(kind)))
+        return _loaded(_file_handle("drafter", net, cfg, dtype, rep, compile, drafter_own_recipe(kind)))
 
 
 class SDVGLoadImageReward(io.ComfyNode):
@@ -235,7 +218,7 @@ class SDVGLoadImageReward(io.ComfyNode):
                 io.Combo.Input("reward_name", options=file_list(REWARD_FOLDER),
                                tooltip=f"ImageReward weights in models/image_reward (.pt or .safetensors). "
                                        f"Source: {SOURCES['image_reward']}."),
-                io.Combo.Input("dtype", options=["auto", "fp32", "fp16", "bf16"], default="auto",
+                io.Combo.Input("dtype", options=DTYPE_OPTIONS, default="auto",
                                tooltip="Backbone dtype (the reward head stays fp32). auto: fp16 on GPUs (0.9 GB), "
                                        "fp32 on the CPU (1.8 GB)."),
                 io.Int.Input("micro_batch", default=16, min=1, max=256,

@@ -10,9 +10,8 @@ from __future__ import annotations
 from comfy_api.latest import io, ui
 from comfy_execution.graph_utils import GraphBuilder, is_link
 
-from .errors import SDVGError
-from .run_state import Run
-from .types import CAT_LOOP, SDVGLoop, SDVGState
+from .run import Run
+from .surface import CAT_LOOP, SDVGError, SDVGLoop, SDVGState
 
 END_ID = "loop_end"  # id suffix of the next Loop End inside an expansion
 

@@ -10,11 +10,10 @@ import comfy.model_management as mm
 
 from ..sdvg_core.io.checkpoint import CheckpointError
 from ..sdvg_core.io.text import load_embeddings, save_embeddings
-from .conditioning import conditioning_embeddings
-from .errors import SDVGError
 from .folders import PROMPTS_FOLDER, SOURCES, check_file, file_list, full_path, prompts_folder, resolve_file
-from .identity import file_key
-from .types import CAT_PROMPTS
+from .hosted import file_key
+from .run import conditioning_embeddings
+from .surface import CAT_PROMPTS, SDVGError
 
 
 class SDVGSavePromptEmbeddings(io.ComfyNode):

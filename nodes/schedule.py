@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from comfy_api.latest import io, ui
 
+from ..sdvg_core.engine.prompts import PromptConditioning, PromptSchedule
 from ..sdvg_core.io.checkpoint import CheckpointError
 from ..sdvg_core.io.prompt_schedule import ScheduleError, encode_schedule, parse_schedule
 from ..sdvg_core.io.text import load_embeddings
-from .conditioning import conditioning_embeddings
-from .errors import SDVGError, sentence
 from .folders import PROMPTS_FOLDER, SOURCES, check_file, resolve_file
-from .identity import object_token
-from .types import CAT_PROMPTS, SDVGSchedule
+from .hosted import object_token
+from .run import conditioning_embeddings
+from .surface import CAT_PROMPTS, SDVGError, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
 
@@ -39,28 +38,8 @@ ENCODED_KEEP = 32
 _ENCODED: "OrderedDict[tuple[str, str], torch.Tensor]" = OrderedDict()
 
 
-@dataclass(frozen=True)
-class ScheduleItem:
-    first_block: int
-    text: str  # what ImageReward scores the block's frames against (and what the report shows)
-    embeddings: torch.Tensor  # [1, L, D] umT5 embeddings (float32, CPU)
-
-
-@dataclass(frozen=True)
-class PromptSchedule:
-    """The SDVG_SCHEDULE value: entries by increasing first block, the first at block 0."""
-
-    items: tuple[ScheduleItem, ...]
-
-    def then(self, item: ScheduleItem, what: str) -> "PromptSchedule":
-        last = self.items[-1].first_block
-        if item.first_block <= last:
-            raise SDVGError(f"{what}: first_block {item.first_block} must come after the previous entry's first "
-                            f"block {last} (entries: {self.describe()})")
-        return PromptSchedule(self.items + (item,))
-
-    def describe(self) -> str:
-        return "; ".join(f"block {i.first_block}: {i.text[:60]!r}" for i in self.items)
+def _describe(schedule: PromptSchedule[PromptConditioning]) -> str:
+    return "; ".join(f"block {b}: {p.text[:60]!r}" for b, p in schedule)
 
 
 def _clip_encode(clip: Any, text: str) -> torch.Tensor:
@@ -144,14 +123,15 @@ class SDVGPromptSchedule(io.ComfyNode):
         def load(name) -> torch.Tensor:
             path = resolve_file(PROMPTS_FOLDER, str(name), what, SOURCES["prompts"])
             try:
-                return load_embeddings(path)[1]
+                return load_embeddings(path)[1].float().cpu()
             except CheckpointError as e:
                 raise SDVGError(f"{what}: {e}") from e
 
-        items = tuple(ScheduleItem(b, p.text, p.embeddings.float().cpu())
-                      for b, p in encode_schedule(entries, encode, load))
-        out = PromptSchedule(items)
-        text = f"{len(items)} prompt(s): {out.describe()}"
+        try:
+            out = encode_schedule(entries, encode, load)
+        except ValueError as e:
+            raise SDVGError(f"{what}: {sentence(e)}") from e
+        text = f"{len(out)} prompt(s): {_describe(out)}"
         LOG.info("SDVG %s: %s", what, text)
         return io.NodeOutput(out, ui=ui.PreviewText(text))
 
@@ -200,13 +180,17 @@ class SDVGPromptFromBlock(io.ComfyNode):
         if not text:
             raise SDVGError(f"{what}: the prompt text is empty; type the text you encoded into 'prompt' (ImageReward "
                             f"scores each block against its own prompt, and the report names it)")
-        item = ScheduleItem(int(first_block), text, emb)
-        if schedule is None:
-            if item.first_block != 0:
-                raise SDVGError(f"{what}: the first entry must start at block 0 (got {item.first_block}); connect the "
-                                f"entries before it to 'schedule'")
-            out = PromptSchedule((item,))
-        else:
-            out = schedule.then(item, what)
-        text = f"{len(out.items)} prompt(s): {out.describe()}"
+        try:
+            prompt_at = PromptConditioning.make(text, emb)
+        except ValueError as e:
+            raise SDVGError(f"{what}: {sentence(e)}") from e
+        try:  # the schedule's rules (it starts at block 0, first blocks increase) are sdvg_core's
+            out = PromptSchedule.of([(first_block, prompt_at)]) if schedule is None else schedule.then(first_block,
+                                                                                                       prompt_at)
+        except ValueError as e:  # ... said in this node's terms
+            if schedule is None:
+                raise SDVGError(f"{what}: {sentence(e)} Connect the entries before it to 'schedule'.") from e
+            raise SDVGError(f"{what}: first_block {first_block} must come after the previous entry's first "
+                            f"block {schedule[-1].first_block} (entries: {_describe(schedule)})") from e
+        text = f"{len(out)} prompt(s): {_describe(out)}"
         return io.NodeOutput(out, ui=ui.PreviewText(text))

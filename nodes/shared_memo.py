@@ -3,11 +3,9 @@ budget, and how its memory goes back: the running generation's held entries when
 when ComfyUI frees memory, and the freed pages to the operating system."""
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
-import sys
 
+from ..sdvg_core.engine.heap import trim_heap
 from ..sdvg_core.engine.memo import TieredMemo
 
 LOG = logging.getLogger("SDVG")
@@ -27,19 +25,15 @@ def set_cache_budget(gb: float) -> None:
 def memo_bytes(memo=MEMO) -> int:
     """Bytes the memo holds: its budgeted entries plus the running generation's held ones (an entry that is both is
     counted twice: an upper bound, which is what a memory manager needs)."""
-    return int(memo.bytes) + int(getattr(memo, "pinned_bytes", 0))
+    return int(memo.bytes) + int(memo.pinned_bytes)
 
 
 def release_run(memo=MEMO) -> int:
     """The generation ended (or was cancelled): drop the entries it held outside the budget (the decoder cache head,
-    the newest blocks' pixels, the pending draft's decode) and give the freed pages back. Returns the bytes released.
-
-    `Memo.release_run` is sdvg_core's; older cores without it hold nothing outside the budget but the decoder head,
-    which `clear` drops."""
-    release = getattr(memo, "release_run", None)
-    freed = int(release()) if release is not None else 0
-    if freed:
-        trim_allocator()
+    the newest blocks' pixels, the pending draft's decode) and give the freed pages back. Returns the bytes released
+    (0 when the engine released them already: the pages still go back)."""
+    freed = int(memo.release_run())
+    trim_heap()
     return freed
 
 
@@ -49,34 +43,15 @@ def drop_all(memo=MEMO) -> int:
     dropped = memo_bytes(memo)
     memo.clear()
     if dropped:
-        trim_allocator()
+        trim_heap()
         LOG.info("SDVG: released %.2f GiB of cached results", dropped / GIB)
     return dropped
 
 
 def evict(nbytes: int, memo=MEMO, keep_held: bool = False) -> int:
-    """Drop least-recently-used entries worth at least `nbytes` (big entries first, then small ones, then what the
-    running generation holds, unless `keep_held`); returns the bytes dropped."""
-    before = memo_bytes(memo)
-    for tier in (memo.large, memo.small):
-        need = nbytes - (before - memo_bytes(memo))
-        if need <= 0:
-            break
-        budget = tier.max_bytes
-        tier.resize(max(tier.bytes - need, 0))  # evicts LRU entries down to this size
-        tier.resize(budget)
-    if nbytes - (before - memo_bytes(memo)) > 0 and not keep_held:
-        release_run(memo)
-    return before - memo_bytes(memo)
-
-
-def trim_allocator() -> bool:
-    """Hand freed heap pages back to the OS (glibc `malloc_trim`). Without it the CPU memory of large freed tensors
-    can stay in the process's malloc arenas and its RSS does not go down. No-op elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        return False
+    """Drop least-recently-used entries worth at least `nbytes` (the memo's own eviction: big entries first, then
+    small ones), then what the running generation holds unless `keep_held`; returns the bytes dropped."""
+    freed = memo.evict(nbytes)
+    if freed < nbytes and not keep_held:
+        freed += release_run(memo)
+    return freed

@@ -3,19 +3,10 @@ from __future__ import annotations
 
 from comfy_api.latest import io, ui
 
-from ..sdvg_core.engine.policy import DEFAULT_TAU, ThresholdPolicy
-from .errors import SDVGError
-from .images import image_output
-from .progress import StepProgress
-from .run_state import Run
-from .start import need, steps_per_block
-from .types import CAT_STEPS, SDVGState
-from .ui_text import show_text
-
-
-def threshold_policy(tau: float, force_reject_first: bool) -> ThresholdPolicy:
-    """SDVG's rule: keep a draft when its min frame score >= tau; block 0 from the target unless told otherwise."""
-    return ThresholdPolicy(tau=float(tau), aggregation="min", force_reject_first=bool(force_reject_first))
+from ..sdvg_core.engine.policy import DEFAULT_TAU
+from .outputs import StepProgress, image_output
+from .run import Run, engine_errors, need, steps_per_block, threshold_policy
+from .surface import CAT_STEPS, SDVGError, SDVGState, show_text
 
 
 class SDVGDraftBlock(io.ComfyNode):
@@ -34,7 +25,8 @@ class SDVGDraftBlock(io.ComfyNode):
     def execute(cls, state: Run) -> io.NodeOutput:
         need(state, "SDVG Draft Block", drafter=True)
         engine = state.session.engine(StepProgress(steps_per_block(state, "drafter")))
-        return io.NodeOutput(state.with_state(engine.draft(state.state)))
+        with engine_errors("SDVG Draft Block"):
+            return io.NodeOutput(state.with_state(engine.draft(state.state)))
 
 
 class SDVGDecodeBlock(io.ComfyNode):
@@ -53,9 +45,8 @@ class SDVGDecodeBlock(io.ComfyNode):
 
     @classmethod
     def execute(cls, state: Run) -> io.NodeOutput:
-        if state.state.pending is None or state.state.pending.latents is None:
-            raise SDVGError("SDVG Decode Draft: no pending draft; connect the output of SDVG Draft Block")
-        new = state.session.engine().decode_draft(state.state)
+        with engine_errors("SDVG Decode Draft"):
+            new = state.session.engine().decode_draft(state.state)
         frames = image_output(new.pending.frames)
         return io.NodeOutput(state.with_state(new), frames, ui=ui.PreviewImage(frames, cls=cls))
 
@@ -78,9 +69,8 @@ class SDVGScoreBlock(io.ComfyNode):
     @classmethod
     def execute(cls, state: Run) -> io.NodeOutput:
         need(state, "SDVG ImageReward Score", scorer=True)
-        if state.state.pending is None or state.state.pending.frames is None:
-            raise SDVGError("SDVG ImageReward Score: no decoded draft; connect the state output of SDVG Decode Draft")
-        new = state.session.engine().score_draft(state.state)
+        with engine_errors("SDVG ImageReward Score"):
+            new = state.session.engine().score_draft(state.state)
         scores = new.pending.frame_scores
         text = f"block {new.next_block}: min {min(scores):+.3f} | frames " + " ".join(f"{s:+.3f}" for s in scores)
         show_text(text)
@@ -123,8 +113,6 @@ class SDVGRoute(io.ComfyNode):
 
     @classmethod
     def execute(cls, state: Run, tau: float, force_reject_first: bool, scored: Run | None = None) -> io.NodeOutput:
-        if state.state.done:
-            raise SDVGError("SDVG Route: all blocks are already committed")
         policy = threshold_policy(tau, force_reject_first)
         b = state.state.next_block
         base = state.state
@@ -138,7 +126,8 @@ class SDVGRoute(io.ComfyNode):
         elif not policy.forced(b):
             need(state, "SDVG Route", drafter=True)
         engine = state.session.engine(StepProgress(steps_per_block(state)))
-        new = engine.route(base, policy)
+        with engine_errors("SDVG Route"):
+            new = engine.route(base, policy)
         rec = new.blocks[-1]
         score = "-" if rec.score is None else f"{rec.score:+.3f}"
         text = f"block {b}: {rec.decision} -> {rec.producer} (min score {score}, tau {tau:+.2f})"

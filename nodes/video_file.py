@@ -20,7 +20,7 @@ import torch
 import folder_paths
 from comfy_api.latest import io
 
-from .errors import SDVGError
+from .surface import SDVGError
 
 LOG = logging.getLogger("SDVG")
 
@@ -141,27 +141,3 @@ def saved_video_ui(relative_path: str) -> dict:
     subfolder, name = os.path.split(os.path.relpath(full, out_dir))
     return {"images": [{"filename": name, "subfolder": subfolder.replace(os.sep, "/"), "type": "output"}],
             "animated": (True,)}
-
-
-class SDVGShowVideo(io.ComfyNode):
-    """Plays the video SDVG Generate / SDVG Finish saved block by block (save_video on)."""
-
-    @classmethod
-    def define_schema(cls) -> io.Schema:
-        return io.Schema(
-            node_id="SDVGShowVideo", display_name="SDVG Show Video", category="SDVG",
-            description="Plays a video SDVG Generate or SDVG Finish wrote to the output folder with save_video on "
-                        "(the file itself: nothing is decoded, copied or held in memory).",
-            inputs=[io.String.Input("video", force_input=True,
-                                    tooltip="the 'video' output of SDVG Generate / SDVG Finish (a file under the "
-                                            "output folder)")],
-            outputs=[],
-            is_output_node=True,
-        )
-
-    @classmethod
-    def execute(cls, video: str) -> io.NodeOutput:
-        if not video:
-            text = "no video was saved: turn save_video on in SDVG Generate / SDVG Finish"
-            return io.NodeOutput(ui={"text": (text,)})
-        return io.NodeOutput(ui=saved_video_ui(video))

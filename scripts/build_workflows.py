@@ -15,6 +15,7 @@ tests/test_comfy_host.py loads each file in the real frontend (chromium) to chec
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -357,9 +358,61 @@ def prompt_changes_workflow(sp: dict) -> dict:
     return g.to_json()
 
 
+# the input files the pixels-in workflows name (in ComfyUI's input folder; pick your own in Load Image / Load Video)
+START_IMAGE, INPUT_VIDEO = "sdvg_start.png", "sdvg_input.mp4"
+PIXELS_NOTE = ("The picture or video is centre-cropped to the width/height's aspect and resized (a picture that would "
+               "lose more than half is refused); the report says the mode and the strength.")
+
+
+def pixels_workflow(sp: dict, wid: str, title: str, text: str, given: list[tuple[str, tuple, dict, tuple]],
+                    widgets: dict) -> dict:
+    """SDVG Generate fed by core loaders of given pixels (`given`: (type, pos, widgets, size), chained, the last
+    one's first output into SDVG Generate), its report, plot and video as in sdvg_generate."""
+    g = Graph(sp, wid)
+    m = loaders(g)
+    gen = g.node("SDVGGenerate", (780, 0), {"num_blocks": 9, "policy": "sdvg", "tau": -0.7, **widgets},
+                 size=GENERATE_SIZE)
+    wire_run(g, m, gen)
+    prev = None
+    for type_, pos, w, size in given:
+        node = g.node(type_, pos, w, size=size)
+        if prev is not None:
+            g.link(prev, prev["outputs"][0]["name"], node, node["inputs"][0]["name"])
+        prev = node
+    g.link(prev, prev["outputs"][0]["name"], gen, "input_video" if "video_mode" in widgets else "start_image")
+    rep = g.node("PreviewAny", (1160, 0), title="Report (mode and strength first)", size=(700, 340))
+    g.link(gen, "report", rep, "source")
+    plot = g.node("PreviewImage", (1160, 390), title="Scores vs tau", size=(700, 420))
+    g.link(gen, "plot", plot, "images")
+    save_video(g, gen, (1900, 0), "video/SDVG")
+    g.note(f"## {title}\n\n{text} {PIXELS_NOTE}\n\n" + files_note(), pos=(380, 760), size=(360, 330))
+    return g.to_json()
+
+
+# the pixels-in workflows: (workflow id, title, what it does, the core nodes giving the pixels, Generate's widgets)
+PIXEL_WORKFLOWS = {
+    "sdvg_image_to_video.json": (
+        "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000006", "Image to video (SDVG)",
+        "**Load Image** gives the first frame: the video begins with it and continues under the prompt. Block 0 "
+        "still comes from the 14B target (it fixes the scene); the drafter proposes the rest and the target redoes "
+        "a block when its lowest ImageReward frame score is < **tau**.",
+        [("LoadImage", (380, 390), {"image": START_IMAGE}, (360, 330))], {}),
+    "sdvg_video_to_video.json": (
+        "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000007", "Video to video (SDVG)",
+        "**Load Video** -> **Get Video Components** gives the frames: each input block is noised at **strength** "
+        "and denoised by the drafter under the prompt, scored, and redone by the target from the same noised input "
+        "when rejected (`video_mode` extend continues the video instead). The run ends where the input ends.",
+        [("LoadVideo", (380, 390), {"file": INPUT_VIDEO}, (360, 240)),
+         ("GetVideoComponents", (380, 650), {}, (360, 70))],
+        {"video_mode": "video_to_video", "strength": 0.7}),
+}
+
+
 WORKFLOWS = {"sdvg_loop_step_by_step.json": loop_workflow, "sdvg_generate.json": generate_workflow,
              "sdvg_vs_target_only.json": baseline_workflow, "sdvg_long_video.json": long_video_workflow,
-             "sdvg_long_video_prompt_changes.json": prompt_changes_workflow}
+             "sdvg_long_video_prompt_changes.json": prompt_changes_workflow,
+             **{name: functools.partial(pixels_workflow, wid=a[0], title=a[1], text=a[2], given=a[3], widgets=a[4])
+                for name, a in PIXEL_WORKFLOWS.items()}}
 
 
 def main() -> int:

@@ -73,7 +73,7 @@ with tempfile.TemporaryDirectory() as tmp:
     drafter_model = comfy.sd.load_diffusion_model(str(path))
 target = n.comfy_model.host_comfy_model(target_model, "target")
 drafter = n.comfy_model.host_comfy_model(drafter_model, "drafter")
-vae = n.hosted_vae.HostedVAE(random_vae(1), "probe-vae")
+vae = n.hosted.HostedVAE(random_vae(1), "probe-vae")
 
 
 class ZeroScorer:
@@ -83,7 +83,7 @@ class ZeroScorer:
         return torch.zeros(frames.shape[0])
 
 
-session = n.session.Session(target, drafter, vae, ZeroScorer(), EngineConfig())
+session = n.run.Session(target, drafter, vae, ZeroScorer(), EngineConfig())
 spec = core.GenerationSpec(core.PromptConditioning.make("probe", torch.randn(1, 16, cfg.text_dim) * 0.3), 64, 48,
                            a.blocks, 0)
 state = session.engine().generate(spec, core.ThresholdPolicy(tau=-1.0))

@@ -228,9 +228,9 @@ def _session(pack, recipe: str):
     engine = importlib.import_module(pack.__name__ + ".sdvg_core.engine.engine")
     recipes = importlib.import_module(pack.__name__ + ".sdvg_core.engine.recipes")
     cfg = PRESETS["tiny-target"]
-    runner = n.hosted_dit.host_file_dit(tiny.build_random(cfg, seed=0), cfg, torch.float32, "k-target")
-    vae = n.hosted_vae.HostedVAE(tiny.random_vae(1), "k-vae")
-    return n.session.Session(n.hosted_dit.DiTHandle("target", runner, ""), None, vae, None,
+    runner = n.hosted.host_file_dit(tiny.build_random(cfg, seed=0), cfg, torch.float32, "k-target")
+    vae = n.hosted.HostedVAE(tiny.random_vae(1), "k-vae")
+    return n.run.Session(n.hosted.DiTHandle("target", runner, ""), None, vae, None,
                         engine.EngineConfig(recipe=recipes.recipe_by_name(recipe)))
 
 
@@ -263,7 +263,7 @@ def test_sdvg_own_model_swaps_keep_the_memo_caches(fake_pack):
     memo.put(("kv", "run"), _big_entry())
     _sdvg_load(pack)
     mm.FAKE_FREE_BYTES = 0  # no room at all: an outside load would reclaim the caches
-    runner = pack.nodes.hosted_dit.host_file_dit(build_random(PRESETS["tiny"], seed=0), PRESETS["tiny"], torch.float32, "k")
+    runner = pack.nodes.hosted.host_file_dit(build_random(PRESETS["tiny"], seed=0), PRESETS["tiny"], torch.float32, "k")
     runner.ensure_loaded()
     assert memo.large.bytes > 0 and pack.nodes.comfy_memory.registered()
 
@@ -275,7 +275,7 @@ def test_comfy_attention_is_injected_only_for_a_dedicated_kernel(fake_pack, monk
     from sdvg_core.models.wan import attention
 
     pack, _ = fake_pack
-    attn, hosted_dit = pack.nodes.attention, pack.nodes.hosted_dit
+    attn, hosted = pack.nodes.attention, pack.nodes.hosted
     calls = []
 
     def attention_sage(q, k, v, heads, mask=None, skip_reshape=False, **_):
@@ -290,7 +290,7 @@ def test_comfy_attention_is_injected_only_for_a_dedicated_kernel(fake_pack, monk
     mod.optimized_attention = attention_sage
     assert attn.host_attention() is attn.comfy_attention
     cfg = PRESETS["tiny"]
-    runner = hosted_dit.host_file_dit(build_random(cfg, seed=0), cfg, torch.float32, "k")
+    runner = hosted.host_file_dit(build_random(cfg, seed=0), cfg, torch.float32, "k")
     text = runner.encode_text(torch.randn(1, 8, cfg.text_dim))
     runner.forward(torch.randn(1, 3, cfg.in_dim, 4, 6), torch.full((1, 3), 700.0), text)
     assert calls == [(cfg.num_heads, True, None)] * (2 * cfg.num_layers)

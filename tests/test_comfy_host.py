@@ -34,6 +34,7 @@ import pytest
 import torch
 
 import workflow_tools as wt
+from test_nodes_pixels import write_inputs
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
@@ -274,6 +275,7 @@ def root(tmp_path_factory):
     write_models(root)
     for d in ("custom_nodes", "output", "temp", "user"):
         (root / d).mkdir()
+    write_inputs(root / "input")  # the start image and input video the pixels-in workflows load
     (root / "custom_nodes" / PACK_DIR_NAME).symlink_to(REPO, target_is_directory=True)
     (root / "extra_model_paths.yaml").write_text(
         f"sdvg_test:\n    base_path: {root / 'models'}\n    is_default: true\n    diffusion_models: diffusion_models\n"
@@ -441,12 +443,18 @@ def test_every_workflow_runs(server, path):
     entry = server.queue(api)
     reps = reports(entry, probes)
     assert reps, "no report"
+    expected = []
     for nid, rep in reps.items():
-        assert rep["num_blocks"] == SMALL["num_blocks"] and int(rep["meta"]["frames"]) == FRAMES
+        pixels = rep.get("pixels") or {}
+        # a start image or an extended video begins the output (Krea: the given frames as read)
+        frames = FRAMES + (pixels["given_frames"] if pixels and pixels["mode"] != "video_to_video" else 0)
+        expected.append(frames)
+        assert rep["num_blocks"] == SMALL["num_blocks"] and int(rep["meta"]["frames"]) == frames
         assert rep["blocks"][0]["producer"] == "target"
         policy = api[nid]["inputs"].get("policy", "sdvg")
         decisions = [b["decision"] for b in rep["blocks"]]
-        print(f"\n{path.name} [{nid} {policy}]: {FRAMES} frames, decisions {decisions}, "
+        given = f" ({pixels['mode']}, strength {pixels['strength']:g})" if pixels else ""
+        print(f"\n{path.name} [{nid} {policy}]: {frames} frames{given}, decisions {decisions}, "
               f"scores {[None if b['score'] is None else round(b['score'], 3) for b in rep['blocks']]}, forwards "
               f"D{rep['drafter_forwards']}/T{rep['target_forwards']}, counted speedup {rep['counted_speedup']:.2f}x, "
               f"{entry['seconds']:.1f} s")
@@ -454,7 +462,7 @@ def test_every_workflow_runs(server, path):
             assert set(decisions) == {"forced"} and rep["drafter_forwards"] == 0
         else:
             assert decisions[0] == "forced" and all(d == "accepted" for d in decisions[1:])
-    assert video_frames(server.root, entry) == [FRAMES] * len(reps)
+    assert video_frames(server.root, entry) == expected
     if "loop" in path.name:
         # lazy routing: block 0's draft is never decoded; blocks 1.. each show their decoded draft (expanded copies)
         dec = next(k for k, v in api.items() if v["class_type"] == "SDVGDecodeBlock")

@@ -13,7 +13,7 @@ def test_a_reloaded_vae_keeps_its_key_other_weights_do_not(tmp_path):
     with fake_host.installed(tmp_path) as pack:
         random_vae = import_module(pack.__name__ + ".sdvg_core.demo.tiny").random_vae
         vae_cls = pack.core_nodes.FakeComfyVAE
-        host_vae = pack.nodes.hosted_vae.host_vae
+        host_vae = pack.nodes.hosted.host_vae
         first = host_vae(vae_cls(random_vae(1)))
         again = host_vae(vae_cls(random_vae(1)))  # the same weights in a new object (a reload)
         other = host_vae(vae_cls(random_vae(2)))

@@ -35,6 +35,22 @@ def test_pin_resize_and_moving_between_tiers():
     assert len(m) == 0 and m.bytes == 0 and m.pinned_bytes == 0
 
 
+def test_evict_drops_least_recently_used_bytes_and_keeps_the_budget():
+    """A host asking for memory back (ComfyUI's partially_unload): LRU entries worth at least the bytes asked for, the
+    big tier first, the budget unchanged, held entries kept."""
+    m = TieredMemo(1000, small_bytes=1000, small_entry_max=10)
+    for i in range(3):
+        m.put(("kv", i), torch.zeros(100, dtype=torch.uint8))
+        m.put(("draft", i), torch.zeros(10, dtype=torch.uint8))
+    m.pin("head", ("decoder", 0), torch.zeros(300, dtype=torch.uint8))  # held (and in the big tier's LRU)
+    m.get(("kv", 0))  # now the most recently used cache
+    assert m.evict(150) == 200  # whole entries: ("kv", 1), then ("kv", 2)
+    assert ("kv", 0) in m and ("kv", 1) not in m and ("kv", 2) not in m and m.large.max_bytes == 1000
+    assert m.evict(10_000) == 400 + 30  # the rest of the big tier, then the small one
+    assert m.bytes == 0 and m.pinned_bytes == 300 and m.get(("decoder", 0)) is not None
+    assert Memo(50).evict(10) == 0
+
+
 def test_entries_without_tensors_are_bounded_by_count():
     """Scores weigh 0 tensor bytes: a long video's or a sweep's would grow without end; the entry count bounds them."""
     m = Memo(0, max_entries=100)

@@ -77,6 +77,17 @@ def peft_lora(net, lora_mod, rank: int, seed: int, scale: float = 0.05) -> dict:
     return out
 
 
+def loaded_models(pack) -> dict:
+    """The loaded tiny models by SDVG Start's input names: target, Self-Forcing drafter, ImageReward, VAE, the test
+    prompt's conditioning."""
+    n = pack.nodes
+    return {"target": n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema", "auto").args[0],
+            "drafter": n.SDVGLoadDrafter.execute("self_forcing_dmd.pt").args[0],
+            "image_reward": n.SDVGLoadImageReward.execute("ImageReward.pt", "auto", 16).args[0],
+            "vae": pack.core_nodes.VAELoader.execute("wan_2.1_vae.safetensors").args[0],
+            "positive": n.SDVGLoadPromptEmbeddings.execute(EMB_FILE).args[0]}
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy")
@@ -392,12 +403,12 @@ def test_file_loader_compile_option_reaches_the_runner(env):
 def test_errors_name_file_folder_and_source(env):
     pack, _ = env
     n = pack.nodes
-    with pytest.raises(n.errors.SDVGError) as e:
+    with pytest.raises(n.surface.SDVGError) as e:
         n.SDVGLoadTarget.execute("missing-14b.safetensors", "generator_ema", "auto")
     msg = str(e.value)
     assert "missing-14b.safetensors" in msg and "models/diffusion_models" in msg and "krea/krea-realtime-video" in msg
     assert "self_forcing_dmd.pt" in msg  # the files that are there
-    with pytest.raises(n.errors.SDVGError) as e:
+    with pytest.raises(n.surface.SDVGError) as e:
         n.SDVGLoadImageReward.execute("nope.pt", "auto", 16)
     assert "THUDM/ImageReward" in str(e.value) and "models/image_reward" in str(e.value)
     # a vocabulary missing next to the weights: the error lists where it looked and where to get it
@@ -407,12 +418,12 @@ def test_errors_name_file_folder_and_source(env):
     vocab = folder / "vocab.txt"
     vocab.rename(folder / "vocab.bak")
     try:
-        with pytest.raises(n.errors.SDVGError) as e:
+        with pytest.raises(n.surface.SDVGError) as e:
             n.SDVGLoadImageReward.execute("ImageReward.pt", "auto", 16)
         assert "vocab.txt" in str(e.value) and "bert-base-uncased" in str(e.value)
     finally:
         (folder / "vocab.bak").rename(vocab)
-    with pytest.raises(n.errors.SDVGError, match="not a Wan 2.1"):
+    with pytest.raises(n.surface.SDVGError, match="not a Wan 2.1"):
         n.comfy_model.host_comfy_model(type("M", (), {"model": type("B", (), {"diffusion_model": torch.nn.Linear(2, 2)})()})(),
                                 "target")
 
@@ -445,18 +456,18 @@ def test_route_checks_its_inputs(env):
     cond, prompt = n.SDVGLoadPromptEmbeddings.execute(EMB_FILE).args
     start = n.SDVGStart.execute(target, vae, cond, "", 64, 48, 2, 1, "krea", "standard", 1.0).args[0]
     assert start.state.spec.prompt.text == PROMPT  # carried by the embeddings file
-    with pytest.raises(n.errors.SDVGError, match="no drafter"):
+    with pytest.raises(n.surface.SDVGError, match="no drafter"):
         n.SDVGDraftBlock.execute(start)
     s1 = n.SDVGRoute.execute(start, -0.7, True).args[0]  # block 0 forced: target only, no drafter needed
     assert s1.state.blocks[0].decision == "forced"
     assert n.SDVGRoute.check_lazy_status(state=start, tau=-0.7, force_reject_first=True, scored=None) == []
     assert n.SDVGRoute.check_lazy_status(state=s1, tau=-0.7, force_reject_first=True, scored=None) == ["scored"]
     assert n.SDVGRoute.check_lazy_status(state=s1, tau=-0.7, force_reject_first=True) == []  # not connected
-    with pytest.raises(n.errors.SDVGError, match="no drafter"):
+    with pytest.raises(n.surface.SDVGError, match="no drafter"):
         n.SDVGRoute.execute(s1, -0.7, True)
-    with pytest.raises(n.errors.SDVGError, match="not the draft of this block"):
+    with pytest.raises(n.surface.SDVGError, match="not the draft of this block"):
         n.SDVGRoute.execute(s1, -0.7, True, scored=start)
-    with pytest.raises(n.errors.SDVGError, match="multiple of 16"):
+    with pytest.raises(n.surface.SDVGError, match="multiple of 16"):
         n.SDVGStart.execute(target, vae, cond, "", 60, 48, 2, 1, "krea", "standard", 1.0)
 
 
@@ -667,7 +678,7 @@ def test_state_outputs_show_the_host_the_tensors_only_they_hold(env):
     exactly its draft's decoded frames; whatever else its state holds outside the shared memo is the prompt's
     embeddings, which SDVG Start's state already held (shared by every state, not one output's)."""
     pack, classes = env
-    from sdvg_pack.nodes.run_state import Run
+    from sdvg_pack.nodes.run import Run
 
     memo = pack.nodes.shared_memo.MEMO
     memo.clear()
@@ -701,7 +712,7 @@ def test_a_corrupt_checkpoint_message_reads_as_sentences(env, tmp_path):
     bad = folder / "broken-14b.safetensors"
     bad.write_bytes(b"\x00" * 1024)
     try:
-        with pytest.raises(pack.nodes.errors.SDVGError) as e:
+        with pytest.raises(pack.nodes.surface.SDVGError) as e:
             pack.nodes.SDVGLoadTarget.execute("broken-14b.safetensors", "generator_ema", "auto")
     finally:
         bad.unlink()
@@ -731,7 +742,7 @@ def test_run_id_from_either_builds_execution_context(env, monkeypatch):
     from collections import namedtuple
 
     pack, _ = env
-    rs = pack.nodes.run_state
+    rs = pack.nodes.run
     utils = __import__("comfy_execution.utils", fromlist=["x"])
     for field in ("prompt_id", "task_id"):
         ctx = namedtuple("Ctx", [field, "node_id", "list_index"])

@@ -90,7 +90,7 @@ def test_recipe_per_role_reaches_engine_reservation_and_report(env, models):
     assert run.session.target.runner.work_bytes == own.dits[0].step
     assert "drafter longlive, target krea" in n.SDVGStart.execute(**base, recipe="krea",
                                                                  drafter_recipe="longlive").ui.value
-    with pytest.raises(n.errors.SDVGError, match="drafter_recipe must be one of"):
+    with pytest.raises(n.surface.SDVGError, match="drafter_recipe must be one of"):
         n.SDVGStart.execute(**base, recipe="krea", drafter_recipe="nope")
 
 
@@ -110,9 +110,9 @@ def test_generate_runs_each_models_recipe(env, models):
     st = core(pack, "engine.state")
     recipes = core(pack, "engine.recipes")
     cfg = eng.EngineConfig(recipe=recipes.recipe_by_name("krea"), drafter_recipe=recipes.recipe_by_name("self_forcing"))
-    text = pack.nodes.conditioning.conditioning_embeddings(models["positive"])
+    text = pack.nodes.run.conditioning_embeddings(models["positive"])
     m = models
-    engine = eng.Engine(m["target"].runner, pack.nodes.hosted_vae.host_vae(m["vae"]), m["drafter"].runner,
+    engine = eng.Engine(m["target"].runner, pack.nodes.hosted.host_vae(m["vae"]), m["drafter"].runner,
                         m["image_reward"], cfg)
     emb = core(pack, "io.text").fit_text_len(text[0], m["target"].runner.cfg.text_len)
     spec = st.GenerationSpec(st.PromptConditioning.make(text[1], emb), W, H, 3, 3)
@@ -194,7 +194,7 @@ def test_drafter_loader_validates_before_work(env):
     assert isinstance(msg, str) and "LoraLoaderModelOnly" in msg
     # a LoRA that does not fit the kind (LongLive's is rank 256) is refused by the loader with the reason
     _lora_file(pack, base, "wrong_rank.safetensors")
-    with pytest.raises(n.errors.SDVGError, match="rank 4, but this drafter's LoRA has rank 256"):
+    with pytest.raises(n.surface.SDVGError, match="rank 4, but this drafter's LoRA has rank 256"):
         n.SDVGLoadDrafter.execute(tn.LONGLIVE_BASE, kind="longlive", lora_name="wrong_rank.safetensors")
 
 
@@ -252,11 +252,11 @@ def test_prompt_schedule_node_encodes_each_prompt_once(env):
     n = pack.nodes
     clip = FakeCLIP(pack)
     sched = n.SDVGPromptSchedule.execute(SCHEDULE, clip).args[0]
-    assert [(i.first_block, i.text) for i in sched.items] == [(0, "a corgi runs in a meadow"),
+    assert [(b, p.text) for b, p in sched] == [(0, "a corgi runs in a meadow"),
                                                              (2, "the corgi jumps over a log"),
-                                                             (3, "a corgi runs in a meadow")]
+                                                    (3, "a corgi runs in a meadow")]
     assert sorted(clip.calls) == ["a corgi runs in a meadow", "the corgi jumps over a log"]  # once per prompt
-    assert torch.equal(sched.items[0].embeddings, sched.items[2].embeddings)
+    assert torch.equal(sched[0].prompt.embeddings, sched[2].prompt.embeddings)
     # a re-queue after editing one line encodes that line only
     n.SDVGPromptSchedule.execute(SCHEDULE.replace("jumps over", "sniffs"), clip)
     assert clip.calls[2:] == ["the corgi sniffs a log"]
@@ -264,7 +264,7 @@ def test_prompt_schedule_node_encodes_each_prompt_once(env):
     js = json.dumps([{"block": 0, "prompt": "first", "embeddings": tn.EMB_FILE}, {"block": 1, "prompt": "second"}])
     s2 = n.SDVGPromptSchedule.execute(js, clip).args[0]
     saved = core(pack, "io.text").load_embeddings(Path(n.folders.full_path("sdvg_prompts", tn.EMB_FILE)))[1]
-    assert torch.equal(s2.items[0].embeddings, saved) and clip.calls[-1] == "second"
+    assert torch.equal(s2[0].prompt.embeddings, saved) and clip.calls[-1] == "second"
 
 
 @pytest.mark.parametrize("text,words", [
@@ -309,9 +309,9 @@ def test_schedule_reaches_the_spec_of_generate_and_the_loop(env, models):
     # the same three prompts chained with SDVG Prompt From Block: the same spec, the same video
     text = core(pack, "io.text")
     chain = None
-    for item in sched.items:
-        cond = [[text.demo_embeddings(item.text, 32), {"pooled_output": None}]]
-        chain = n.SDVGPromptFromBlock.execute(cond, item.text, item.first_block, chain).args[0]
+    for first, p in sched:
+        cond = [[text.demo_embeddings(p.text, 32), {"pooled_output": None}]]
+        chain = n.SDVGPromptFromBlock.execute(cond, p.text, first, chain).args[0]
     f2, rep2, _ = generate(pack, m, schedule=chain, num_blocks=4)
     assert rep2["meta"]["lineage"] == rep["meta"]["lineage"] and torch.equal(f2, frames)
     # the step-by-step loop: Start takes the schedule; Loop Start and Route show each block's prompt
@@ -325,7 +325,7 @@ def test_schedule_reaches_the_spec_of_generate_and_the_loop(env, models):
         s, _ = n.SDVGRoute.execute(s, -5.0, True).args
     assert "prompt 1: 'the corgi jumps over a log'" in texts[2] and "prompt 0:" in texts[1]
     assert s.state.lineage == rep["meta"]["lineage"]
-    assert [(b, p.text) for b, p in s.state.spec.schedule] == [(i.first_block, i.text) for i in sched.items]
+    assert [(b, p.text) for b, p in s.state.spec.schedule] == [(b, p.text) for b, p in sched]
 
 
 def test_schedule_errors_before_any_work(env, models):
@@ -336,18 +336,18 @@ def test_schedule_errors_before_any_work(env, models):
     sched = n.SDVGPromptSchedule.execute("0: a\n5: b", FakeCLIP(pack)).args[0]
     m = {k: v for k, v in models.items() if k != "positive"}
     mm.LOAD_CALLS.clear()
-    with pytest.raises(n.errors.SDVGError, match="past the end of the video"):
+    with pytest.raises(n.surface.SDVGError, match="past the end of the video"):
         generate(pack, m, schedule=sched, num_blocks=4)
-    with pytest.raises(n.errors.SDVGError, match="both 'positive' and 'schedule'"):
+    with pytest.raises(n.surface.SDVGError, match="both 'positive' and 'schedule'"):
         generate(pack, models, schedule=sched, num_blocks=8)
-    with pytest.raises(n.errors.SDVGError, match="clear 'prompt'"):
+    with pytest.raises(n.surface.SDVGError, match="clear 'prompt'"):
         generate(pack, m, schedule=sched, num_blocks=8, prompt="another text")
-    with pytest.raises(n.errors.SDVGError, match="connect 'positive'"):
+    with pytest.raises(n.surface.SDVGError, match="connect 'positive'"):
         generate(pack, m, num_blocks=8)
     assert mm.LOAD_CALLS == []  # refused before any model was loaded for a call
-    with pytest.raises(n.errors.SDVGError, match="must come after"):
+    with pytest.raises(n.surface.SDVGError, match="must come after"):
         n.SDVGPromptFromBlock.execute(models["positive"], "", 0, sched)
-    with pytest.raises(n.errors.SDVGError, match="prompt text is empty"):
+    with pytest.raises(n.surface.SDVGError, match="prompt text is empty"):
         n.SDVGPromptFromBlock.execute([[torch.zeros(1, 4, 32), {}]], "", 0)
 
 
@@ -412,7 +412,7 @@ def test_generate_writes_each_block_as_it_commits(env, models, monkeypatch):
     shown = n.SDVGShowVideo.execute(out.args[4]).ui  # the node that plays it (Generate shows its block previews)
     assert shown == {"images": [{"filename": "long_00001_.mp4", "subfolder": "video", "type": "output"}],
                      "animated": (True,)}
-    with pytest.raises(n.errors.SDVGError, match="not inside"):
+    with pytest.raises(n.surface.SDVGError, match="not inside"):
         n.SDVGShowVideo.execute("../elsewhere.mp4")
     path = base / "output" / "video" / "long_00001_.mp4"
     frames_in_file = _decoded_frames(str(path))

@@ -193,6 +193,13 @@ class Memo:
         self.max_bytes = max_bytes
         self._evict_to(max_bytes)
 
+    def evict(self, nbytes: int) -> int:
+        """Drop least-recently-used entries worth at least `nbytes` (or all of them), keeping the budget (a host
+        that needs the memory back); returns the bytes dropped. Held entries stay: `release_run` drops those."""
+        before = self.bytes
+        self._evict_to(max(before - nbytes, 0))
+        return before - self.bytes
+
     def _drop(self, key: Hashable) -> None:
         item = self._data.pop(key, None)
         if item is not None:
@@ -300,6 +307,11 @@ class TieredMemo:
         self.large.resize(large_bytes)
         if small_bytes is not None:
             self.small.resize(small_bytes)
+
+    def evict(self, nbytes: int) -> int:
+        """`Memo.evict` over both tiers: the big entries (caches, pixels) first, then the small ones."""
+        freed = self.large.evict(nbytes)
+        return freed + (self.small.evict(nbytes - freed) if freed < nbytes else 0)
 
     def clear(self) -> None:
         self.small.clear()

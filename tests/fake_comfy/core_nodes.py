@@ -9,6 +9,8 @@ SDVG Load Prompt Embeddings, as the real-host test does.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 from comfy_api.latest import io, ui
 
@@ -223,8 +225,85 @@ class PrimitiveStringMultiline(io.ComfyNode):
         return io.NodeOutput(value)
 
 
+def _input_files(kind: str) -> list[str]:
+    folder = folder_paths.get_input_directory()
+    files = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return folder_paths.filter_files_content_types([f for f in files if os.path.isfile(os.path.join(folder, f))], [kind])
+
+
+def _rgb_frames(frames) -> torch.Tensor:
+    """uint8 RGB frames (a list of [H, W, 3] arrays) as ComfyUI's IMAGE: float32 [T, H, W, 3] in 0..1."""
+    import numpy as np
+
+    return torch.from_numpy(np.stack(frames).astype(np.float32) / 255.0)
+
+
+class LoadImage(io.ComfyNode):
+    """Core Load Image: a picture of the input folder as IMAGE [1, H, W, 3] and its MASK."""
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="LoadImage", category="image", inputs=[
+            io.Combo.Input("image", options=_input_files("image"), upload="image")],
+            outputs=[io.Image.Output(display_name="IMAGE"), io.Mask.Output(display_name="MASK")])
+
+    @classmethod
+    def execute(cls, image):
+        import numpy as np
+        from PIL import Image
+
+        with Image.open(folder_paths.get_annotated_filepath(image)) as im:
+            frames = _rgb_frames([np.asarray(im.convert("RGB"))])
+        return io.NodeOutput(frames, torch.zeros(1, frames.shape[1], frames.shape[2]))
+
+
+class FakeVideo:
+    """What Load Video outputs (ComfyUI's VideoFromFile): a file decoded when its components are asked for."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def get_components(self):
+        import av
+
+        with av.open(self.path) as c:
+            stream = c.streams.video[0]
+            frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+            rate = float(stream.average_rate or 0)
+        return type("VideoComponents", (), {"images": _rgb_frames(frames), "audio": None, "frame_rate": rate})()
+
+
+class LoadVideo(io.ComfyNode):
+    """Core Load Video: a video of the input folder as VIDEO."""
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="LoadVideo", category="video", inputs=[
+            io.Combo.Input("file", options=_input_files("video"), upload="video")], outputs=[io.Video.Output()])
+
+    @classmethod
+    def execute(cls, file):
+        return io.NodeOutput(FakeVideo(folder_paths.get_annotated_filepath(file)))
+
+
+class GetVideoComponents(io.ComfyNode):
+    """Core Get Video Components: a VIDEO's frames as IMAGE, its audio, frame rate, bit depth and colour space."""
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="GetVideoComponents", category="video", inputs=[io.Video.Input("video")],
+                         outputs=[io.Image.Output(display_name="images"), io.Custom("AUDIO").Output(display_name="audio"),
+                                  io.Float.Output(display_name="fps"), io.Int.Output(display_name="bit_depth"),
+                                  io.Combo.Output(display_name="color_space")])
+
+    @classmethod
+    def execute(cls, video):
+        c = video.get_components()
+        return io.NodeOutput(c.images, c.audio, float(c.frame_rate), 8, "sRGB")
+
+
 CORE_NODES = [CLIPLoader, CLIPTextEncode, VAELoader, UNETLoader, LoraLoaderModelOnly, CreateVideo, SaveVideo,
-              PreviewImage, PreviewAny, PrimitiveStringMultiline]
+              PreviewImage, PreviewAny, PrimitiveStringMultiline, LoadImage, LoadVideo, GetVideoComponents]
 FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}
 
 # The core nodes as an older host declares them. The example workflows are saved in that shape (what ComfyUI 0.3.64's
@@ -276,9 +355,23 @@ PreviewImage_before_0_33 = _without_outputs(PreviewImage)
 PreviewAny_before_0_33 = _without_outputs(PreviewAny)
 
 
+class GetVideoComponents_before_0_33(GetVideoComponents):
+    """Before 0.33: images, audio and fps only."""
+
+    @classmethod
+    def define_schema(cls):
+        s = super().define_schema()
+        s.outputs = s.outputs[:3]
+        return s
+
+    @classmethod
+    def execute(cls, video):
+        return io.NodeOutput(*super().execute(video).args[:3])
+
+
 # {first version without them: the shapes every host before it declares}
 OLDER = {V0_33_0: {"CreateVideo": CreateVideo_before_0_33, "SaveVideo": SaveVideo_before_0_33, "PreviewImage": PreviewImage_before_0_33,
-                   "PreviewAny": PreviewAny_before_0_33}}
+                   "PreviewAny": PreviewAny_before_0_33, "GetVideoComponents": GetVideoComponents_before_0_33}}
 
 
 def core_nodes(host: tuple[int, ...] = NEWEST) -> list[type]:

@@ -7,14 +7,16 @@ supported_pt_extensions = {".ckpt", ".pt", ".pt2", ".bin", ".pth", ".safetensors
 models_dir = os.path.join(os.getcwd(), "models")
 output_directory = os.path.join(os.getcwd(), "output")
 temp_directory = os.path.join(os.getcwd(), "temp")
+input_directory = os.path.join(os.getcwd(), "input")
 folder_names_and_paths: dict[str, tuple[list[str], set[str]]] = {}
 
 
 def reset(base: str) -> None:
-    global models_dir, output_directory, temp_directory
+    global models_dir, output_directory, temp_directory, input_directory
     models_dir = os.path.join(base, "models")
     output_directory = os.path.join(base, "output")
     temp_directory = os.path.join(base, "temp")
+    input_directory = os.path.join(base, "input")
     folder_names_and_paths.clear()
     for name in ("diffusion_models", "vae", "text_encoders", "unet", "checkpoints", "loras"):
         folder_names_and_paths[name] = ([os.path.join(models_dir, name)], set(supported_pt_extensions))
@@ -67,6 +69,21 @@ def get_output_directory() -> str:
 
 def get_temp_directory() -> str:
     return temp_directory
+
+
+def get_input_directory() -> str:
+    return input_directory
+
+
+def get_annotated_filepath(name: str, default_dir: str | None = None) -> str:
+    """A file of the input folder (Load Image / Load Video's widget value; no "[output]" annotations here)."""
+    return os.path.join(default_dir or input_directory, name)
+
+
+def filter_files_content_types(files: list[str], content_types: list[str]) -> list[str]:
+    """The files whose extension is of one of the content types ("image", "video"), as ComfyUI's mimetype filter."""
+    kinds = {"image": {".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp"}, "video": {".mp4", ".webm", ".mov", ".mkv"}}
+    return [f for f in files if any(os.path.splitext(f)[1].lower() in kinds.get(c, ()) for c in content_types)]
 
 
 def get_save_image_path(filename_prefix: str, output_dir: str, image_width=0, image_height=0):

@@ -1,0 +1,355 @@
+"""A run built from node inputs: SDVG Start's and SDVG Generate's inputs, the Session (models, VAE, scorer, engine
+options) they make, the SDVG_STATE value (`Run`) the per-block nodes pass on, and the execution ids its blocks are
+stamped with. Every rule about the request (sizes, recipes, decode rule, the schedule's shape) is sdvg_core's: its
+ValueError becomes the node's message."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+import comfy.model_management as mm
+from comfy_api.latest import io
+
+from ..sdvg_core.engine.engine import DECODE_RULES, Engine, EngineConfig, ProgressEvent
+from ..sdvg_core.engine.memo import TieredMemo
+from ..sdvg_core.engine.memory import MemoryEstimate, check_fits, estimate_for_spec
+from ..sdvg_core.engine.pixel_input import PIXEL_MODES, PixelInput
+from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
+from ..sdvg_core.engine.policy import ThresholdPolicy
+from ..sdvg_core.engine.prompts import PromptSchedule
+from ..sdvg_core.engine.recipes import RECIPE_NAMES, Recipe, recipe_by_name
+from ..sdvg_core.engine.state import GenerationSpec, GenerationState, PromptConditioning
+from ..sdvg_core.io.cli_args import MAX_BLOCKS
+from ..sdvg_core.io.text import fit_text_len
+from . import shared_memo
+from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae
+from .surface import SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence
+
+LOG = logging.getLogger("SDVG")
+
+AUTO = "auto"  # a model's recipe: the one its drafter kind was trained for, else `recipe`
+ROLE_RECIPES = [AUTO, *RECIPE_NAMES]
+# What a connected input_video is for: the pixel modes that take a video, video_to_video first (the widget's default)
+VIDEO_MODES = [m for m in reversed(PIXEL_MODES) if m != "start_image"]
+STRENGTH_STEP = 0.05  # the strength widget's step (PIXELS_API)
+
+
+# ------------------------------------------------------------------------------------------------ execution ids
+_FALLBACK_RUN_ID = uuid.uuid4().hex
+
+
+def current_run_id() -> str:
+    """The id of the ComfyUI execution running now (its prompt id): every block a node computes is stamped with it,
+    so SDVG Finish can tell blocks computed by this queue press from blocks taken from ComfyUI's node cache (an
+    earlier press). Outside an execution (no context): one id per process."""
+    try:
+        from comfy_execution.utils import get_executing_context
+    except ImportError:
+        return _FALLBACK_RUN_ID
+    ctx = get_executing_context()
+    pid = (getattr(ctx, "prompt_id", None) or getattr(ctx, "task_id", None)) if ctx is not None else None  # pip 0.12: task_id
+    return str(pid) if pid else _FALLBACK_RUN_ID
+
+
+def node_run_id() -> str:
+    """The run id of a generation made inside one node (SDVG Generate): the execution's id and the node's, so what
+    this node takes from another node's generation in the same execution counts as reused, not as its own work."""
+    try:
+        from comfy_execution.utils import get_executing_context
+    except ImportError:
+        return current_run_id()
+    ctx = get_executing_context()
+    node = getattr(ctx, "node_id", None) if ctx is not None else None
+    return f"{current_run_id()}#{node}" if node is not None else current_run_id()
+
+
+# ------------------------------------------------------------------------------------------------ session and run
+@dataclass(frozen=True)
+class Session:
+    """Everything a generation needs besides its state: models, VAE, scorer, engine options. Its DiTs are this run's
+    views of the loaded models (`DiTHandle.for_run`): sizing their calls for this run changes no other graph's."""
+
+    target: DiTHandle
+    drafter: DiTHandle | None
+    vae: HostedVAE
+    scorer: HostedScorer | None
+    config: EngineConfig
+
+    def __post_init__(self):
+        object.__setattr__(self, "target", self.target.for_run())
+        if self.drafter is not None:
+            object.__setattr__(self, "drafter", self.drafter.for_run())
+
+    def engine(self, progress: Callable[[ProgressEvent], None] | None = None, memo: TieredMemo | None = None,
+               run_id: str | None = None) -> Engine:
+        """A light Engine over the shared memo (or `memo`: a private one for a fresh run), with ComfyUI's Cancel as
+        interrupt callback and the current execution's id as run id (or `run_id`)."""
+        e = Engine(self.target.runner, self.vae, self.drafter.runner if self.drafter else None, self.scorer,
+                   self.config, memo=shared_memo.MEMO if memo is None else memo)
+        e.callbacks.interrupt = mm.throw_exception_if_processing_interrupted
+        e.callbacks.progress = progress
+        e.callbacks.run_id = run_id or current_run_id()
+        return e
+
+    def reserve(self, spec: GenerationSpec) -> MemoryEstimate:
+        """Size each DiT's per-call reservation for its recipe's window and this size (on this run's views), and
+        refuse, before any work, a size whose estimated peak exceeds the device's memory (MemoryRefused names the
+        estimate and the limit). Weights of ComfyUI-managed MODELs are not counted (ComfyUI can stream them)."""
+        handles = [h for h in (self.target, self.drafter) if h is not None]
+        vae = self.vae.inner
+        # each DiT is sized for its own recipe (e.g. a LongLive drafter's window next to a Krea target's rebuild)
+        est = estimate_for_spec(spec, [self.config.recipe_for(h.role) for h in handles],
+                                [(h.runner.cfg, h.runner.dtype) for h in handles], vae.config, vae.dtype,
+                                vae_weight_bytes=mm.module_size(vae))
+        for h, d in zip(handles, est.dits):
+            h.runner.work_bytes = d.step
+        counted = dataclasses.replace(est, dits=tuple(d if h.runner.full_load else dataclasses.replace(d, weights=0)
+                                                      for h, d in zip(handles, est.dits)))
+        device = handles[0].runner.device
+        total = getattr(mm, "get_total_memory", None)
+        if total is not None:
+            check_fits(counted, int(total(device)), f"{device} (ComfyUI's total for it)")
+        LOG.info("SDVG memory estimate: %s", counted.describe())
+        return counted
+
+
+@dataclass(frozen=True)
+class Run(tuple):
+    """The SDVG_STATE value passed between nodes: the session plus an immutable GenerationState.
+
+    As a tuple it is (state, the draft's decoded frames when it has them): ComfyUI's RAM-pressure output cache
+    (0.33, `--cache-ram`) sizes a node output by the tensors it finds in lists and tuples, so the one large tensor a
+    state holds outside the shared memo is counted for its bytes there (models and memo entries are ComfyUI's model
+    management's; committed latents are memo entries every later state shares). The state comes first because that
+    cache keeps, while its prompt runs, an output in which nothing lacks `is_dynamic()`: an empty tuple would be one."""
+
+    session: Session
+    state: GenerationState
+    tau: float | None = None  # the tau of the last routing decision (for the report plot)
+    policy: str = ""  # description of the routing policy used
+
+    def __new__(cls, session: Session, state: GenerationState, tau: float | None = None, policy: str = ""):
+        frames = state.pending.frames if state.pending is not None else None
+        return super().__new__(cls, (state,) if frames is None else (state, frames))
+
+    def with_state(self, state: GenerationState, **kw: Any) -> "Run":
+        return Run(self.session, state, kw.get("tau", self.tau), kw.get("policy", self.policy))
+
+
+@contextmanager
+def engine_errors(what: str) -> Iterator[None]:
+    """sdvg_core's ValueError (a request it refuses: what is wrong and the fix) as the node's message."""
+    try:
+        yield
+    except ValueError as e:
+        raise SDVGError(f"{what}: {sentence(e)}") from e
+
+
+# ------------------------------------------------------------------------------------------------ node inputs
+def run_inputs() -> list:
+    """Inputs that define a generation (SDVG Start and SDVG Generate)."""
+    return [
+        SDVGModel.Input("target", tooltip="The 14B target (SDVG Load Target): makes block 0 and redoes rejected blocks."),
+        SDVGModel.Input("drafter", optional=True,
+                        tooltip="The 1.3B drafter (SDVG Load Drafter): proposes every block. Not needed for target-only."),
+        SDVGReward.Input("image_reward", optional=True,
+                         tooltip="ImageReward (SDVG Load ImageReward): scores each draft. Needed when tau decides."),
+        io.Vae.Input("vae", tooltip="The Wan 2.1 VAE from ComfyUI's Load VAE (wan_2.1_vae.safetensors)."),
+        io.Conditioning.Input("positive", optional=True,
+                              tooltip="umT5 prompt embeddings: CLIP Text Encode with a 'wan' CLIP loader, or SDVG "
+                                      "Load Prompt Embeddings. Leave it unconnected when 'schedule' is connected."),
+        SDVGSchedule.Input("schedule", optional=True,
+                           tooltip="A prompt schedule (SDVG Prompt Schedule / SDVG Prompt From Block): each block is "
+                                   "generated, committed and scored under its own prompt; replaces 'positive' and "
+                                   "'prompt'."),
+        io.String.Input("prompt", multiline=True, default="",
+                        tooltip="The prompt text ImageReward compares the frames with (the same text you encoded). "
+                                "Empty: taken from SDVG Load Prompt Embeddings' conditioning when it carries it."),
+        io.Int.Input("width", default=832, min=16, max=4096, step=16, tooltip="Video width in pixels (multiple of 16)."),
+        io.Int.Input("height", default=480, min=16, max=4096, step=16, tooltip="Video height in pixels (multiple of 16)."),
+        io.Int.Input("num_blocks", default=9, min=1, max=MAX_BLOCKS,
+                     tooltip="Blocks of 3 latent frames (9 blocks = 27 latent frames = 105 video frames, 6.6 s at 16 fps; "
+                             "160 blocks = 1917 frames, 2 min). Past 9 blocks use a recipe that runs at any length "
+                             "(krea, longlive) and turn save_video on (SDVG Generate / SDVG Finish): the video is then written as blocks commit "
+                             "instead of all its frames sitting in memory as IMAGE."),
+        io.Int.Input("seed", default=42, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
+                     tooltip="Noise seed; drafter and target share each block's noise."),
+        io.Combo.Input("recipe", options=list(RECIPE_NAMES), default="krea",
+                       tooltip="Context recipe of both models (unless drafter_recipe / target_recipe say otherwise). "
+                               "krea: the published SDVG setup (rebuilds a short KV context every block; any length). "
+                               "self_forcing: Self-Forcing's growing KV cache (at most 21 latent frames). longlive: "
+                               "LongLive's frame sink + sliding window (flat cost, any length). longlive_infinity: "
+                               "its variant with slot-relative positions."),
+        io.Combo.Input("drafter_recipe", options=ROLE_RECIPES, default=AUTO,
+                       tooltip="The drafter's own context recipe. auto: the recipe its kind was trained for "
+                               "(SDVG Load Drafter kind longlive: longlive), else 'recipe'."),
+        io.Combo.Input("target_recipe", options=ROLE_RECIPES, default=AUTO,
+                       tooltip="The target's own context recipe. auto: 'recipe'. The target-only baseline in the "
+                               "report is counted with it."),
+        io.Combo.Input("decode_rule", options=list(DECODE_RULES), default="standard",
+                       tooltip="VAE streaming rule. standard: equals ComfyUI's VAE Decode. krea: Krea's VAE cache rule, "
+                               "to reproduce the published numbers."),
+        io.Float.Input("cache_gb", default=shared_memo.DEFAULT_CACHE_GB, min=0.0, max=1024.0, step=0.5,
+                       tooltip="Memory kept for big reusable caches (KV and VAE decoder caches) shared by all SDVG "
+                               "nodes, so re-queueing after moving tau recomputes only from the first changed block. "
+                               "Small results (drafts, blocks, scores) have their own 1 GB."),
+    ]
+
+
+def conditioning_embeddings(conditioning: Any) -> tuple[torch.Tensor, str]:
+    """ComfyUI CONDITIONING [[tensor [1, L, D], {...}], ...] (CLIP Text Encode, SDVG Load Prompt Embeddings) ->
+    (embeddings of the first entry, prompt text if it carries one)."""
+    try:
+        cond, extra = conditioning[0][0], conditioning[0][1]
+    except (TypeError, IndexError, KeyError) as e:
+        raise SDVGError("the conditioning input is empty or not ComfyUI CONDITIONING; connect CLIP Text Encode "
+                        "(with a 'wan' CLIP loader) or SDVG Load Prompt Embeddings") from e
+    if len(conditioning) > 1:
+        LOG.warning("SDVG: the conditioning holds %d prompts; only the first is used", len(conditioning))
+    if not isinstance(cond, torch.Tensor) or cond.dim() != 3:
+        raise SDVGError(f"the conditioning tensor must be [1, L, 4096] umT5 embeddings, got {type(cond).__name__} "
+                        f"{list(getattr(cond, 'shape', []))}")
+    return cond[:1].float().cpu(), str((extra or {}).get("sdvg_prompt", ""))
+
+
+def _recipe(what: str, name: str, value: str, options: list[str]) -> Recipe:
+    """The recipe a recipe input names (the core registry's names), refused with the input's own name."""
+    try:
+        return recipe_by_name(value)
+    except ValueError as e:
+        raise SDVGError(f"{what}: {name} must be one of {options}, got {value!r} ({e})") from e
+
+
+def engine_config(what: str, recipe: str, drafter_recipe: str, target_recipe: str, decode_rule: str,
+                  drafter: DiTHandle | None) -> EngineConfig:
+    """Each model's recipe (its own input, else, on auto, the drafter kind's own, else `recipe`) and the decode rule."""
+    own = drafter.own_recipe if drafter is not None else None
+    drafter_name = drafter_recipe if drafter_recipe != AUTO else (own or recipe)
+    target_name = target_recipe if target_recipe != AUTO else recipe
+    return EngineConfig(recipe=_recipe(what, "recipe", recipe, list(RECIPE_NAMES)), decode_rule=decode_rule,
+                        drafter_recipe=_recipe(what, "drafter_recipe", drafter_name, ROLE_RECIPES),
+                        target_recipe=_recipe(what, "target_recipe", target_name, ROLE_RECIPES))
+
+
+def prompt_schedule(what: str, positive, prompt: str, schedule: PromptSchedule | None,
+                    text_len: int) -> PromptSchedule:
+    """The run's schedule of PromptConditioning (embeddings cut or padded to the model's text length) from a single
+    conditioning (+ its text) or a schedule."""
+    if schedule is not None:
+        if positive is not None:
+            raise SDVGError(f"{what}: both 'positive' and 'schedule' are connected; a schedule holds every prompt "
+                            f"(block 0's too): disconnect 'positive'")
+        if prompt.strip():
+            raise SDVGError(f"{what}: 'prompt' is filled but a schedule is connected, whose entries carry their own "
+                            f"texts (ImageReward scores each block against its entry's): clear 'prompt'")
+        return schedule.map(lambda p: PromptConditioning.make(p.text, fit_text_len(p.embeddings, text_len)))
+    if positive is None:
+        raise SDVGError(f"{what}: connect 'positive' (CLIP Text Encode or SDVG Load Prompt Embeddings) or 'schedule' "
+                        f"(SDVG Prompt Schedule)")
+    emb, carried = conditioning_embeddings(positive)
+    return PromptSchedule.one(PromptConditioning.make(prompt.strip() or carried, fit_text_len(emb, text_len)))
+
+
+def pixel_inputs() -> list:
+    """The optional given pixels of a generation (SDVG Start and SDVG Generate; docs/pixels.md)."""
+    return [
+        io.Image.Input("start_image", optional=True,
+                       tooltip="Image-to-video: the video begins with this picture (Load Image; the first image of a "
+                               "batch). It is centre-cropped to the width/height's aspect and resized; the first block "
+                               "still comes from the target. Leave 'input_video' unconnected."),
+        io.Image.Input("input_video", optional=True,
+                       tooltip="A video as IMAGE frames (core Load Video + Get Video Components, or VHS Load Video), "
+                               "cropped and resized like start_image: restyled block by block (video_mode "
+                               "video_to_video) or continued (extend). The run ends where the input ends."),
+        io.Combo.Input("video_mode", options=VIDEO_MODES, default=VIDEO_MODES[0], optional=True,
+                       tooltip="What 'input_video' is for. video_to_video: each input block is noised at 'strength' "
+                               "and denoised by the drafter (the target redoes rejected blocks from the same noised "
+                               "input). extend: the output begins with the video and continues it."),
+        io.Float.Input("strength", default=DEFAULT_STRENGTH, min=0.0, max=1.0, step=STRENGTH_STEP, optional=True,
+                       tooltip="video_to_video only: how far each input block is noised (1 = from pure noise, the "
+                               "input is ignored; lower keeps more of the input)."),
+    ]
+
+
+def pixel_input(what: str, start_image: torch.Tensor | None, input_video: torch.Tensor | None,
+                video_mode: str = VIDEO_MODES[0], strength: float = DEFAULT_STRENGTH) -> PixelInput | None:
+    """The given pixels of the inputs (None: text-to-video); sdvg_core checks the frames and the strength."""
+    if start_image is not None and input_video is not None:
+        raise SDVGError(f"{what}: both 'start_image' and 'input_video' are connected; a run starts from one of them: "
+                        f"disconnect the other")
+    with engine_errors(what):
+        if start_image is not None:
+            return PixelInput.start_image(start_image)
+        if input_video is None:
+            return None
+        if video_mode == "extend":
+            return PixelInput.extend(input_video)
+        if video_mode != "video_to_video":
+            raise SDVGError(f"{what}: video_mode must be one of {VIDEO_MODES}, got {video_mode!r}")
+        return PixelInput.video_to_video(input_video, strength)
+
+
+def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: int, height: int,
+              num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
+              drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
+              schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO,
+              pixels: PixelInput | None = None) -> Run:
+    """The first state from the inputs: the prompt schedule and the given pixels become part of the spec, each
+    model's recipe part of the engine config, and ComfyUI's reservation is sized for both; the engine refuses what it
+    cannot run (and encodes a start image or a video to extend)."""
+    config = engine_config(what, recipe, drafter_recipe, target_recipe, decode_rule, drafter)
+    shared_memo.set_cache_budget(cache_gb)
+    with engine_errors(what):
+        entries = prompt_schedule(what, positive, prompt, schedule, target.runner.cfg.text_len)
+        session = Session(target, drafter, host_vae(vae), image_reward, config)
+        spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
+        session.reserve(spec)  # size this run's reservation for its window; refuse sizes that cannot fit
+        state = session.engine().start(spec)
+    return Run(session, state)
+
+
+def need(run: Run, what: str, drafter: bool = False, scorer: bool = False) -> None:
+    """Refuse, before any work, an operation whose model inputs are missing, naming the input to connect."""
+    s = run.session
+    if drafter and s.drafter is None:
+        raise SDVGError(f"{what}: no drafter; connect SDVG Load Drafter to the 'drafter' input of SDVG Start")
+    if scorer and s.scorer is None:
+        raise SDVGError(f"{what}: no ImageReward; connect SDVG Load ImageReward to the 'image_reward' input of SDVG Start")
+    if scorer and not all(p.text for _, p in run.state.spec.schedule):
+        raise SDVGError(f"{what}: ImageReward needs the prompt text; fill SDVG Start's 'prompt' (the text you encoded)")
+
+
+def threshold_policy(tau: float, force_reject_first: bool) -> ThresholdPolicy:
+    """SDVG's rule: keep a draft when its min frame score >= tau; block 0 from the target unless told otherwise."""
+    return ThresholdPolicy(tau=float(tau), aggregation="min", force_reject_first=bool(force_reject_first))
+
+
+def steps_per_block(run: Run, role: str | None = None) -> int:
+    """Model calls per block of one role's recipe (None: the larger of the two, for a bar over both)."""
+    config = run.session.config
+    return max(config.recipe_for(r).plan.num_steps for r in ((role,) if role else ("drafter", "target")))
+
+
+def describe_start(run: Run) -> str:
+    """What SDVG Start shows: size, frames, seed, each model's recipe, the prompt schedule."""
+    spec, config = run.state.spec, run.session.config
+    frames = run.session.vae.config.pixel_frames(spec.num_latent_frames)
+    text = (f"{spec.num_blocks} blocks x {spec.frames_per_block} latent frames -> {frames} frames at "
+            f"{spec.width}x{spec.height}, seed {spec.seed}, recipes: drafter {config.recipe_for('drafter').name}, "
+            f"target {config.recipe_for('target').name}")
+    if spec.schedule.switches:
+        text += "\nprompts: " + "; ".join(f"block {b}: {p.text[:50]!r}" for b, p in spec.schedule)
+    if spec.pixels is not None:
+        text += f"\n{describe_pixels(spec.pixels.mode, spec.pixels.strength)} (from {spec.pixels.source.name})"
+    return text
+
+
+def describe_pixels(mode: str, strength: float) -> str:
+    """The given pixels' mode and strength (a strength only where it acts), as SDVG Start and the report show them."""
+    return f"pixels: {mode}" + (f" at strength {strength:g}" if mode == "video_to_video" else "")

@@ -1,0 +1,199 @@
+"""Pixels in through the nodes (issue 26 item 4; docs/pixels.md): SDVG Start and SDVG Generate take a start image or an
+input video (IMAGE frames) with its mode and strength, build sdvg_core's `PixelInput` from them and nothing more, and
+give what the engine gives through its public API; the two example workflows (core Load Image / Load Video + Get Video
+Components) run on tiny models against the fake host, their report saying the mode and the strength."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import fake_host
+import test_nodes as tn
+import workflow_tools as wt
+from mini_executor import MiniExecutor
+
+REPO = Path(__file__).resolve().parents[1]
+W, H, BLOCKS = 64, 48, 3
+IMAGE_HW = (48, 80)  # wider than the run: centre-cropped (a sixth of each side) and resized
+VIDEO_FRAMES = 1 + 4 * (3 * BLOCKS - 1)  # exactly what 3 blocks of video-to-video read
+START_IMAGE, INPUT_VIDEO = "sdvg_start.png", "sdvg_input.mp4"  # the names the workflows load (build_workflows.py)
+
+
+def _frames(n: int, hw: tuple[int, int], seed: int = 0) -> torch.Tensor:
+    """Smooth moving colour fields [n, H, W, 3] in 0..1 (a video codec keeps them close)."""
+    y = torch.linspace(0, 1, hw[0])[:, None, None]
+    x = torch.linspace(0, 1, hw[1])[None, :, None]
+    c = torch.tensor([0.2, 0.5, 0.8])[None, None, :]
+    return torch.stack([(0.5 + 0.4 * torch.sin(6 * x + 4 * y + c * (seed + 1) + 0.3 * t)) for t in range(n)])
+
+
+def write_inputs(folder: Path) -> None:
+    """A PNG start image and an H.264 input video in ComfyUI's input folder."""
+    import av
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    Image.fromarray((_frames(1, IMAGE_HW)[0] * 255).to(torch.uint8).numpy()).save(folder / START_IMAGE)
+    with av.open(str(folder / INPUT_VIDEO), mode="w") as out:
+        stream = out.add_stream("h264", rate=16)
+        stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+        for f in _frames(VIDEO_FRAMES, (H, W), seed=1):
+            frame = av.VideoFrame.from_ndarray((f * 255).to(torch.uint8).numpy(), format="rgb24")
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("comfy_pixels")
+    with fake_host.installed(base) as pack:
+        tn.write_tiny_models(base, pack.sdvg_core)
+        write_inputs(base / "input")
+        classes = {c.GET_SCHEMA().node_id: c for c in list(pack.nodes.NODES) + list(pack.core_nodes.CORE_NODES)}
+        models = tn.loaded_models(pack)
+        yield pack, classes, models, base
+
+
+def generate(pack, models, **kw):
+    args = dict(models, prompt="", width=W, height=H, num_blocks=BLOCKS, seed=3, policy="sdvg", tau=-5.0,
+                force_reject_first=True, recipe="krea", decode_rule="standard", cache_gb=1.0)
+    out = pack.nodes.SDVGGenerate.execute(**{**args, **kw})
+    return out.args[0], json.loads(out.args[3]), out.args[1]
+
+
+def core_run(pack, models, pixels):
+    """The same run through sdvg_core's public API (the node must add nothing)."""
+    sd, n = pack.sdvg_core, pack.nodes
+    emb, text = n.run.conditioning_embeddings(models["positive"])
+    emb = __import__(sd.__name__ + ".io.text", fromlist=["x"]).fit_text_len(emb, models["target"].runner.cfg.text_len)
+    engine = sd.Engine(models["target"].runner, n.hosted.host_vae(models["vae"]), models["drafter"].runner,
+                       models["image_reward"], sd.EngineConfig())
+    spec = sd.GenerationSpec(sd.PromptConditioning.make(text, emb), W, H, BLOCKS, 3, pixels=pixels)
+    state = engine.generate(spec, sd.ThresholdPolicy(tau=-5.0))
+    return state, engine
+
+
+@pytest.mark.parametrize("mode", ["start_image", "extend", "video_to_video"])
+def test_generate_is_the_cores_run_of_the_same_pixel_input(env, mode):
+    pack, _, models, _ = env
+    sd = pack.sdvg_core
+    image, video = _frames(1, IMAGE_HW), _frames(VIDEO_FRAMES, (H, W), seed=1)
+    kw = {"start_image": image} if mode == "start_image" else {"input_video": video, "video_mode": mode,
+                                                                 "strength": 0.5}
+    frames, rep, text = generate(pack, models, **kw)
+    pixels = {"start_image": lambda: sd.PixelInput.start_image(image), "extend": lambda: sd.PixelInput.extend(video),
+              "video_to_video": lambda: sd.PixelInput.video_to_video(video, 0.5)}[mode]()
+    state, engine = core_run(pack, models, pixels)
+    assert rep["meta"]["lineage"] == state.lineage and torch.equal(frames, engine.frames(state))
+    assert rep["pixels"]["mode"] == mode and rep["pixels"]["digest"] == pixels.digest
+    assert rep["pixels"]["strength"] == (0.5 if mode == "video_to_video" else 1.0)
+    assert ("pixels in: video_to_video strength 0.5," if mode == "video_to_video" else f"pixels in: {mode},") in text
+    assert int(rep["meta"]["frames"]) == frames.shape[0]
+    if mode != "video_to_video":  # the output begins with the given frames, then the generated blocks
+        assert frames.shape[0] > 1 + 4 * (3 * BLOCKS - 1)
+
+
+def test_start_loop_and_finish_give_generates_video(env):
+    """SDVG Start takes the same inputs: the step-by-step loop commits the same blocks and Finish outputs the same
+    video (the given frames first) and names the mode."""
+    pack, _, models, _ = env
+    n = pack.nodes
+    video = _frames(VIDEO_FRAMES, (H, W), seed=1)
+    frames, rep, _ = generate(pack, models, input_video=video, video_mode="extend")
+    start = n.SDVGStart.execute(**models, width=W, height=H, num_blocks=BLOCKS, seed=3, input_video=video,
+                                video_mode="extend")
+    assert "pixels: extend (from video to extend (IMAGE tensor))" in start.ui.value
+    s = start.args[0]
+    while not s.state.done:
+        s = n.SDVGRoute.execute(s, -5.0, True).args[0]
+    out = n.SDVGFinish.execute(s)
+    assert s.state.lineage == rep["meta"]["lineage"] and torch.equal(out.args[0], frames)
+    assert "pixels in: extend," in out.args[1]
+
+
+def test_a_short_input_video_ends_the_run_and_says_so(env):
+    pack, _, models, base = env
+    video = _frames(VIDEO_FRAMES - 12, (H, W), seed=1)  # one block short
+    frames, rep, text = generate(pack, models, input_video=video, strength=0.7, save_video=True,
+                                 filename_prefix="video/short")
+    assert len(rep["blocks"]) == BLOCKS - 1 and rep["stopped"] and "stopped early: the input video ends" in text
+    import av
+
+    with av.open(str(base / "output" / "video" / "short_00001_.mp4")) as c:  # every committed block, once each
+        assert sum(1 for _ in c.decode(video=0)) == 1 + 4 * (3 * (BLOCKS - 1) - 1) == int(rep["meta"]["frames"])
+
+
+def test_pixel_inputs_refused_before_any_work(env):
+    pack, _, models, _ = env
+    import comfy.model_management as mm
+
+    err = pack.nodes.surface.SDVGError
+    image, video = _frames(1, IMAGE_HW), _frames(VIDEO_FRAMES, (H, W))
+    mm.LOAD_CALLS.clear()
+    with pytest.raises(err, match="both 'start_image' and 'input_video' are connected"):
+        generate(pack, models, start_image=image, input_video=video)
+    with pytest.raises(err, match=r"SDVG Generate: .*strength"):  # sdvg_core's check, its message
+        generate(pack, models, input_video=video, strength=1.5)
+    with pytest.raises(err, match="SDVG Start: .*video_mode must be one of"):
+        pack.nodes.SDVGStart.execute(**models, width=W, height=H, num_blocks=1, seed=0, input_video=video,
+                                     video_mode="start_image")
+    with pytest.raises(err, match="SDVG Generate: "):  # a 1:4 strip cropped to 4:3 would lose most of it
+        generate(pack, models, start_image=_frames(1, (16, 64)))
+    assert mm.LOAD_CALLS == []
+
+
+# ------------------------------------------------------------------------------------------------ workflows
+PIXEL_WORKFLOWS = {"sdvg_image_to_video.json": "start_image", "sdvg_video_to_video.json": "video_to_video"}
+
+
+def api_of(classes: dict, name: str) -> dict:
+    specs = wt.object_info_from_classes(classes.values())
+    api = wt.swap_text_encoder(wt.to_api(wt.load(REPO / "workflows" / name), specs), tn.EMB_FILE)
+    return wt.set_inputs(api, "SDVGGenerate", width=W, height=H, num_blocks=BLOCKS, tau=-5.0)
+
+
+@pytest.mark.parametrize("name", PIXEL_WORKFLOWS)
+def test_pixel_workflows_run_and_report_mode_and_strength(env, name):
+    pack, classes, _, _ = env
+    api = api_of(classes, name)
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    gen = tn.node_of(api, "SDVGGenerate")
+    rep, text = json.loads(ex.values[gen][3]), ex.values[gen][1]
+    mode = PIXEL_WORKFLOWS[name]
+    assert rep["pixels"]["mode"] == mode and len(rep["blocks"]) == BLOCKS
+    assert ("pixels in: video_to_video strength 0.7," if mode == "video_to_video" else "pixels in: start_image,") in text
+    frames = ex.values[gen][0]
+    assert frames.shape[1:] == (H, W, 3) and int(rep["meta"]["frames"]) == frames.shape[0]
+    loader = {"start_image": "LoadImage", "video_to_video": "GetVideoComponents"}[mode]
+    assert api[gen]["inputs"]["start_image" if mode == "start_image" else "input_video"][0] == tn.node_of(api, loader)
+
+
+def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
+    """A workflow saved before SDVG Start / Generate had pixel inputs (no such sockets, no widget values): the
+    frontend's conversion gives the defaults, and it runs as text-to-video."""
+    pack, classes, _, _ = env
+    specs = wt.object_info_from_classes(classes.values())
+    wf = wt.load(REPO / "workflows" / "sdvg_generate.json")
+    for node in wf["nodes"]:
+        if node["type"] in ("SDVGGenerate", "SDVGStart"):
+            node["inputs"] = [i for i in node["inputs"] if i["name"] not in ("start_image", "input_video", "video_mode",
+                                                                              "strength")]
+            node["widgets_values"] = node["widgets_values"][:-2]
+            slots = {i["link"]: k for k, i in enumerate(node["inputs"]) if i["link"] is not None}
+            for link in wf["links"]:  # the links into it name the slots as they were then
+                if link[3] == node["id"]:
+                    link[4] = slots[link[0]]
+    assert wt.validate(wf, specs, host_newer=True) == []
+    api = wt.swap_text_encoder(wt.to_api(wf, specs), tn.EMB_FILE)
+    gen = tn.node_of(api, "SDVGGenerate")
+    assert api[gen]["inputs"]["video_mode"] == "video_to_video" and api[gen]["inputs"]["strength"] == 0.7
+    api = wt.set_inputs(api, "SDVGGenerate", width=W, height=H, num_blocks=2, tau=-5.0)
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    assert json.loads(ex.values[gen][3])["pixels"] is None
