@@ -8,7 +8,7 @@ The real run (one H200 or H100, within `--budget-s`, 8 minutes by default, model
    Wan 2.1 VAE, ImageReward), refusing before any work when the memory estimate does not fit the device;
 2. runs the scale benchmark (bench/bench_scale.py: 9 blocks at 832x480, the five configurations, interleaved
    rounds; no round starts that would end past the budget's share for it) -> DIR/bench.json, DIR/bench.md;
-3. measures the memory table of README "VRAM" (each model call alone: torch.cuda.max_memory_allocated above what
+3. measures the memory table of docs/vram.md (each model call alone: torch.cuda.max_memory_allocated above what
    was allocated before it, plus the model's weights, beside memory.py's computed figure) -> DIR/memory.json/.md;
 4. measures the host-device traffic per block (bench/traffic.py: one SDVG generation of the 6/8 pattern's first
    blocks, forced / accepted / rejected, under a dispatch-mode counter of device crossings and host reads, plus the
@@ -83,7 +83,7 @@ TRAFFIC_PREPROCESSING = ("pil", "tensor")
 # the dispatch mode's Python work per aten op, as a factor on an unobserved run: measured 1.23-1.25x on the tiny
 # bench models (CPU, 5 blocks, many short ops: the worst case); full-size kernels run longer, so 1.5 is a margin
 TRAFFIC_OVERHEAD = 1.5
-# the README "VRAM" rows: (role, recipe) per DiT call, then the VAE decode and the scorer
+# the docs/vram.md rows: (role, recipe) per DiT call, then the VAE decode and the scorer
 MEMORY_ROWS = (("target", "krea"), ("drafter", "krea"), ("target", "self_forcing"), ("drafter", "self_forcing"))
 
 
@@ -422,7 +422,7 @@ class MemoryProbe:
 
 
 def measure_memory_table(setup: bs.Setup, weights: dict[str, int], computed: list[dict]) -> list[dict]:
-    """Each README VRAM row's call alone: what it allocates above the resident models, plus its model's weights."""
+    """Each docs/vram.md row's call alone: what it allocates above the resident models, plus its model's weights."""
     probe = MemoryProbe(setup.device)
     spec, g = setup.spec, setup.geometry
     rows = []

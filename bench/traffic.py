@@ -1,5 +1,5 @@
 """Host-device traffic of one generation, measured: every copy that crosses devices and every read of a device value
-by the host, per block and per call site (issue 19 item 3; README "Host-device traffic per block").
+by the host, per block and per call site (issue 19 item 3; docs/benchmarks.md "Host-device traffic per block").
 
     counter = TrafficCounter()
     with counter:

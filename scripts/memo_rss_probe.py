@@ -1,7 +1,7 @@
 """Process RSS against what the memo holds over a long tiny run (the benchmark's models and 6-of-8 pattern).
 
 Separates the memo's own bytes (its accounting, and the unique tensor storages its entries reach) from memory the
-C allocator keeps after the LRU frees small tensors (what `malloc_trim(0)` gives back on glibc). README, Speed,
+C allocator keeps after the LRU frees small tensors (what `malloc_trim(0)` gives back on glibc). docs/long-video.md,
 "Long videos (measured)".
 
     .venv/bin/python scripts/memo_rss_probe.py [--blocks 120] [--every 25] [--memo-gb 2] [--trim-every N]

@@ -3,7 +3,7 @@
 Each test runs two generations that differ in one identity (seed, prompt, size, model, recipe, VAE, decode rule,
 noise source, scorer, history) on one engine or on engines sharing one memo, and checks that the second equals a
 fresh engine's run bit for bit. Dropping that identity from a memo key (or from the lineage) makes the second
-run take the first one's cached result, and the test fails. The README's Development section lists which test
+run take the first one's cached result, and the test fails. docs/testing-more.md lists which test
 catches which dropped field.
 """
 from __future__ import annotations

@@ -32,7 +32,7 @@ RTOL = 1e-5  # relative to the output's scale; see the module docstring
 # ImageReward scores see frames through a truncating uint8 conversion: a float error of e moves a value across a
 # level with probability ~2*255*e (~5e-4 at e = 1e-6). Moving 0.1% / 1% of the values by one level moves the tiny
 # scorer's scores by at most 1.3e-4 / 4.0e-4 (`scripts/record_regression.py --probe-uint8`), hence 5e-4; a real
-# regression upstream of the scores (flow shift, one DiT or VAE weight) moves them by far more (see the README).
+# regression upstream of the scores (flow shift, one DiT or VAE weight) moves them by far more (see docs/testing-more.md).
 SCORE_ATOL = 5e-4
 NUM_SLICE_VALUES = 8  # values kept per output, at evenly spaced flat indices
 WEIGHT_PERIOD = 13  # weighted checksum: w_i = (i mod 13) - 6 (13 is coprime to every tensor axis used here)

@@ -1,8 +1,8 @@
 """The SDVG routing rule, guarded: a draft is kept iff min over its frames of ImageReward >= tau.
 
 Every test here fails under a one-token change of the rule (`>=` -> `>`, min -> mean, block 0 no longer forced,
-tau = +/-inf or `needs_score` ignored, lazy=False no longer drafting block 0, ...); the README's Development
-section lists which test catches which change. Engine tests use a scorer stand-in whose per-frame scores the
+tau = +/-inf or `needs_score` ignored, lazy=False no longer drafting block 0, ...); docs/testing-more.md
+lists which test catches which change. Engine tests use a scorer stand-in whose per-frame scores the
 test chooses, so the boundary cases are exact, not whatever random weights happen to give.
 """
 from __future__ import annotations

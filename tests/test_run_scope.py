@@ -240,7 +240,7 @@ def test_requeue_after_moving_tau_on_a_long_video_recomputes_only_from_the_first
 
 @pytest.mark.parametrize("drafter_recipe", ["krea", "longlive"])
 def test_requeue_after_moving_tau_on_a_100_block_video(models, drafter_recipe):
-    """README "Long videos": a 100-block video, re-queued with its first flipped decision at block 80 and the
+    """docs/long-video.md: a 100-block video, re-queued with its first flipped decision at block 80 and the
     engine's default memo: no forward, no decode and no scoring before block 80; at block 80 only the target works
     (the draft is the first run's); after it the drafter does exactly the first run's work (a LongLive ring
     included: its view at block 80 comes from the memo's snapshot)."""
