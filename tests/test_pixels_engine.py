@@ -392,13 +392,13 @@ def test_given_and_input_latents_are_keyed_by_encoding_size_vae_and_decode_rule(
     # input blocks: per size and per VAE
     k = engine(recipe=KreaRecipe())
     small = k.start(_tiny_spec(clip))
-    assert k.inputs.block(small, 0, Tally()).shape[-2:] == (4, 6)
+    assert k.given.inputs.block(small, 0, Tally()).shape[-2:] == (4, 6)
     big_v2v = k.start(GenerationSpec(st.spec.prompt, 64, 48, 2, 42, pixels=clip))
-    assert k.inputs.block(big_v2v, 0, Tally()).shape[-2:] == (6, 8)
+    assert k.given.inputs.block(big_v2v, 0, Tally()).shape[-2:] == (6, 8)
     o = engine(vae=other_vae, recipe=KreaRecipe())
     fresh = Engine(models.target, other_vae, config=EngineConfig(recipe=KreaRecipe()))
-    assert torch.equal(o.inputs.block(o.start(_tiny_spec(clip)), 0, Tally()),
-                       fresh.inputs.block(fresh.start(_tiny_spec(clip)), 0, Tally()))
+    assert torch.equal(o.given.inputs.block(o.start(_tiny_spec(clip)), 0, Tally()),
+                       fresh.given.inputs.block(fresh.start(_tiny_spec(clip)), 0, Tally()))
     # the decoder cache after an SF start image: per decode rule, per VAE and per image (the root lineage)
     for vae, rule, img in ((models.vae, "standard", image), (models.vae, "krea", image),
                            (other_vae, "standard", image), (models.vae, "standard", _given("start_image", seed=3))):

@@ -13,7 +13,6 @@ does, for comparison; outputs are bit-identical either way. Context building bel
 """
 from __future__ import annotations
 
-import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -24,14 +23,14 @@ from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan
 from .context import ContextServices
 from .denoise import denoise
-from .given import InputVideo, given_latents, given_output
-from .keys import BlockKey, DraftDecodeKey, ScoreKey, require_key
+from .given import GivenPixels, given_output
+from .keys import RunKeys, require_key
 from .memo import Memo, Memoiser, TieredMemo
-from .noise import BlockNoise, block_noise, noise_identity
+from .noise import BlockNoise, NoiseSource, noise_identity
 from .pixels import DecodeEntry, PixelStore
 from .policy import Policy, aggregate
 from .recipes import KreaRecipe, Recipe, check_prompt_switches
-from .schedule import StepPlan, noise_input
+from .schedule import StepPlan
 from .state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, extend_lineage
 from .tally import PHASES, WORK_KEYS, Tally
 from .work import LAZY, REFERENCE
@@ -123,8 +122,9 @@ class Engine:
         # a host may share one memo between engines built per call (keys hold every model's identity)
         self.memo = memo if memo is not None else TieredMemo.split(config.memo_bytes)
         self.memos = Memoiser(self.memo)
-        self.noise_fn = noise_fn
-        self.noise_key = noise_identity(noise_fn, shared_memo=memo is not None)
+        self.noise = NoiseSource(noise_fn, target.cfg.in_dim, config.num_renoise)
+        self.memo_keys = RunKeys(self.keys, self.recipes, config.decode_rule,
+                                 noise_identity(noise_fn, shared_memo=memo is not None))
         self.callbacks = Callbacks()
         self._auto_run = uuid.uuid4().hex  # this engine's run id when the host gives none (a new one per start)
         history = max(r.pixel_history(vae.config.temporal_compression) for r in self.recipes.values())
@@ -132,7 +132,7 @@ class Engine:
                                  lambda: self.callbacks.interrupt, history_frames=history)
         self.services = ContextServices(self.memos, vae, self.pixels, self.keys["vae"], config.decode_rule,
                                         tracer, self.callbacks, kv_copies)
-        self.inputs = InputVideo(vae, self.keys["vae"], self.memos, lambda: self.callbacks.interrupt)
+        self.given = GivenPixels(vae, self.keys["vae"], self.memos, self.recipes, lambda: self.callbacks.interrupt)
 
     @property
     def run_id(self) -> str:
@@ -151,42 +151,21 @@ class Engine:
             recipe.validate(spec)
         check_prompt_switches(self.recipes, spec)
         self._auto_run = uuid.uuid4().hex
-        if spec.pixels is None:
-            return GenerationState(spec)
-        for role in ROLES:  # a strength a role's recipe cannot start from is refused before any work
-            self.plan_for(spec, role)
-        self.inputs.close()
-        given = given_latents(self.memos, self.vae, self.keys["vae"], spec.pixels, (spec.height, spec.width),
-                              tuple(r.given_encoding for r in self.recipes.values()), self.recipe.given_encoding,
-                              spec.frames_per_block, self.callbacks.interrupt)
-        return GenerationState(spec, given=given)
+        given = self.given.start(spec)  # pixels in: encoded once, memoised (given.py)
+        return GenerationState(spec) if given is None else GenerationState(spec, given=given)
 
     def plan_for(self, spec: GenerationSpec, role: str = "target") -> StepPlan:
-        """The timesteps `role` denoises a block of `spec` at: its recipe's plan, or for video-to-video the plan from
-        the strength (Krea's truncated schedule; Self-Forcing's trained steps from the strength on)."""
-        recipe = self.recipes[role]
-        if spec.pixels is None or spec.pixels.mode != "video_to_video":
-            return recipe.plan
-        return recipe.strength_plan(spec.pixels.strength)
+        """The timesteps `role` denoises a block of `spec` at (a video-to-video run's: from its strength)."""
+        return self.given.plan_for(spec, role)
 
     def release_run(self) -> int:
         """The generation ended: drop what it held outside the memo's budget (returns the bytes released)."""
-        self.inputs.close()
+        self.given.close()
         return self.memo.release_run()
 
     def stopped(self, state: GenerationState) -> GenerationState:
-        """The state, ended here when block state.next_block has no input (a video-to-video input that ran out):
-        the run ends with the blocks it has, and says so (the report's `stopped`, and stderr)."""
-        spec = state.spec
-        if state.done or spec.pixels is None or spec.pixels.mode != "video_to_video":
-            return state
-        b = state.next_block
-        if self.inputs.block(state, b, self._tally()) is not None:
-            return state
-        why = (f"the input video ends before block {b} ({state.given.pixel_frames(b + 1)} input frames needed): the "
-               f"run ends after {b} of {spec.num_blocks} block(s)")
-        print(f"SDVG: {why}", file=sys.stderr)
-        return state.stop(why)
+        """The state, ended where a video-to-video input ran out (the report's `stopped`), else unchanged."""
+        return self.given.stopped(state, self._tally())
 
     # ------------------------------------------------------------------------------------------ operations
     def draft(self, state: GenerationState) -> GenerationState:
@@ -207,7 +186,7 @@ class Engine:
             return state
         tally = self._tally()
         with tally.phase("decode"):
-            entry = self.pixels.decode_draft(state, p.latents, self._draft_decode_key(state), tally)
+            entry = self.pixels.decode_draft(state, p.latents, self.memo_keys.draft_decode(state), tally)
         return state.with_pending(p.then(tally.account(), frames=to_image(entry.pixels)))
 
     def score_draft(self, state: GenerationState) -> GenerationState:
@@ -218,7 +197,7 @@ class Engine:
         if self.scorer is None:
             raise ValueError("this policy scores drafts, but the engine was built without an ImageReward scorer")
         tally = self._tally()
-        key = self._score_key(state)
+        key = self.memo_keys.score(state)
 
         def score(part: Tally) -> tuple[float, ...]:
             scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, key.prompt_text))
@@ -238,7 +217,7 @@ class Engine:
             return state, False
         if p.frames is None and self.scorer is not None:
             tally = self._tally()
-            found = self.memos.recall((self._score_key(state),), "score", tally)
+            found = self.memos.recall((self.memo_keys.score(state),), "score", tally)
             if found is not None:
                 return state.with_pending(p.then(tally.account(), frame_scores=found[0])), True
         return self.score_draft(self.decode_draft(state)), False
@@ -269,7 +248,7 @@ class Engine:
         # no device memory; recipes copy the few frames they read back (the hash below reads the CPU bytes anyway)
         latents = latents.to("cpu")
         lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
-        draft = self.pixels.draft_decode(self._draft_decode_key(state)) if accepted and p.frames is not None else None
+        draft = self.pixels.draft_decode(self.memo_keys.draft_decode(state)) if accepted and p.frames is not None else None
         with tally.phase("decode"):  # decoded now: anchors, previews and the output need it anyway
             pixels = self.pixels.commit(state, latents, lineage, draft, tally)
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
@@ -330,12 +309,8 @@ class Engine:
             kv, offset = context if context is not None else self._context(role, runner, state, b, part)
             with part.phase("draft" if role == "drafter" else "target"):
                 text = self.services.text(runner, state, part)
-                noise = self._noise(spec, b).to(runner.device)
-                x = noise.initial
-                if spec.pixels is not None and spec.pixels.mode == "video_to_video":
-                    # the block's input noised to the plan's first step with the block's own initial draw (drafter
-                    # and target start from the same noised input; docs/pixels.md §4)
-                    x = noise_input(self.inputs.block(state, b, part).to(runner.device), noise.initial, plan)
+                noise = self.noise(spec, b).to(runner.device)
+                x = self.given.first_input(state, b, noise.initial, plan, part)
 
                 def after_step(s: int) -> None:
                     part.add(f"{role}_forwards", 1)
@@ -350,36 +325,18 @@ class Engine:
                                            extra=spec.frames_per_block * kv.tokens_per_frame)
             return x0
 
-        return self.memos.memoised(self._block_key(role, state, b), role, tally, make)
+        return self.memos.memoised(self.memo_keys.block(role, state, b), role, tally, make)
 
     def _context(self, role: str, runner: CausalWan, state: GenerationState, b: int, tally: Tally):
         with tally.phase("context"):
             return self.recipes[role].context(self.services, role, runner, state, b, tally)
 
-    def _noise(self, spec: GenerationSpec, b: int) -> BlockNoise:
-        if self.noise_fn is not None:
-            return self.noise_fn(spec, b)
-        h, w = spec.latent_hw
-        shape = (1, spec.frames_per_block, self.target.cfg.in_dim, h, w)
-        return block_noise(spec.seed, b, shape, self.config.num_renoise)
-
     # ------------------------------------------------------------------------------------------ helpers
-    def _score_key(self, state: GenerationState) -> ScoreKey:
-        """Scores of the pending draft against its block's prompt (each block is routed against its own prompt)."""
-        return ScoreKey(self._draft_decode_key(state), self.keys["scorer"], state.spec.prompt_at(state.next_block).text)
-
     def _role(self, role: str) -> CausalWan:
         runner = self.drafter if role == "drafter" else self.target
         if runner is None:
             raise ValueError("this policy needs a drafter model, but the engine was built without one")
         return runner
-
-    def _block_key(self, role: str, state: GenerationState, b: int) -> BlockKey:
-        return BlockKey(role, self._role(role).key, state.spec.prompt_at(b).key, self.recipes[role], self.keys["vae"],
-                        self.config.decode_rule, self.noise_key, state.lineage_at(b))
-
-    def _draft_decode_key(self, state: GenerationState) -> DraftDecodeKey:
-        return DraftDecodeKey(self._block_key("drafter", state, state.next_block), self.keys["vae"], self.config.decode_rule)
 
     def _tally(self) -> Tally:
         return Tally(sync_cuda=self.config.sync_timing, run_id=self.run_id)

@@ -8,10 +8,13 @@ frames the output begins with (docs/pixels.md sections 4-5).
 - A video to restyle is read as the run goes (`InputVideo`): block b's pixel frames (9 for block 0, then 12) are
   encoded continuing one causal encoder cache, memoised per block by (VAE, pixels, size, block) with the newest
   encoder cache held, so a run never holds the whole input; a block the input does not fill ends the run.
+- `GivenPixels` is what the engine asks of all this: the plan a role denoises at, the given latents at start, a
+  video-to-video block's first input, and where a short input ends the run.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import sys
 from typing import Callable, Iterator
 
 import torch
@@ -20,6 +23,7 @@ from ..io.pixels_in import PixelInputError
 from .keys import GivenKey, InputBlockKey
 from .memo import Hold, Memoiser
 from .pixel_input import PixelInput
+from .schedule import StepPlan, noise_input
 from .tally import Tally
 from .video_input import encode_clip, encode_start_frame
 
@@ -230,3 +234,58 @@ def given_output(vae, state, rule: str, interrupt: Callable[[], None] | None = N
             yield pixels.clamp(-1, 1).cpu()
         return
     yield from spec.pixels.source.pieces((spec.height, spec.width), 0, given.frames_used)
+
+
+class GivenPixels:
+    """The engine's view of a run's given pixels (none for text-to-video): the step plan each role denoises at, the
+    latents encoded at start, each video-to-video block's noised input, and the stop where the input ends."""
+
+    def __init__(self, vae, vae_key: str, memos: Memoiser, recipes: dict, interrupt: Interrupt):
+        self.vae, self.vae_key, self.memos, self.recipes = vae, vae_key, memos, recipes
+        self._interrupt = interrupt
+        self.inputs = InputVideo(vae, vae_key, memos, interrupt)
+
+    def plan_for(self, spec, role: str) -> StepPlan:
+        """The role's recipe's plan, or for video-to-video the plan from the strength (Krea's truncated schedule;
+        Self-Forcing's trained steps from the strength on)."""
+        recipe = self.recipes[role]
+        if spec.pixels is None or spec.pixels.mode != "video_to_video":
+            return recipe.plan
+        return recipe.strength_plan(spec.pixels.strength)
+
+    def start(self, spec) -> GivenLatents | None:
+        """The given latents of a new run (None for text-to-video); a strength a role's recipe cannot start from
+        is refused before any work."""
+        self.close()
+        if spec.pixels is None:
+            return None
+        for role in self.recipes:
+            self.plan_for(spec, role)
+        return given_latents(self.memos, self.vae, self.vae_key, spec.pixels, (spec.height, spec.width),
+                             tuple(r.given_encoding for r in self.recipes.values()),
+                             self.recipes["target"].given_encoding, spec.frames_per_block, self._interrupt())
+
+    def first_input(self, state, b: int, initial: torch.Tensor, plan: StepPlan, part: Tally) -> torch.Tensor:
+        """What block b's first call denoises: its noise, or for video-to-video its input noised to the plan's first
+        step with the block's own initial draw (drafter and target start from the same input; docs/pixels.md §4)."""
+        if state.spec.pixels is None or state.spec.pixels.mode != "video_to_video":
+            return initial
+        return noise_input(self.inputs.block(state, b, part).to(initial.device), initial, plan)
+
+    def stopped(self, state, tally: Tally):
+        """The state, ended here when block state.next_block has no input (a video-to-video input that ran out):
+        the run ends with the blocks it has, and says so (the report's `stopped`, and stderr)."""
+        spec = state.spec
+        if state.done or spec.pixels is None or spec.pixels.mode != "video_to_video":
+            return state
+        b = state.next_block
+        if self.inputs.block(state, b, tally) is not None:
+            return state
+        why = (f"the input video ends before block {b} ({state.given.pixel_frames(b + 1)} input frames needed): the "
+               f"run ends after {b} of {spec.num_blocks} block(s)")
+        print(f"SDVG: {why}", file=sys.stderr)
+        return state.stop(why)
+
+    def close(self) -> None:
+        """Forget the input reader (the run ended, or a new one starts)."""
+        self.inputs.close()

@@ -104,6 +104,30 @@ class ScoreKey:
 
 
 @dataclass(frozen=True)
+class RunKeys:
+    """The keys of one engine's operations: its models' identities by role (and "vae", "scorer"), each role's
+    recipe, the decode rule and the noise's identity, joined with a block's prompt and lineage."""
+
+    models: dict[str, str]
+    recipes: dict[str, Hashable]
+    rule: str
+    noise: str
+
+    def block(self, role: str, state, b: int) -> BlockKey:
+        """The latents `role` generates for block b after the state's history up to b."""
+        return BlockKey(role, self.models[role], state.spec.prompt_at(b).key, self.recipes[role], self.models["vae"],
+                        self.rule, self.noise, state.lineage_at(b))
+
+    def draft_decode(self, state) -> DraftDecodeKey:
+        """The pending draft's decode."""
+        return DraftDecodeKey(self.block("drafter", state, state.next_block), self.models["vae"], self.rule)
+
+    def score(self, state) -> ScoreKey:
+        """The pending draft's scores against its block's prompt (each block is routed against its own prompt)."""
+        return ScoreKey(self.draft_decode(state), self.models["scorer"], state.spec.prompt_at(state.next_block).text)
+
+
+@dataclass(frozen=True)
 class GivenKey:
     """A start image's or an extension's latents as one recipe encoding takes them (engine/given.py); `pixels` is
     PixelInput.identity() (mode, strength, digest)."""

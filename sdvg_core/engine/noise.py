@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -35,6 +36,21 @@ def block_noise(seed: int, block: int, shape: tuple[int, int, int, int, int], nu
     initial = torch.randn(shape, generator=gen, dtype=torch.float32)
     renoise = torch.randn((num_renoise, *shape), generator=gen, dtype=torch.float32)
     return BlockNoise(initial, renoise)
+
+
+@dataclass(frozen=True)
+class NoiseSource:
+    """Each block's noise: the host's `fn(spec, b)` when given, else the seeded draw of `block_noise`."""
+
+    fn: Callable[..., BlockNoise] | None
+    channels: int  # latent channels (the DiT's in_dim)
+    num_renoise: int
+
+    def __call__(self, spec, b: int) -> BlockNoise:
+        if self.fn is not None:
+            return self.fn(spec, b)
+        h, w = spec.latent_hw
+        return block_noise(spec.seed, b, (1, spec.frames_per_block, self.channels, h, w), self.num_renoise)
 
 
 def noise_identity(noise_fn, shared_memo: bool) -> str:
