@@ -272,3 +272,21 @@ def test_the_video_is_the_one_shot_decode_of_its_latents_and_scores_are_its_fram
         start += n
     assert start == frames.shape[0]
     assert len({r.frame_scores for r in s.blocks[1:]}) == BLOCKS - 1
+
+
+def test_the_root_lineage_names_every_field_of_the_request():
+    """The history every block's lineage starts from differs whenever the request does: prompt, size, block count,
+    seed (later blocks also hash their own prompt, so only this test sees a root that forgets the prompt)."""
+    from sdvg_core.engine.state import GenerationState, PromptConditioning
+
+    emb = torch.zeros(1, 4, 8)
+    base = dict(width=64, height=48, num_blocks=3, seed=0)
+    spec = GenerationSpec(PromptConditioning.make("a cat", emb), **base)
+    others = [GenerationSpec(PromptConditioning.make("a dog", emb), **base),
+              GenerationSpec(PromptConditioning.make("a cat", emb + 1), **base),
+              GenerationSpec(PromptConditioning.make("a cat", emb), **{**base, "width": 80}),
+              GenerationSpec(PromptConditioning.make("a cat", emb), **{**base, "num_blocks": 4}),
+              GenerationSpec(PromptConditioning.make("a cat", emb), **{**base, "seed": 1})]
+    root = GenerationState(spec).lineage
+    assert root == GenerationState(GenerationSpec(PromptConditioning.make("a cat", emb), **base)).lineage
+    assert all(GenerationState(o).lineage != root for o in others)
