@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         t = [time.perf_counter(), time.process_time()]
 
         def on_block(eng, st):
-            writer.write(eng.block_frames(st, st.next_block - 1))
+            for piece in eng.output_frames(st, st.next_block - 1):
+                writer.write(piece)
             now, cpu = time.perf_counter(), time.process_time()
             rows.append({"block": st.next_block - 1, "seconds": now - t[0], "cpu_seconds": cpu - t[1],
                          "rss_mb": rss_mb(), "producer": st.blocks[-1].producer})

@@ -35,8 +35,8 @@ class SDVGFinish(io.ComfyNode):
         engine = state.session.engine()
         try:
             if video is not None:  # the loop committed the blocks in other nodes: written here, one block at a time
-                for b in range(len(state.state.blocks)):
-                    video.write(engine.block_frames(state.state, b))
+                for frames in engine.output_frames(state.state):  # the given frames first, as Generate writes
+                    video.write(frames)
                 video.close()
             outputs = finish_outputs(state, None, engine, video=video)
         finally:  # the generation ends here: what it held outside the memo's budget goes

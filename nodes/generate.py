@@ -79,15 +79,10 @@ class SDVGGenerate(io.ComfyNode):
         video = open_video(run, filename_prefix, cls.hidden) if save_video else None
         gathered: list = []  # without a file: the output's frames, taken as each block commits (its pixels are held)
         sink = video.write if video is not None else gathered.append
-        passed: list[int] = []  # blocks passed on (a run whose input video ends calls on_block once without a commit)
 
-        def on_block(engine, state) -> None:
-            if not passed:  # the output begins with the given frames (a start image, the video it extends)
-                for frames in engine.given_frames(state):
-                    sink(frames)
-            for b in range(len(passed), len(state.blocks)):
-                sink(engine.block_frames(state, b))
-                passed.append(b)
+        def on_block(engine, state) -> None:  # after each commit: the new block's frames (block 0's after the given)
+            for frames in engine.output_frames(state, len(state.blocks) - 1):
+                sink(frames)
 
         t0 = time.perf_counter()
         try:

@@ -313,7 +313,7 @@ MUTATIONS = [
     Mutation("G10", GIVEN, "an extension taken from the video's first frames, not its last whole blocks",
              "return total_frames - used, used", "return 0, used", tests=("tests/test_pixels_engine.py::test_self_forcing_extends_from_the_last_whole_blocks_of_the_video",)),
     Mutation("G11", ENGINE, "the output leaves out the given frames",
-             "return torch.cat([*self.given_frames(state), *(", "return torch.cat([*(", tests=("tests/test_pixels_engine.py::test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames",)),
+             "        if first == 0:\n            for pixels in given_output(", "        if False:\n            for pixels in given_output(", tests=("tests/test_pixels_engine.py::test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames",)),
     Mutation("G12", GIVEN, "the stop for a short input is not reported (a v2v run carries on)",
              "if self.inputs.block(state, b, tally) is not None:", "if True:", tests=("tests/test_pixels_engine.py::test_video_to_video_reads_the_input_as_the_run_goes_and_stops_where_it_ends",)),
     Mutation("G13", REPORT, "the report drops the pixels entry",

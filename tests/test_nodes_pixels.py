@@ -101,7 +101,7 @@ def test_generate_is_the_cores_run_of_the_same_pixel_input(env, mode):
 def test_start_loop_and_finish_give_generates_video(env):
     """SDVG Start takes the same inputs: the step-by-step loop commits the same blocks and Finish outputs the same
     video (the given frames first) and names the mode."""
-    pack, _, models, _ = env
+    pack, _, models, base = env
     n = pack.nodes
     video = _frames(VIDEO_FRAMES, (H, W), seed=1)
     frames, rep, _ = generate(pack, models, input_video=video, video_mode="extend")
@@ -114,6 +114,11 @@ def test_start_loop_and_finish_give_generates_video(env):
     out = n.SDVGFinish.execute(s)
     assert s.state.lineage == rep["meta"]["lineage"] and torch.equal(out.args[0], frames)
     assert "pixels in: extend," in out.args[1]
+    saved = n.SDVGFinish.execute(s, save_video=True, filename_prefix="video/loop_extend")  # 'frames' is then a preview
+    import av
+
+    with av.open(str(base / "output" / saved.args[4])) as c:  # the given frames first, then the blocks
+        assert sum(1 for _ in c.decode(video=0)) == frames.shape[0]
 
 
 def test_a_short_input_video_ends_the_run_and_says_so(env):

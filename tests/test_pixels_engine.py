@@ -168,7 +168,8 @@ def test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames(
     assert state.blocks[0].decision == "forced"
     frames = e.frames(state)
     generated = torch.cat([e.block_frames(state, b) for b in range(3)])
-    given = torch.cat(list(e.given_frames(state))) if mode != "video_to_video" else torch.zeros(0, H, W, 3)
+    pieces = list(e.output_frames(state))  # the given frames' pieces, then one per block
+    given = torch.cat(pieces[:len(pieces) - len(state.blocks)]) if mode != "video_to_video" else torch.zeros(0, H, W, 3)
     assert frames.shape[0] == given.shape[0] + generated.shape[0]
     assert torch.equal(frames[:given.shape[0]], given) and torch.equal(frames[given.shape[0]:], generated)
     report = build_report(state, "", e.recipe, e.plan_for(state.spec).num_steps)

@@ -93,10 +93,8 @@ def generate_to_file(engine: Engine, spec: GenerationSpec, policy: Policy, video
 
     def on_block(eng: Engine, st: GenerationState) -> None:
         with guard.critical():
-            if st.next_block == 1:  # the video begins with the given frames (a start image, the extended video)
-                for piece in eng.given_frames(st):
-                    writer.write(piece)
-            writer.write(eng.block_frames(st, st.next_block - 1))
+            for piece in eng.output_frames(st, st.next_block - 1):  # block 0's come after the given frames
+                writer.write(piece)
             written[:] = [st]
         if trimmer is not None:
             trimmer.block_done()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import torch
 
@@ -283,19 +283,21 @@ class Engine:
         """Committed block b's frames [T, H, W, 3] in 0..1 on the CPU (the newest block's are held: no decode)."""
         return to_image(self.committed_pixels(state, b))
 
-    def given_frames(self, state: GenerationState):
-        """The frames the output video begins with before block 0, as [t, H, W, 3] pieces in 0..1 on the CPU: a
-        start image or the extended video (decoded from its latents by a Self-Forcing / LongLive target, as read
-        for Krea); none for text-to-video and video-to-video."""
-        for pixels in given_output(self.vae, state, self.config.decode_rule, self.callbacks.interrupt):
-            yield to_image(pixels)
+    def output_frames(self, state: GenerationState, first: int = 0) -> Iterator[torch.Tensor]:
+        """The output video from committed block `first` on, as [t, H, W, 3] pieces in 0..1 on the CPU. From block 0
+        it begins with the given frames: a start image or the extended video (decoded from its latents by a
+        Self-Forcing / LongLive target, as read for Krea; none for text-to-video and video-to-video)."""
+        if first == 0:
+            for pixels in given_output(self.vae, state, self.config.decode_rule, self.callbacks.interrupt):
+                yield to_image(pixels)
+        for b in range(first, len(state.blocks)):
+            yield self.block_frames(state, b)
 
     def frames(self, state: GenerationState) -> torch.Tensor:
-        """The output video [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout): the given frames, then every
-        committed block's."""
+        """The whole output video [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout)."""
         if not state.blocks:
             raise ValueError("no block committed yet")
-        return torch.cat([*self.given_frames(state), *(self.block_frames(state, b) for b in range(len(state.blocks)))])
+        return torch.cat(list(self.output_frames(state)))
 
     # ------------------------------------------------------------------------------------------ generation
     def _generate(self, role: str, state: GenerationState, b: int, tally: Tally,
