@@ -360,22 +360,26 @@ def prompt_changes_workflow(sp: dict) -> dict:
 
 # the input files the pixels-in workflows name (in ComfyUI's input folder; pick your own in Load Image / Load Video)
 START_IMAGE, INPUT_VIDEO = "sdvg_start.png", "sdvg_input.mp4"
+# the given-pixels loaders stack in the second column under the prompt nodes; their saved heights are what the
+# frontend shows once a file is loaded (its image / video preview included), so nothing lies under them
+GIVEN_X, GIVEN_TOP, GIVEN_GAP = 380, 390, 20
 PIXELS_NOTE = ("The picture or video is centre-cropped to the width/height's aspect and resized (a picture that would "
                "lose more than half is refused); the report says the mode and the strength.")
 
 
-def pixels_workflow(sp: dict, wid: str, title: str, text: str, given: list[tuple[str, tuple, dict, tuple]],
+def pixels_workflow(sp: dict, wid: str, title: str, text: str, given: list[tuple[str, dict, tuple]],
                     widgets: dict) -> dict:
-    """SDVG Generate fed by core loaders of given pixels (`given`: (type, pos, widgets, size), chained, the last
-    one's first output into SDVG Generate), its report, plot and video as in sdvg_generate."""
+    """SDVG Generate fed by core loaders of given pixels (`given`: (type, widgets, size), chained and stacked in the
+    second column, the last one's first output into SDVG Generate), its report, plot and video as in sdvg_generate."""
     g = Graph(sp, wid)
     m = loaders(g)
     gen = g.node("SDVGGenerate", (780, 0), {"num_blocks": 9, "policy": "sdvg", "tau": -0.7, **widgets},
                  size=GENERATE_SIZE)
     wire_run(g, m, gen)
-    prev = None
-    for type_, pos, w, size in given:
-        node = g.node(type_, pos, w, size=size)
+    prev, y = None, GIVEN_TOP
+    for type_, w, size in given:
+        node = g.node(type_, (GIVEN_X, y), w, size=size)
+        y += size[1] + GIVEN_GAP
         if prev is not None:
             g.link(prev, prev["outputs"][0]["name"], node, node["inputs"][0]["name"])
         prev = node
@@ -385,7 +389,7 @@ def pixels_workflow(sp: dict, wid: str, title: str, text: str, given: list[tuple
     plot = g.node("PreviewImage", (1160, 390), title="Scores vs tau", size=(700, 420))
     g.link(gen, "plot", plot, "images")
     save_video(g, gen, (1900, 0), "video/SDVG")
-    g.note(f"## {title}\n\n{text} {PIXELS_NOTE}\n\n" + files_note(), pos=(380, 760), size=(360, 330))
+    g.note(f"## {title}\n\n{text} {PIXELS_NOTE}\n\n" + files_note(), pos=(GIVEN_X, y), size=(360, 330))
     return g.to_json()
 
 
@@ -396,14 +400,14 @@ PIXEL_WORKFLOWS = {
         "**Load Image** gives the first frame: the video begins with it and continues under the prompt. Block 0 "
         "still comes from the 14B target (it fixes the scene); the drafter proposes the rest and the target redoes "
         "a block when its lowest ImageReward frame score is < **tau**.",
-        [("LoadImage", (380, 390), {"image": START_IMAGE}, (360, 330))], {}),
+        [("LoadImage", {"image": START_IMAGE}, (360, 330))], {}),
     "sdvg_video_to_video.json": (
         "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000007", "Video to video (SDVG)",
         "**Load Video** -> **Get Video Components** gives the frames: each input block is noised at **strength** "
         "and denoised by the drafter under the prompt, scored, and redone by the target from the same noised input "
         "when rejected (`video_mode` extend continues the video instead). The run ends where the input ends.",
-        [("LoadVideo", (380, 390), {"file": INPUT_VIDEO}, (360, 240)),
-         ("GetVideoComponents", (380, 650), {}, (360, 70))],
+        [("LoadVideo", {"file": INPUT_VIDEO}, (360, 380)),  # 1.49.6 grows it to about 370 for its player
+         ("GetVideoComponents", {}, (360, 70))],
         {"video_mode": "video_to_video", "strength": 0.7}),
 }
 
