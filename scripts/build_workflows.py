@@ -363,6 +363,9 @@ START_IMAGE, INPUT_VIDEO = "sdvg_start.png", "sdvg_input.mp4"
 # the given-pixels loaders stack in the second column under the prompt nodes; their saved heights are what the
 # frontend shows once a file is loaded (its image / video preview included), so nothing lies under them
 GIVEN_X, GIVEN_TOP, GIVEN_GAP = 380, 390, 20
+# the note under them fills the column down to where sdvg_generate's note ends (its text scrolls), so the workflow
+# is no taller than sdvg_generate and opens at a readable zoom (tests: MIN_READABLE_SCALE)
+COLUMN_BOTTOM = 1090
 PIXELS_NOTE = ("The picture or video is centre-cropped to the width/height's aspect and resized (a picture that would "
                "lose more than half is refused); the report says the mode and the strength.")
 
@@ -389,7 +392,7 @@ def pixels_workflow(sp: dict, wid: str, title: str, text: str, given: list[tuple
     plot = g.node("PreviewImage", (1160, 390), title="Scores vs tau", size=(700, 420))
     g.link(gen, "plot", plot, "images")
     save_video(g, gen, (1900, 0), "video/SDVG")
-    g.note(f"## {title}\n\n{text} {PIXELS_NOTE}\n\n" + files_note(), pos=(GIVEN_X, y), size=(360, 330))
+    g.note(f"## {title}\n\n{text} {PIXELS_NOTE}\n\n" + files_note(), pos=(GIVEN_X, y), size=(360, COLUMN_BOTTOM - y))
     return g.to_json()
 
 
