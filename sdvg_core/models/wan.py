@@ -176,15 +176,16 @@ def wan_block(block: nn.Module, x_res: torch.Tensor, e0: torch.Tensor, modulatio
     kv, tpf, n, dt = call.kv, call.tpf, call.heads, call.dtype
     sh1, sc1, g1, sh2, sc2, g2 = (e0 + modulation[:, None]).unbind(2)  # [B, F, dim] each
     q, k, v = block_qkv(block, x_res, sh1, sc1, call.rope, tpf, n, dt, call.key_rope is None)  # [B, N, S, D] each
-    mask = None
     if kv is not None:
         k_buf[:, :, kv.index] = k[:, :, kv.skip:]  # in place: the call's written frames
         v_buf[:, :, kv.index] = v[:, :, kv.skip:]
+    if keys_only:  # (reads neither the span nor the mask: one graph per write shape)
+        return x_res
+    mask = None
+    if kv is not None:
         k, v, mask = k_buf[:, :, :kv.span], v_buf[:, :, :kv.span], kv.mask
         if call.key_rope is not None:  # cached keys are un-rotated: rotate every slot by its logical index
             k = apply_rope_real(k.transpose(1, 2), call.key_rope).transpose(1, 2)
-    if keys_only:
-        return x_res
     y = call.attend(q, k, v, mask)  # [B, S, N*D]
     if hook is not None:
         hook(f"block{layer}_self_attn_out", block.self_attn.o(y))
@@ -262,6 +263,9 @@ class CausalWan:
             self._block = torch.compile(wan_block, fullgraph=True, dynamic=False, backend=backend)
         self._attends: dict[int, tuple[AttentionFn, _Attend]] = {}  # id(attention_fn) -> its adapter
         self.calls = 0  # forward calls made (counted work)
+        # the distinct layer call shapes made (query tokens, attended span, masked, written tokens, query-only tokens,
+        # slot RoPE, keys only: a cache-only call's last layer): a compiled block makes at most one graph per entry
+        self.call_shapes: set[tuple] = set()
 
     # -- per-prompt ----------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -408,6 +412,13 @@ class CausalWan:
         call = self._call(write, f, h, w, frame_offset)
         x_res = tokens
         blocks = self.net.blocks
+        kvi = call.kv
+        written = (0, 0, False) if kvi is None else (kvi.index.shape[0], kvi.skip, call.key_rope is not None)
+        read = (None, False) if kvi is None else (kvi.span, kvi.mask is not None)
+        if want_output or len(blocks) > 1:
+            self.call_shapes.add((tokens.shape[1],) + read + written + (False,))
+        if not want_output:  # the last layer only writes: its graph reads no span
+            self.call_shapes.add((tokens.shape[1], None, False) + written + (True,))
         layer = self._block if hook is None else wan_block
         with torch._dynamo.config.patch(recompile_limit=COMPILE_VARIANTS):
             for i, block in enumerate(blocks):
