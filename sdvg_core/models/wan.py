@@ -336,7 +336,8 @@ class CausalWan:
         if hook:
             hook("patch_embedding_out", p)
         grid = tuple(p.shape[2:])
-        return p.flatten(2).transpose(1, 2).float(), grid  # [B, S, dim]
+        tokens = p.flatten(2).transpose(1, 2).float()  # [B, S, dim]
+        return tokens.reshape(-1).view(tokens.shape), grid  # row-major strides, as every layer's output (one graph)
 
     def _unpatchify(self, y: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
         """Head output [B, S, pt*ph*pw*C] (c fastest) -> [B, F, C, H, W]."""
