@@ -13,6 +13,7 @@ per-frame timestep modulation; no text padding mask.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -421,7 +422,7 @@ class CausalWan:
         if not want_output:  # the last layer only writes: its graph reads no span
             self.call_shapes.add((tokens.shape[1], None, False) + written + (True,))
         layer = self._block if hook is None else wan_block
-        with torch._dynamo.config.patch(recompile_limit=COMPILE_VARIANTS):
+        with torch._dynamo.config.patch(recompile_limit=COMPILE_VARIANTS) if self.compile else nullcontext():
             for i, block in enumerate(blocks):
                 if interrupt is not None:
                     interrupt()
