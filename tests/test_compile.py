@@ -177,3 +177,26 @@ def test_the_functionalised_graph_keeps_the_in_place_kv_write(models):
         spec, FixedPattern(pattern, score_drafts=False)).committed_latents()
     assert (got - want).abs().max().item() <= TOL
     assert not counters["graph_break"]
+
+
+def test_past_the_variant_limit_new_shapes_run_eagerly_with_a_warning(monkeypatch, caplog):
+    """A process that meets more call shapes than a compiled block keeps (every model and size of a long session
+    shares wan_block's variants) does not fail: the new shapes run uncompiled, the same numbers, one warning."""
+    import logging
+
+    from sdvg_core.models import wan
+
+    monkeypatch.setattr(wan, "COMPILE_VARIANTS", 1)
+    monkeypatch.setattr(wan, "_WARNED", [])
+    cfg, net, ctx, x = _tiny()
+    run, ref = CausalWan(net, cfg, compile="eager"), CausalWan(net, cfg)
+    text = run.encode_text(ctx)
+    outs = []
+    for r in (run, ref):
+        kv = KVCache.empty(cfg, batch=1, window_frames=9, tokens_per_frame=6, device="cpu", dtype=torch.float32)
+        with caplog.at_level(logging.WARNING, logger="SDVG"):
+            kv = r.forward(x, timestep_tensor(0.0, 1, 3), text, kv=kv, commit=True).kv  # span 3
+            outs.append(r.forward(x, timestep_tensor(700.0, 1, 3), text, kv=kv, frame_offset=3).flow)  # 9, masked
+    assert torch.equal(outs[0], outs[1])
+    assert counters["stats"]["unique_graphs"] == 1
+    assert caplog.text.count("shape variants") == 1

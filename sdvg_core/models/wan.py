@@ -12,6 +12,7 @@ per-frame timestep modulation; no text padding mask.
 """
 from __future__ import annotations
 
+import logging
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -210,6 +211,19 @@ def wan_block(block: nn.Module, x_res: torch.Tensor, e0: torch.Tensor, modulatio
 # makes a handful; a whole-video cache adds one span per doubling of the video (kv_cache.attention_span), ~2 per
 # doubling with the commit's keys-only variant: 64 covers a 2^16-block video.
 COMPILE_VARIANTS = 64
+
+
+def _warn_variants() -> None:
+    """Once per process: a compiled block met more call shapes than it keeps (COMPILE_VARIANTS over every model and
+    size of the process); those calls run eagerly, with the same result."""
+    if not _WARNED:
+        _WARNED.append(True)
+        logging.getLogger("SDVG").warning(
+            "SDVG: the compiled transformer block reached %d shape variants in this process; further new call "
+            "shapes run uncompiled (same results, slower)", COMPILE_VARIANTS)
+
+
+_WARNED: list[bool] = []
 
 
 class _Attend:
@@ -428,8 +442,13 @@ class CausalWan:
                     interrupt()
                 k_buf, v_buf = (None, None) if write is None else (write.buffer.k[i], write.buffer.v[i])
                 # only the cache wanted: the last block's keys/values are written, its outputs feed nothing
-                x_res = layer(block, x_res, e0, self._param(block.modulation), call, k_buf, v_buf, text.k[i],
-                              text.v[i], not want_output and i == len(blocks) - 1, hook=hook, layer=i)
+                args = (block, x_res, e0, self._param(block.modulation), call, k_buf, v_buf, text.k[i], text.v[i],
+                        not want_output and i == len(blocks) - 1)
+                try:
+                    x_res = layer(*args, hook=hook, layer=i)
+                except torch._dynamo.exc.FailOnRecompileLimitHit:  # raised before the layer ran: nothing written
+                    _warn_variants()
+                    x_res = wan_block(*args, hook=hook, layer=i)
         new_kv = None if write is None else write.commit() if commit else kv.base if isinstance(kv, KVWrite) else kv
         return ForwardOutput(self._head(x_res, e, grid, hook) if want_output else None, new_kv)
 
