@@ -200,3 +200,30 @@ def test_past_the_variant_limit_new_shapes_run_eagerly_with_a_warning(monkeypatc
     assert torch.equal(outs[0], outs[1])
     assert counters["stats"]["unique_graphs"] == 1
     assert caplog.text.count("shape variants") == 1
+
+
+def test_every_copy_of_the_pack_shares_one_host_kernel_table(tmp_path):
+    """ComfyUI imports the pack under its own package name beside sdvg_core (a second copy of wan_numerics), while a
+    torch.library op is one per process: a kernel registered through either copy is found by the op, whichever
+    copy defined it (the table lives in sys.modules, not in a module copy)."""
+    import importlib
+
+    import fake_host
+    from sdvg_core.models import wan_numerics
+
+    q = torch.randn(1, 2, 5, 8)
+
+    def kernel_a(q, k, v):
+        return attention(q, k, v) + 1.0
+
+    def kernel_b(q, k, v):
+        return attention(q, k, v) + 2.0
+
+    with fake_host.installed(tmp_path) as pack:
+        other = importlib.import_module(f"{pack.__name__}.sdvg_core.models.wan_numerics")
+        assert other is not wan_numerics
+        a = wan_numerics.register_attention(kernel_a)
+        b = other.register_attention(kernel_b)  # through the other copy: another slot of the same table
+        assert a != b and other.register_attention(kernel_a) == a
+        assert torch.equal(torch.ops.sdvg.host_attention(q, q, q, None, b), attention(q, q, q) + 2.0)
+        assert torch.equal(torch.ops.sdvg.host_attention(q, q, q, None, a), attention(q, q, q) + 1.0)

@@ -12,6 +12,8 @@ from typing import Callable
 
 import inspect
 import itertools
+import sys
+import types
 import weakref
 
 import torch
@@ -173,32 +175,47 @@ def takes_mask(fn: Callable) -> bool:
 
 
 # Host attention kernels a compiled block calls as one opaque op, by slot number (the graph holds the number, the
-# kernel is looked up when the op runs; weak: a kernel nobody holds any more is dropped).
-_HOST_KERNELS: "weakref.WeakValueDictionary[int, Callable]" = weakref.WeakValueDictionary()
-_SLOTS = itertools.count()
+# kernel is looked up when the op runs; weak: a kernel nobody holds any more is dropped). The op and this registry
+# are process-wide: ComfyUI loads the pack under its own package name beside any other copy of sdvg_core, and a
+# torch.library op is one per process, so every copy registers into, and the op reads from, the same table.
+_REGISTRY = "_sdvg_host_attention_kernels"
+
+
+def _kernels() -> types.ModuleType:
+    table = sys.modules.get(_REGISTRY)
+    if table is None:
+        table = types.ModuleType(_REGISTRY, "SDVG: host attention kernels by slot (models/wan_numerics.py)")
+        table.kernels, table.slots = weakref.WeakValueDictionary(), itertools.count()
+        sys.modules[_REGISTRY] = table
+    return table
 
 
 def register_attention(fn: Callable) -> int:
     """The slot `host_attention_op` finds `fn` under (the same slot for the same function object)."""
-    for slot, known in list(_HOST_KERNELS.items()):
+    table = _kernels()
+    for slot, known in list(table.kernels.items()):
         if known is fn:
             return slot
-    slot = next(_SLOTS)
-    _HOST_KERNELS[slot] = fn
+    slot = next(table.slots)
+    table.kernels[slot] = fn
     return slot
 
 
-@torch.library.custom_op("sdvg::host_attention", mutates_args=())
-def host_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                      slot: int) -> torch.Tensor:
+def _host_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    slot: int) -> torch.Tensor:
     """A host's attention kernel (registered at `slot`) on q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]: one
     op to torch.compile (the kernel itself, e.g. ComfyUI's sage or flash path, is never traced)."""
-    fn = _HOST_KERNELS[slot]
+    fn = _kernels().kernels[slot]
     out = fn(q, k, v) if mask is None else fn(q, k, v, mask=mask)
     return out.clone() if any(out is t for t in (q, k, v)) else out
 
 
-@host_attention_op.register_fake
 def _host_attention_shape(q, k, v, mask, slot):
     b, n, s, d = q.shape
     return q.new_empty(b, s, n * d)
+
+
+if not hasattr(torch.ops.sdvg, "host_attention"):  # defined once per process, whichever copy comes first
+    torch.library.custom_op("sdvg::host_attention", _host_attention, mutates_args=()).register_fake(
+        _host_attention_shape)
+host_attention_op = torch.ops.sdvg.host_attention
