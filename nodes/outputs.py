@@ -11,7 +11,7 @@ from comfy_api.latest import io
 
 from ..sdvg_core.engine.engine import Engine, ProgressEvent
 from ..sdvg_core.engine.plot import render_report_plot
-from ..sdvg_core.engine.report import RunReport, build_report
+from ..sdvg_core.engine.report import RunReport, build_report, compiled_models
 from .run import Run, current_run_id, steps_per_block
 from .video_file import PREVIEW_FRAMES, WAN_FPS, StreamingVideo, metadata_of
 
@@ -102,7 +102,8 @@ def _report(run: Run, wall: float | None, run_id: str, frames: int) -> RunReport
     meta = {"target": s.target.info, "drafter": s.drafter.info if s.drafter else "-",
             "image_reward": s.scorer.info if s.scorer else "-", "lineage": run.state.lineage, "frames": str(frames)}
     return build_report(run.state, run.policy or "-", s.config.recipe_for("target"), steps_per_block(run, "target"),
-                        wall_seconds=wall, meta=meta, run_id=run_id, drafter_recipe=s.config.recipe_for("drafter"))
+                        wall_seconds=wall, meta=meta, run_id=run_id, drafter_recipe=s.config.recipe_for("drafter"),
+                        compiled=compiled_models(s.target.runner, s.drafter.runner if s.drafter else None))
 
 
 def finish_outputs(run: Run, wall: float | None, engine: Engine, frames: torch.Tensor | None = None,

@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "DraftOnly": ".engine.policy",
     "RandomPolicy": ".engine.policy",
     "FixedPattern": ".engine.policy",
+    "StridePolicy": ".engine.policy",
     "aggregate": ".engine.policy",
     "DEFAULT_TAU": ".engine.policy",
     # what to generate and what was generated
@@ -93,7 +94,8 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DEFAULT_MEMO_BYTES", "to_image",
     "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "Recipe", "recipe_by_name", "RECIPE_NAMES",
-    "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "aggregate", "DEFAULT_TAU",
+    "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "StridePolicy", "aggregate",
+    "DEFAULT_TAU",
     "GenerationSpec", "PromptConditioning", "PromptSchedule", "GenerationState", "BlockRecord", "PendingBlock",
     "PixelInput", "PixelInputError", "PIXEL_MODES",
     "Memo", "TieredMemo", "BlockNoise", "block_noise",
@@ -128,8 +130,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .engine.memory import MemoryRefused, estimate_for_spec
     from .engine.noise import BlockNoise, block_noise
     from .engine.plot import render_report_plot
-    from .engine.policy import (DEFAULT_TAU, DraftOnly, FixedPattern, Policy, RandomPolicy, TargetOnly, ThresholdPolicy,
-                                aggregate)
+    from .engine.policy import (DEFAULT_TAU, DraftOnly, FixedPattern, Policy, RandomPolicy, StridePolicy, TargetOnly,
+                                ThresholdPolicy, aggregate)
     from .engine.recipes import RECIPE_NAMES, KreaRecipe, LongLiveRecipe, Recipe, SelfForcingRecipe, recipe_by_name
     from .engine.report import BlockReport, RunReport, build_report
     from .engine.prompts import PromptConditioning, PromptSchedule

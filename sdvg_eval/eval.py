@@ -34,8 +34,9 @@ import torch
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
 from sdvg_core.engine.state import SIZE_MULTIPLE, PromptSchedule
 from sdvg_core.io.cli_args import (INTERRUPTED, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
-                                   add_drafter_kind_args, add_recipe_args, blocks_problem, ctrl_c_raises,
-                                   drafter_own_recipe, output_folder_problem, recipe_problems)
+                                   add_compile_arg, add_drafter_kind_args, add_recipe_args, blocks_problem,
+                                   compile_problem, ctrl_c_raises, drafter_own_recipe, output_folder_problem,
+                                   recipe_problems)
 from sdvg_core.io.drafters import drafter_problems
 from sdvg_core.io.pixel_args import request_problems
 from sdvg_core.io.prompt_schedule import PromptSource, ScheduleError, read_schedule
@@ -70,7 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="first N prompts only")
     p.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     p.add_argument("--configs", nargs="+", default=list(PAPER_CONFIGS),
-                   help="target-only draft-only accept-all random:P sdvg:TAU sdvg-mean:TAU (default: the paper's)")
+                   help="target-only draft-only accept-all random:P sdvg:TAU sdvg-mean:TAU stride:k=K (StrideAR: the "
+                        "target makes every K-th block, no scorer) (default: the paper's)")
     p.add_argument("--metrics", nargs="+", default=["imagereward"],
                    help="visionreward:FOLDER (the paper's metric, column vr), imagereward, clip:FOLDER, "
                         "py:MODULE[:ARG] (local files only)")
@@ -95,6 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--width", type=int), p.add_argument("--height", type=int), p.add_argument("--blocks", type=int)
     add_recipe_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard")
+    add_compile_arg(p)
     p.add_argument("--memo-gb", type=float, default=DEFAULT_MEMO_BYTES / GIB, help="per-worker memo for big caches")
     p.add_argument("--out", default="out/eval", help="results folder (rows.csv, run.json, summary.md, pareto.png)")
     p.add_argument("--embed-cache", default=None, help="prompt-embedding cache (default OUT/embeddings; shared "
@@ -139,6 +142,7 @@ def preflight(a: argparse.Namespace) -> list[str]:
     problems += [m for s in a.metrics for m in metric_spec_problems(s, metric_options(a))]
     if a.vr_batch < 0:
         problems.append("--vr-batch must be >= 0")
+    problems += filter(None, [compile_problem(a.compile)])
     names = [metric_name(s) for s in a.metrics]
     if len(set(names)) != len(names):
         problems.append(f"--metrics: two metrics write the same column ({names})")
@@ -371,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                        dtype=a.dtype or ("bf16" if gpu else "fp32"),
                        width=a.width or size[0], height=a.height or size[1], blocks=a.blocks or blocks,
                        recipe=a.recipe, drafter_recipe=drafter_recipe, target_recipe=target_recipe,
-                       decode_rule=a.decode_rule, memo_bytes=int(a.memo_gb * GIB),
+                       decode_rule=a.decode_rule, memo_bytes=int(a.memo_gb * GIB), compile=a.compile,
                        threads=max(1, int(a.cpus_per_worker)),
                        needs_drafter=any(c.needs_drafter for c in configs),
                        needs_scorer=any(c.needs_scorer for c in configs) or "imagereward" in a.metrics)

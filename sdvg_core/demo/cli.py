@@ -24,13 +24,14 @@ from ..engine.engine import Engine, EngineConfig, ProgressEvent
 from ..engine.heap import HeapTrimmer
 from ..engine.memo import TieredMemo
 from ..engine.plot import render_report_plot
-from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
+from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, StridePolicy, TargetOnly, ThresholdPolicy
 from ..engine.recipes import recipe_by_name
-from ..engine.report import build_report
+from ..engine.report import build_report, compiled_models
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning, PromptSchedule
 from ..io.checkpoint import CheckpointError
 from ..io.cli_args import (INTERRUPTED, MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
-                           add_drafter_kind_args, add_recipe_args, ctrl_c_raises, drafter_own_recipe)
+                           add_compile_arg, add_drafter_kind_args, add_recipe_args, ctrl_c_raises,
+                           drafter_own_recipe)
 from ..io.drafters import DEFAULT_DRAFTER_KIND
 from ..io.model_files import DTYPES, load_model_files
 from ..io.pixel_args import add_pixel_args, pixel_request
@@ -64,13 +65,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"number of 3-latent-frame blocks, 1..{MAX_BLOCKS:,} (default {TINY_BLOCKS} tiny, "
                         f"{REAL_BLOCKS} real)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--policy", choices=["sdvg", "target-only", "draft-only", "accept-all", "random"], default="sdvg",
-                   help="sdvg = ImageReward threshold; accept-all = block 0 from the target, every other draft kept")
+    p.add_argument("--policy", choices=["sdvg", "target-only", "draft-only", "accept-all", "random", "stride"],
+                   default="sdvg",
+                   help="sdvg = ImageReward threshold; accept-all = block 0 from the target, every other draft kept; "
+                        "stride = the StrideAR baseline (the target makes every --stride-k-th block, no scorer)")
     p.add_argument("--tau", type=float, default=None,
                    help=f"accept a draft when its score >= tau (default {DEFAULT_TAU}; {TINY_DEMO_TAU} for the tiny models)")
     p.add_argument("--aggregation", choices=["min", "mean"], default="min")
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
     p.add_argument("--accept-rate", type=float, default=0.73, help="for --policy random")
+    p.add_argument("--stride-k", type=int, default=2,
+                   help="for --policy stride: the target makes blocks 0, k, 2k, ..., the drafter the rest (default 2)")
     add_recipe_args(p)
     add_pixel_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",
@@ -93,6 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memo-gb", type=float, default=0.0,
                    help="GiB of derived data kept for re-runs in this process (default 0: one run reuses nothing "
                         "across runs; what the run itself needs is held apart from this budget)")
+    add_compile_arg(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -103,7 +109,8 @@ def _real_models(a: argparse.Namespace, dtype: torch.dtype):
     m = load_model_files(target=a.target, vae=a.vae, drafter=a.drafter if needs_draft else None,
                          reward=a.reward if needs_score else None, vocab=a.vocab, dtype=dtype, device=a.device,
                          pt_entry=a.pt_entry, drafter_kind=a.drafter_kind,
-                         drafter_lora=a.drafter_lora if needs_draft else None, drafter_lora_alpha=a.drafter_lora_alpha)
+                         drafter_lora=a.drafter_lora if needs_draft else None, drafter_lora_alpha=a.drafter_lora_alpha,
+                         compile=a.compile)
     for line in m.notes:
         print(line)
     return m.drafter, m.target, m.vae, m.scorer
@@ -152,6 +159,8 @@ def _policy(a: argparse.Namespace):
         return DraftOnly(force_reject_first=False)
     if a.policy == "accept-all":
         return DraftOnly(force_reject_first=True)
+    if a.policy == "stride":
+        return StridePolicy(a.stride_k)
     return RandomPolicy(a.accept_rate, seed=a.seed, force_reject_first=force)
 
 
@@ -190,7 +199,7 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationSpec, o
         size, blocks = REAL_SIZE, REAL_BLOCKS
     else:
         torch.set_num_threads(1)  # tiny models: threads only add overhead
-        m = tiny_models(seed=0)
+        m = tiny_models(seed=0, compile=a.compile)
         drafter, target, vae, scorer = m.drafter, m.target, m.vae, m.scorer
         size, blocks = TINY_SIZE, TINY_BLOCKS
     if a.tau is None:
@@ -268,7 +277,8 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
     if spec.pixels is not None:
         meta["pixels"] = pixel_request(a).describe()
     report = build_report(outcome.state, policy.describe(), engine.recipe, engine.plan_for(spec).num_steps,
-                          wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"])
+                          wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"],
+                          compiled=compiled_models(engine.target, engine.drafter))
     data = json.loads(report.to_json())
     tau = a.tau if a.policy == "sdvg" else None
     data.setdefault("tau", tau)  # a number, not only inside the policy text

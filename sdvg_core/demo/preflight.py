@@ -10,8 +10,8 @@ from pathlib import Path
 from ..engine.policy import DEFAULT_TAU
 from ..engine.state import SIZE_MULTIPLE
 from ..io.checkpoint import CheckpointError
-from ..io.cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, drafter_own_recipe,
-                           output_folder_problem, recipe_problems)
+from ..io.cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, compile_problem,
+                           drafter_own_recipe, output_folder_problem, recipe_problems)
 from ..io.pixel_args import pixel_problems
 from ..io.prompt_width import text_width, umt5_width, width_problems
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
@@ -63,6 +63,9 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
         problems.append(f"--memo-gb {a.memo_gb} must be >= 0")
     if not 0.0 <= a.accept_rate <= 1.0:
         problems.append(f"--accept-rate {a.accept_rate} must be between 0 and 1")
+    if a.stride_k < 1:
+        problems.append(f"--stride-k {a.stride_k} must be >= 1 (the target makes blocks 0, k, 2k, ...; 1 is target-only)")
+    problems += filter(None, [compile_problem(a.compile)])
     problems += _output_problems(a, out)
     files = [(f"--{k.replace('_', '-')}", getattr(a, k)) for k in (*MODEL_FLAGS, "drafter_lora", "embeddings")
              if getattr(a, k)]

@@ -8,7 +8,8 @@ node cache after Cancel + re-queue), so its seconds are an earlier run's and its
 Counted work is in drafter-forward units: a target forward costs `cost_ratio` drafter forwards (default
 7.4, the 1.3B:14B ratio at 832x480, docs/design.md §5). The target-only baseline of the same recipe is
 counted, not run: Krea rebuilds the target cache before every block but the first (1 + steps per block),
-Self-Forcing commits every block but the last with a clean forward.
+Self-Forcing commits every block but the last with a clean forward. `compiled` says whether either DiT ran
+under torch.compile (`compiled_models`: which role, with which backend), as CausalWan(compile=...) was built.
 """
 from __future__ import annotations
 
@@ -19,6 +20,22 @@ from .recipes import Recipe, recipe_spec
 from .state import GenerationState
 
 DEFAULT_COST_RATIO = 7.4  # target (14B) forward / drafter (1.3B) forward at 832x480 (docs/design.md §5)
+DEFAULT_COMPILE_BACKEND = "inductor"  # what CausalWan(compile=True) compiles with (torch.compile's default)
+
+
+def compile_backend(model: object | None) -> str | None:
+    """The torch.compile backend a DiT runner was built with (`CausalWan(compile=True | "backend")`), or None when
+    it runs eager (or is absent)."""
+    flag = getattr(model, "compile", False) if model is not None else False
+    if flag is True:
+        return DEFAULT_COMPILE_BACKEND
+    return str(flag) if flag else None
+
+
+def compiled_models(target: object | None, drafter: object | None = None) -> dict[str, str]:
+    """{role: backend} of the roles whose DiT is compiled (empty: everything eager)."""
+    found = {role: compile_backend(m) for role, m in (("target", target), ("drafter", drafter))}
+    return {role: backend for role, backend in found.items() if backend is not None}
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,8 @@ class RunReport:
     # given pixels (docs/pixels.md): {"mode", "strength", "given_frames", "digest"}; None for text-to-video
     pixels: dict | None = None
     stopped: str | None = None  # why the run ended before its requested blocks (an input video ran out)
+    compiled: bool = False  # either DiT ran under torch.compile
+    compiled_models: dict[str, str] = field(default_factory=dict)  # {role: torch.compile backend} of compiled DiTs
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -106,6 +125,7 @@ class RunReport:
         if (self.recomputed_drafter_forwards, self.recomputed_target_forwards) != (self.drafter_forwards, self.target_forwards):
             lines.append(f"this run recomputed drafter {self.recomputed_drafter_forwards}, target "
                          f"{self.recomputed_target_forwards} forwards (the rest came from the cache)")
+        lines.append(compiled_line(self.compiled_models))
         if self.wall_seconds is not None:
             line = f"wall {self.wall_seconds:.2f} s; phases " + ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items())
             if not self.fresh_run:
@@ -113,6 +133,13 @@ class RunReport:
                          "times only between runs that computed everything, or compare the counted cost above")
             lines.append(line)
         return "\n".join(lines)
+
+
+def compiled_line(models: dict[str, str]) -> str:
+    """`compiled: target (inductor), drafter (inductor)` or `compiled: no (eager DiTs)`."""
+    if not models:
+        return "compiled: no (eager DiTs)"
+    return "compiled: " + ", ".join(f"{role} ({backend})" for role, backend in models.items())
 
 
 def target_only_forwards(recipe: Recipe, num_blocks: int, steps: int, switches: int = 0) -> int:
@@ -146,10 +173,12 @@ def recipe_label(target: Recipe, drafter: Recipe | None = None) -> str:
 def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps: int,
                  cost_ratio: float = DEFAULT_COST_RATIO, wall_seconds: float | None = None,
                  meta: dict[str, str] | None = None, run_id: str | None = None,
-                 drafter_recipe: Recipe | None = None) -> RunReport:
+                 drafter_recipe: Recipe | None = None, compiled: dict[str, str] | None = None) -> RunReport:
     """The report of `state`. `recipe`/`steps` are the target's (the target-only baseline is counted with them);
     `drafter_recipe` only labels the run. `run_id`: the execution building it; blocks whose record carries
-    another run id are marked as not computed now, and their work does not count as recomputed."""
+    another run id are marked as not computed now, and their work does not count as recomputed. `compiled`:
+    {role: backend} of the compiled DiTs (`compiled_models(engine.target, engine.drafter)`); a role that made no
+    forward in this run (the drafter of a target-only run) is left out."""
     blocks = [BlockReport(b.index, b.producer, b.decision, b.score, list(b.frame_scores), dict(b.work), dict(b.cost),
                           {k: round(v, 6) for k, v in dict(b.seconds).items()}, list(b.reused),
                           run_id=b.run_id, computed_now=run_id is None or b.run_id == run_id, carried=list(b.carried),
@@ -162,6 +191,8 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
     t_fw = sum(b.cost.get("target_forwards", 0) for b in blocks)
     cost = d_fw + cost_ratio * t_fw
     base = cost_ratio * target_only_forwards(recipe, n, steps, sum(first < n for first, _ in state.spec.schedule.switches))
+    forwards = {"drafter": d_fw, "target": t_fw}  # a compiled model that made no forward did not run compiled
+    ran_compiled = {role: backend for role, backend in (compiled or {}).items() if forwards.get(role, 0) > 0}
     seconds: dict[str, float] = {}
     for b in now:
         for k, v in b.seconds.items():
@@ -180,4 +211,4 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         fresh_run=len(now) == n and not any(b.carried for b in blocks),
         prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule],
         pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
-        stopped=state.stopped)
+        stopped=state.stopped, compiled=bool(ran_compiled), compiled_models=ran_compiled)

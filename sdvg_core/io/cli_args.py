@@ -42,6 +42,28 @@ def add_recipe_args(p: argparse.ArgumentParser) -> None:
                    help="the target's own recipe (default: --recipe)")
 
 
+def add_compile_arg(p: argparse.ArgumentParser) -> None:
+    """--compile [BACKEND]: build the DiTs with CausalWan(compile=...) (the demo, sdvg_eval, the benchmarks)."""
+    p.add_argument("--compile", nargs="?", const=True, default=False, metavar="BACKEND",
+                   help="torch.compile each DiT's whole transformer block (inductor; or name another torch.compile "
+                        "backend, e.g. aot_eager). The first blocks run slower while it compiles; the report says "
+                        "\"compiled\": true and which models")
+
+
+def compile_problem(compile: bool | str | None) -> str | None:
+    """A --compile backend torch.compile does not know (None: fine, or no --compile)."""
+    if not isinstance(compile, str):
+        return None
+    import torch._dynamo  # only when a backend is named: importing dynamo takes a second
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if compile not in known:
+        return (f"--compile {compile}: not a torch.compile backend on this torch (torch._dynamo.list_backends(): "
+                f"{', '.join(b for b in ('inductor', 'aot_eager', 'eager', 'cudagraphs') if b in known)}, ...); leave "
+                f"the name out for inductor")
+    return None
+
+
 def add_drafter_kind_args(p: argparse.ArgumentParser, default_kind: str | None) -> None:
     """--drafter-kind, --drafter-lora, --drafter-lora-alpha, --pt-entry: how a drafter file is read (io/drafters.py)."""
     p.add_argument("--drafter-kind", choices=[*DRAFTER_KINDS, FRAMEWISE_KIND], default=default_kind,
