@@ -15,7 +15,7 @@ from .surface import SDVGError
 
 # ComfyUI's TorchCompileModel stores its torch.compile arguments here (comfy_api/torch_helpers/torch_compile.py) and
 # compiles `diffusion_model` only inside `apply_model`, which SDVG never calls; SDVG honours the request instead by
-# compiling its own block regions with the same backend.
+# compiling its whole transformer block (CausalWan(compile=backend)) with the same backend.
 COMFY_COMPILE_OPTION = "torch_compile_kwargs"
 
 
@@ -112,7 +112,7 @@ def comfy_wan_view(net: torch.nn.Module, dtype: torch.dtype) -> Any:
 def host_comfy_model(model: Any, role: str, compile: bool | str = False) -> DiTHandle:
     """Wrap a ComfyUI MODEL (UNETLoader, GGUF, LoRA-patched...) holding a Wan 2.1 T2V network.
 
-    A TorchCompileModel upstream turns on SDVG's regional compile with its backend (see COMFY_COMPILE_OPTION).
+    A TorchCompileModel upstream turns on SDVG's whole-block compile with its backend (see COMFY_COMPILE_OPTION).
     """
     base = getattr(model, "model", None)
     net = getattr(base, "diffusion_model", None)
