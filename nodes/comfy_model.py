@@ -124,11 +124,13 @@ def host_comfy_model(model: Any, role: str, compile: bool | str = False) -> DiTH
     dtype = getattr(base, "manual_cast_dtype", None) or weight
     if dtype not in DTYPES.values():
         dtype = auto_dtype(torch.device(model.load_device))
-    key = f"comfy|{object_token(base)}|{getattr(model, 'patches_uuid', '')}|{dtype_name(dtype)}"
-    view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
     compile = comfy_compile_request(model) or compile
+    key = f"comfy|{object_token(base)}|{getattr(model, 'patches_uuid', '')}|{dtype_name(dtype)}"
+    if compile:  # a compiled model may round differently: its derived data is kept apart (as the file loaders do)
+        key += f"|compiled:{'inductor' if compile is True else compile}"
+    view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
     runner = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype),
                        compile=compile)
     info = (f"{role}: ComfyUI MODEL ({type(net).__name__}, dim {cfg.dim}, {cfg.num_layers} layers, weights "
-            f"{dtype_name(weight)}, compute {dtype_name(dtype)})")
+            f"{dtype_name(weight)}, compute {dtype_name(dtype)})" + (", compiled" if compile else ""))
     return DiTHandle(role, runner, info)
