@@ -123,6 +123,16 @@ MUTATIONS = [
              "return block == 0 and not self.decisions[0]", "return block == 0"),
     Mutation("P21", POLICY, "FixedPattern: score_drafts ignored", "return self.score_drafts and not self.forced(block)",
              "return not self.forced(block)"),
+    Mutation("P22", POLICY, "StridePolicy: block 0 no longer the target's", "        return block % self.k == 0\n",
+             "        return block % self.k == 0 and block > 0\n", tests=("tests/test_stride.py",)),
+    Mutation("P23", POLICY, "StridePolicy: target blocks shifted by one", "        return block % self.k == 0\n",
+             "        return (block + 1) % self.k == 0\n", tests=("tests/test_stride.py",)),
+    Mutation("P24", POLICY, "StridePolicy asks for scores", "        return False\n\n    def accept(self, block: int, "
+             "score: float | None) -> bool:\n        return block % self.k != 0",
+             "        return True\n\n    def accept(self, block: int, score: float | None) -> bool:\n        return "
+             "block % self.k != 0", tests=("tests/test_stride.py",)),
+    Mutation("P25", POLICY, "StridePolicy: target blocks drafted first (not forced)",
+             "        return block % self.k == 0\n", "        return False\n", tests=("tests/test_stride.py",)),
     # what a routing step computes (work.py: the engine's lazy work and the reference's) and Engine.route
     Mutation("E1", WORK, "route drafts forced blocks in lazy mode",
              "        if policy.forced(b):\n            return state, False\n", "        if False:\n            return state, False\n"),
