@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdvg_core.models.wan_config import WanDiTConfig  # noqa: E402
 from sdvg_core.engine.engine import Engine, EngineConfig  # noqa: E402
-from sdvg_core.engine.policy import FixedPattern, StridePolicy, TargetOnly  # noqa: E402
+from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern, StridePolicy, TargetOnly  # noqa: E402
 from sdvg_core.engine.report import build_report, compiled_line, compiled_models, reference_forwards  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
 from sdvg_core.io.cli_args import add_compile_arg  # noqa: E402
@@ -41,7 +41,7 @@ PATTERNS = {
     "reference ~73% (6/8)": (False, True, True, False, True, True, True, False, True),
     "all-reject": (False,) * 9,
 }
-STRIDE_K = 2  # the StrideAR baseline's row: the target makes blocks 0, 2, 4, ... (no scorer), its published k=2 point
+STRIDE_K = DEFAULT_STRIDE_K  # the StrideAR baseline's row: the target makes blocks 0, 2, 4, ... (no scorer)
 
 
 class Stopwatch:

@@ -59,7 +59,7 @@ from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig  # noqa: E402
 from sdvg_core.engine.heap import HeapTrimmer  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
-from sdvg_core.engine.policy import FixedPattern, StridePolicy, TargetOnly  # noqa: E402
+from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern, StridePolicy, TargetOnly  # noqa: E402
 from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name  # noqa: E402
 from sdvg_core.engine.report import compiled_line, compiled_models  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
@@ -104,9 +104,8 @@ CONFIGS: dict[str, Config] = {c.id: c for c in (
     Config("all-reject", "all-reject", True, lambda n: FixedPattern((False,) * n)),
 )}
 # StrideAR (SpecAR) as a baseline: `stride-K` runs StridePolicy(K) (the target makes blocks 0, K, 2K, ..., no scorer);
-# `all` runs stride-2, the operating point its published comparison with SDVG uses; any K is selectable by name.
+# `all` runs stride-2 (DEFAULT_STRIDE_K, the k of its published comparison with SDVG); any K is selectable by name.
 STRIDE_ID = "stride-"
-DEFAULT_STRIDE_K = 2
 
 
 def stride_config(k: int) -> Config:

@@ -24,7 +24,8 @@ from ..engine.engine import Engine, EngineConfig, ProgressEvent
 from ..engine.heap import HeapTrimmer
 from ..engine.memo import TieredMemo
 from ..engine.plot import render_report_plot
-from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, StridePolicy, TargetOnly, ThresholdPolicy
+from ..engine.policy import (DEFAULT_STRIDE_K, DEFAULT_TAU, DraftOnly, RandomPolicy, StridePolicy, TargetOnly,
+                             ThresholdPolicy)
 from ..engine.recipes import recipe_by_name
 from ..engine.report import build_report, compiled_models
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning, PromptSchedule
@@ -74,8 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--aggregation", choices=["min", "mean"], default="min")
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
     p.add_argument("--accept-rate", type=float, default=0.73, help="for --policy random")
-    p.add_argument("--stride-k", type=int, default=2,
-                   help="for --policy stride: the target makes blocks 0, k, 2k, ..., the drafter the rest (default 2)")
+    p.add_argument("--stride-k", type=int, default=DEFAULT_STRIDE_K,
+                   help=f"for --policy stride: the target makes blocks 0, k, 2k, ..., the drafter the rest (default "
+                        f"{DEFAULT_STRIDE_K})")
     add_recipe_args(p)
     add_pixel_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",

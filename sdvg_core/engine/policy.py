@@ -11,6 +11,9 @@ from typing import Literal, Protocol, Sequence
 
 Aggregation = Literal["min", "mean"]
 DEFAULT_TAU = -0.7  # SDVG paper operating point: 1.59x at 98% of target quality (docs/design.md §1)
+# StrideAR's k in its published comparison with SDVG (its Hugging Face page, Statite/StrideAR: "SDVG, operating point
+# for k=2"): the default of the command lines' and benchmarks' stride baseline
+DEFAULT_STRIDE_K = 2
 
 
 def aggregate(frame_scores: Sequence[float], how: Aggregation) -> float:
