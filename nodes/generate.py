@@ -25,7 +25,7 @@ STRIDE_PREFIX = "stride_k"
 POLICIES = ["sdvg", "target_only", "draft_only", *(f"{STRIDE_PREFIX}{k}" for k in STRIDE_KS)]
 
 
-def stride_k(policy: str) -> int | None:
+def _stride_k(policy: str) -> int | None:
     """k of a `stride_kK` policy entry, else None."""
     return int(policy[len(STRIDE_PREFIX):]) if policy.startswith(STRIDE_PREFIX) else None
 
@@ -81,7 +81,7 @@ class SDVGGenerate(io.ComfyNode):
         pixels = pixel_input(what, start_image, input_video, video_mode, strength)
         run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
                         cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe, pixels)
-        k = stride_k(policy)
+        k = _stride_k(policy)
         pol = StridePolicy(k) if k is not None else {
             "sdvg": lambda: threshold_policy(tau, force_reject_first), "target_only": TargetOnly,
             "draft_only": lambda: DraftOnly(force_reject_first=bool(force_reject_first))}[policy]()

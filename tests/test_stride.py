@@ -5,7 +5,6 @@ it, the eval's `stride:k=K` configs, their own Pareto series and the equal-cost 
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from PIL import Image
