@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ..sdvg_core.engine.report import DEFAULT_COMPILE_BACKEND
 from ..sdvg_core.models.wan_config import (
     INDISTINGUISHABLE_NOTE, WanDiTConfig, WrongWanModel, check_t2v, shape_signature,
 )
@@ -127,7 +128,7 @@ def host_comfy_model(model: Any, role: str, compile: bool | str = False) -> DiTH
     compile = comfy_compile_request(model) or compile
     key = f"comfy|{object_token(base)}|{getattr(model, 'patches_uuid', '')}|{dtype_name(dtype)}"
     if compile:  # a compiled model may round differently: its derived data is kept apart (as the file loaders do)
-        key += f"|compiled:{'inductor' if compile is True else compile}"
+        key += f"|compiled:{DEFAULT_COMPILE_BACKEND if compile is True else compile}"
     view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
     runner = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype),
                        compile=compile)
