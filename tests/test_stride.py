@@ -111,6 +111,18 @@ def test_counted_speedup_k2_over_9_blocks_is_the_forward_arithmetic(models):
     assert rep.acceptance_blocks_1_to_n == pytest.approx(4 / 8)
 
 
+def test_report_plot_says_why_a_stride_run_has_no_bars(models):
+    """report.png of a score-blind run: the note names the policy instead of leaving an empty score axis."""
+    from sdvg_core import render_report_plot
+    from sdvg_core.engine.plot import _note
+
+    engine = Engine(models.target, models.vae, models.drafter, None, EngineConfig())
+    state = engine.generate(_spec(3), StridePolicy(2))
+    rep = build_report(state, StridePolicy(2).describe(), engine.recipe, engine.plan.num_steps)
+    assert _note(rep, None) == "stride k=2: no block was scored, the policy routes without ImageReward (no bars)"
+    assert render_report_plot(rep, None).size == (640, 360)
+
+
 # ------------------------------------------------------------------------------------------------ the eval's configs
 def test_eval_parses_stride_configs_and_refuses_k_below_1():
     c = parse_config("stride:k=3")

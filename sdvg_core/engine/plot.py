@@ -81,13 +81,16 @@ def _aggregation(report: RunReport) -> str:
 
 
 def _note(report: RunReport, tau: float | None) -> str | None:
-    """What the plot would otherwise leave unexplained: no block drafted, or no draft scored."""
+    """What the plot would otherwise leave unexplained: no block drafted, or no draft scored (tau = -inf, or a
+    score-blind policy such as the StrideAR baseline)."""
     drafted = [b for b in report.blocks if b.decision != "forced"]
     if tau == math.inf or (report.blocks and not drafted):
         why = "tau = +inf: no draft could pass, so none was made; " if tau == math.inf else ""
         return why + "every block came from the target (target-only cost)"
     if tau == -math.inf:
         return "tau = -inf: every draft is accepted without being scored (no bars)"
+    if tau is None and report.blocks and not any(b.frame_scores for b in report.blocks):
+        return f"{report.policy.split(' (')[0]}: no block was scored, the policy routes without ImageReward (no bars)"
     return None
 
 
