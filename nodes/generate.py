@@ -9,7 +9,7 @@ import torch
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.memo import TieredMemo
-from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
+from ..sdvg_core.demo.pixel_args import DEFAULT_STRENGTH
 from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly
 from . import shared_memo
 from .outputs import BlockProgress, finish_outputs, open_video, result_outputs

@@ -19,13 +19,13 @@ from comfy_api.latest import io
 from ..sdvg_core.engine.engine import DECODE_RULES, Engine, EngineConfig, ProgressEvent
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.engine.memory import MemoryEstimate, check_fits, estimate_for_spec
-from ..sdvg_core.engine.pixel_input import PIXEL_MODES, PixelInput
-from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
+from ..sdvg_core.given.request import PIXEL_MODES, PixelInput
+from ..sdvg_core.demo.pixel_args import DEFAULT_STRENGTH
 from ..sdvg_core.engine.policy import ThresholdPolicy
 from ..sdvg_core.engine.prompts import PromptSchedule
 from ..sdvg_core.engine.recipes import RECIPE_NAMES, Recipe, recipe_by_name
 from ..sdvg_core.engine.state import GenerationSpec, GenerationState, PromptConditioning
-from ..sdvg_core.io.cli_args import MAX_BLOCKS
+from ..sdvg_core.demo.cli_args import MAX_BLOCKS
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
 from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io, ui
 
-from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
+from ..sdvg_core.demo.pixel_args import DEFAULT_STRENGTH
 from . import shared_memo
 from .run import AUTO, VIDEO_MODES, describe_start, pixel_input, pixel_inputs, run_inputs, start_run
 from .surface import CATEGORY, SDVGState, show_text

@@ -33,12 +33,12 @@ import torch
 
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
 from sdvg_core.engine.state import SIZE_MULTIPLE, PromptSchedule
-from sdvg_core.io.cli_args import (INTERRUPTED, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
+from sdvg_core.demo.cli_args import (INTERRUPTED, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
                                    add_drafter_kind_args, add_recipe_args, blocks_problem, ctrl_c_raises,
                                    drafter_own_recipe, output_folder_problem, recipe_problems)
 from sdvg_core.io.drafters import drafter_problems
-from sdvg_core.io.pixel_args import request_problems
-from sdvg_core.io.prompt_schedule import PromptSource, ScheduleError, read_schedule
+from sdvg_core.demo.pixel_args import request_problems
+from sdvg_core.engine.prompt_schedule import PromptSource, ScheduleError, read_schedule
 from sdvg_core.io.prompt_width import text_width, umt5_width
 from sdvg_core.io.text import load_embeddings, umt5_folders
 from sdvg_core.models.state_dict import CheckpointError
@@ -225,7 +225,7 @@ def _prompt_problems(a: argparse.Namespace) -> list[str]:
 
 
 def _pixel_row_problems(a: argparse.Namespace, prompts: list[Prompt]) -> list[str]:
-    """The given pixels prompt rows name, checked as the demo checks its flags (io/pixel_args.py) at the sweep's size
+    """The given pixels prompt rows name, checked as the demo checks its flags (demo/pixel_args.py) at the sweep's size
     and with its recipes: every problem, each naming its line."""
     width, height = TINY_SIZE if a.tiny else REAL_SIZE
     run_hw = (a.height or height, a.width or width)
@@ -289,7 +289,7 @@ def _drafter_flag_problems(a: argparse.Namespace) -> list[str]:
 def role_recipes(a: argparse.Namespace) -> tuple[str, str]:
     """(drafter recipe, target recipe): --drafter-recipe / --target-recipe, else --recipe; a drafter file whose kind
     has its own long-video recipe (LongLive) runs it unless --drafter-recipe says otherwise, as in the demo CLI
-    (io/cli_args.py drafter_own_recipe)."""
+    (demo/cli_args.py drafter_own_recipe)."""
     drafter = a.drafter_recipe
     if drafter is None and not a.tiny and a.drafter:
         drafter = drafter_own_recipe(a.drafter_kind)

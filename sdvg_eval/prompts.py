@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from sdvg_core.io.pixel_args import DEFAULT_STRENGTH, PixelRequest
+from sdvg_core.demo.pixel_args import DEFAULT_STRENGTH, PixelRequest
 from sdvg_core.io.text import demo_embeddings, load_embeddings, save_embeddings
 
 # A prompt line may name given pixels after the prompt (docs/pixels.md, "Evaluation rows"):

@@ -259,7 +259,7 @@ class CountingFrames:
     """A frame source that records every read (opens and frames handed out)."""
 
     def __init__(self, frames: torch.Tensor):
-        from sdvg_core.engine.pixel_input import TensorFrames
+        from sdvg_core.given.request import TensorFrames
 
         self.inner = TensorFrames(frames, "counting-" + str(frames.shape[0]))
         self.name, self.digest = self.inner.name, self.inner.digest
@@ -307,7 +307,7 @@ def test_video_to_video_longer_input_is_cut(models):
 def test_video_to_video_blocks_start_from_the_noised_input_at_the_strength(models):
     """Krea: the first call is at t0 of the strength plan and its input is the input latents noised with a = t0/1000
     and the block's own initial draw; drafter and target start from the same noised input."""
-    from sdvg_core.engine.given import InputVideo
+    from sdvg_core.given.run import InputVideo
     from sdvg_core.engine.noise import block_noise
     from sdvg_core.engine.schedule import krea_strength_plan, noise_input
 
@@ -352,8 +352,8 @@ def test_an_extension_shorter_than_a_block_is_refused_when_the_run_starts(models
 def test_self_forcing_extends_from_the_last_whole_blocks_of_the_video(models):
     """53 frames encode to 14 latents: SF takes the last 4 blocks' worth (12 latents = the last 45 frames), so the
     continuation follows the video's last frame; Krea encodes the clip whole (53 frames)."""
-    from sdvg_core.engine.video_input import encode_clip
-    from sdvg_core.io.pixels_in import as_vae_frames
+    from sdvg_core.given.encode import encode_clip
+    from sdvg_core.given.read import as_vae_frames
 
     clip = _video(53)
     e = _tiny_engine(models, SelfForcingRecipe())

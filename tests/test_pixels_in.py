@@ -1,4 +1,4 @@
-"""Pixels in (sdvg_core/io/pixels_in.py): start images and input videos read from real small files written here,
+"""Pixels in (sdvg_core/given/read.py): start images and input videos read from real small files written here,
 fitted to the run's size by the stated rule, and bad files refused with one clear message."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.io import pixels_in
-from sdvg_core.io.pixels_in import (PixelInputError, check_image, check_video, crop_box, cropped_fraction, fit_frames,
+from sdvg_core.given import read as pixels_in
+from sdvg_core.given.read import (PixelInputError, check_image, check_video, crop_box, cropped_fraction, fit_frames,
                                     probe_video, read_image, read_video, resample_times)
 
 av = pytest.importorskip("av")

@@ -29,12 +29,12 @@ from ..engine.recipes import recipe_by_name
 from ..engine.report import build_report
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning, PromptSchedule
 from ..io.checkpoint import CheckpointError
-from ..io.cli_args import (INTERRUPTED, MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
+from .cli_args import (INTERRUPTED, MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
                            add_drafter_kind_args, add_recipe_args, ctrl_c_raises, drafter_own_recipe)
 from ..io.drafters import DEFAULT_DRAFTER_KIND
 from ..io.model_files import DTYPES, load_model_files
-from ..io.pixel_args import add_pixel_args, pixel_request
-from ..io.prompt_schedule import encode_schedule, read_schedule
+from .pixel_args import add_pixel_args, pixel_request
+from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
 from .outputs import DEFAULT_ROOT, REPORT_JSON, REPORT_PNG, VIDEO_FORMATS, VIDEO_STEM, dated_folder
 from .preflight import MODEL_FLAGS, needs, preflight
@@ -133,7 +133,7 @@ def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptCondition
 
 def _engine_config(a: argparse.Namespace, real: bool) -> EngineConfig:
     """--recipe sets both roles; --drafter-recipe / --target-recipe override one. A drafter trained for its own
-    long-video recipe (LongLive) runs it unless told otherwise (io/cli_args.py drafter_own_recipe)."""
+    long-video recipe (LongLive) runs it unless told otherwise (demo/cli_args.py drafter_own_recipe)."""
     drafter_recipe = a.drafter_recipe
     if drafter_recipe is None and real and a.drafter:
         drafter_recipe = drafter_own_recipe(a.drafter_kind)

@@ -10,12 +10,12 @@ from pathlib import Path
 from ..engine.policy import DEFAULT_TAU
 from ..engine.state import SIZE_MULTIPLE
 from ..io.checkpoint import CheckpointError
-from ..io.cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, drafter_own_recipe,
+from .cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, drafter_own_recipe,
                            output_folder_problem, recipe_problems)
-from ..io.pixel_args import pixel_problems
+from .pixel_args import pixel_problems
 from ..io.prompt_width import text_width, umt5_width, width_problems
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
-from ..io.prompt_schedule import ScheduleError, read_schedule
+from ..engine.prompt_schedule import ScheduleError, read_schedule
 from ..io.reward_files import ImageRewardError, find_vocab
 from ..io.text import load_embeddings, umt5_folders
 from ..models.wan_config import PRESETS

@@ -7,7 +7,7 @@ decision changed, and can never read a cache built for another history.
 
 Compute only what a decision needs (work.py): a forced block is not drafted; a score-blind policy does not score;
 the target's context is built only when the target generates; a draft is decoded from the committed decoder cache
-without changing it (pixels.py). `EngineConfig(lazy=False)` does all the work the reference implementation
+without changing it (decoded.py). `EngineConfig(lazy=False)` does all the work the reference implementation
 does, for comparison; outputs are bit-identical either way. Context building belongs to the recipe
 (recipes/) through ContextServices (context.py), memoised results to memo.Memoiser, accounting to tally.py.
 """
@@ -23,11 +23,11 @@ from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan
 from .context import ContextServices
 from .denoise import denoise
-from .given import GivenPixels, given_output
+from ..given.run import GivenPixels, given_output
 from .keys import RunKeys, require_key
 from .memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, NoiseSource, noise_identity
-from .pixels import DecodeEntry, PixelStore
+from .decoded import DecodeEntry, PixelStore
 from .policy import Policy, aggregate
 from .recipes import KreaRecipe, Recipe, check_prompt_switches
 from .schedule import StepPlan
@@ -151,7 +151,7 @@ class Engine:
             recipe.validate(spec)
         check_prompt_switches(self.recipes, spec)
         self._auto_run = uuid.uuid4().hex
-        given = self.given.start(spec)  # pixels in: encoded once, memoised (given.py)
+        given = self.given.start(spec)  # pixels in: encoded once, memoised (given/run.py)
         return GenerationState(spec) if given is None else GenerationState(spec, given=given)
 
     def plan_for(self, spec: GenerationSpec, role: str = "target") -> StepPlan:

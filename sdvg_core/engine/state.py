@@ -16,8 +16,8 @@ from .prompts import PromptConditioning, PromptSchedule, check_conditioning, ten
 from .tally import Account, Counts
 
 if TYPE_CHECKING:
-    from .given import GivenLatents
-    from .pixel_input import PixelInput
+    from ..given.run import GivenLatents
+    from ..given.request import PixelInput
 
 Producer = Literal["drafter", "target"]
 Decision = Literal["accepted", "rejected", "forced"]  # forced: rejected without drafting (block 0 / target-only)
@@ -60,7 +60,7 @@ class GenerationSpec:
                                  f"(8x VAE downsampling x 2x DiT patch); try {max(SIZE_MULTIPLE, round(v / SIZE_MULTIPLE) * SIZE_MULTIPLE)}")
         check_conditioning(self.schedule, self.num_blocks)
         if self.pixels is not None:
-            from .pixel_input import PixelInput
+            from ..given.request import PixelInput
 
             if not isinstance(self.pixels, PixelInput):
                 raise TypeError(f"GenerationSpec.pixels takes a PixelInput (PixelInput.start_image(...), .extend(...), "
@@ -165,7 +165,7 @@ class GenerationState:
     spec: GenerationSpec
     blocks: tuple[BlockRecord, ...] = ()
     pending: PendingBlock | None = None
-    given: "GivenLatents | None" = None  # the given pixels as the run's recipes use them (engine/given.py)
+    given: "GivenLatents | None" = None  # the given pixels as the run's recipes use them (given/run.py)
     stopped: str | None = None  # why the run ended before spec.num_blocks (an input video ran out)
 
     @property

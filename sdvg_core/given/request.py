@@ -2,7 +2,7 @@
 
 `PixelInput` is what a caller hands `GenerationSpec(pixels=...)`: the mode, the denoising strength (video-to-video
 only), a streaming frame source and a digest naming the given pixels (the memo's root lineage holds it, so a change
-of image reuses nothing). A source is a file (read with io/pixels_in.py, a few frames at a time) or a float tensor of
+of image reuses nothing). A source is a file (read with given/read.py, a few frames at a time) or a float tensor of
 frames [T, H, W, 3] in [0, 1] (ComfyUI's IMAGE layout). Each constructor validates at once and raises one
 `PixelInputError` (a ValueError) saying what is wrong and the fix; fitting to the run's size (centre crop + resize,
 docs/pixels.md section 1) happens when the run starts, where the size is known.
@@ -16,10 +16,10 @@ from typing import Iterator, Protocol, Union
 
 import torch
 
-from ..io.pixels_in import (DEFAULT_STRENGTH, PIECE_FRAMES, PixelInputError, as_vae_frames, check_aspect,
+from .read import (DEFAULT_STRENGTH, PIECE_FRAMES, PixelInputError, as_vae_frames, check_aspect,
                             count_frames, image_size, probe_video, read_image, read_video)
-from .prompts import tensor_digest
-from .schedule import check_strength
+from ..engine.prompts import tensor_digest
+from ..engine.schedule import check_strength
 
 PIXEL_MODES = ("start_image", "extend", "video_to_video")
 FILE_HASH_CHUNK = 1 << 20  # bytes read at a time when hashing a file (never the whole file in memory)

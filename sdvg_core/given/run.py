@@ -19,13 +19,13 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..io.pixels_in import PixelInputError
-from .keys import GivenKey, InputBlockKey
-from .memo import Hold, Memoiser
-from .pixel_input import PixelInput
-from .schedule import StepPlan, noise_input
-from .tally import Tally
-from .video_input import encode_clip, encode_start_frame
+from .read import PixelInputError
+from ..engine.keys import GivenKey, InputBlockKey
+from ..engine.memo import Hold, Memoiser
+from .request import PixelInput
+from ..engine.schedule import StepPlan, noise_input
+from ..engine.tally import Tally
+from .encode import encode_clip, encode_start_frame
 
 Interrupt = Callable[[], Callable[[], None] | None]
 

@@ -16,7 +16,7 @@ import torch
 
 from ..engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name
 from ..engine.state import GenerationSpec, PromptConditioning
-from .drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND
+from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND
 
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
 TINY_SIZE = (96, 64)

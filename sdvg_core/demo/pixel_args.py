@@ -12,7 +12,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from .pixels_in import DEFAULT_STRENGTH, PixelInputError, check_image, check_video
+from ..given.read import DEFAULT_STRENGTH, PixelInputError, check_image, check_video
 
 FLAGS = {"start_image": "--start-image", "extend": "--extend", "video_to_video": "--input-video"}
 # Self-Forcing's last trained step, 250 of 1000 (engine/schedule.py SELF_FORCING_NOMINAL): the lowest strength its
@@ -31,7 +31,7 @@ class PixelRequest:
 
     def pixel_input(self):
         """The engine's PixelInput for it (reads the file's header and hashes it)."""
-        from ..engine.pixel_input import PixelInput
+        from ..given.request import PixelInput
 
         if self.mode == "start_image":
             return PixelInput.start_image(self.path)
