@@ -1,6 +1,7 @@
 """Layering of sdvg_core: models/ is the bottom layer. It never imports io/, engine/ or demo/ (io/ reads files
-into models, so an import the other way is a cycle); and no two modules of sdvg_core import each other, directly or
-around a circle. Checked on the source with ast, imports inside functions and under TYPE_CHECKING too."""
+into models, so an import the other way is a cycle); io/ sits on it and imports nothing but models/ (files in, never
+the engine, the given pixels or the command line: those import io/); and no two modules of sdvg_core import each other,
+directly or around a circle. Checked on the source with ast, imports inside functions and under TYPE_CHECKING too."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,8 @@ from pathlib import Path
 PACKAGE = "sdvg_core"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 BOTTOM = "models"  # may import only itself (plus the standard library and third-party packages)
+# each lower layer and the sdvg_core packages it may import (itself, and the layers under it)
+LAYERS = {BOTTOM: (BOTTOM,), "io": ("io", BOTTOM)}
 
 
 def _module_name(path: Path) -> str:
@@ -35,19 +38,36 @@ def imported_modules(source: str, module: str, is_package: bool = False) -> list
     return found
 
 
-def layer_violations(source: str, module: str, is_package: bool = False) -> list[str]:
-    """Imports of sdvg_core packages other than models/ made by a models/ module."""
-    allowed = f"{PACKAGE}.{BOTTOM}"
+def layer_violations(source: str, module: str, is_package: bool = False, allowed: tuple[str, ...] = (BOTTOM,)
+                     ) -> list[str]:
+    """Imports of sdvg_core packages other than `allowed` (default: models/ alone) made by a module."""
+    ok = [f"{PACKAGE}.{a}" for a in allowed]
     return [f"{module}:{line} imports {name}" for line, name in imported_modules(source, module, is_package)
-            if (name == PACKAGE or name.startswith(PACKAGE + ".")) and not (name == allowed
-                                                                             or name.startswith(allowed + "."))]
+            if (name == PACKAGE or name.startswith(PACKAGE + ".")) and not any(name == a or name.startswith(a + ".")
+                                                                             for a in ok)]
+
+
+def _layer_problems(layer: str) -> list[str]:
+    files = sorted((ROOT / layer).rglob("*.py"))
+    assert len(files) >= 5, f"{layer}/ not found under {ROOT}"
+    return [v for f in files for v in layer_violations(f.read_text(), _module_name(f), f.name == "__init__.py",
+                                                       LAYERS[layer])]
 
 
 def test_models_import_nothing_above_them():
-    files = sorted((ROOT / BOTTOM).rglob("*.py"))
-    assert len(files) >= 5, f"models/ not found under {ROOT}"
-    problems = [v for f in files for v in layer_violations(f.read_text(), _module_name(f), f.name == "__init__.py")]
+    problems = _layer_problems(BOTTOM)
     assert not problems, "models/ must not import io/, engine/ or demo/:\n" + "\n".join(problems)
+
+
+def test_io_imports_only_models():
+    """Files in: io/ never imports engine/, given/ or demo/ (command-line parsing lives with the command line)."""
+    problems = _layer_problems("io")
+    assert not problems, "io/ must import only models/ (and itself):\n" + "\n".join(problems)
+    io_mod = f"{PACKAGE}.io.checkpoint"
+    assert layer_violations("from ..engine.recipes import RECIPE_NAMES", io_mod, allowed=LAYERS["io"])
+    assert layer_violations("from ..given.read import PixelInputError", io_mod, allowed=LAYERS["io"])
+    assert not layer_violations("from ..models.state_dict import CheckpointError", io_mod, allowed=LAYERS["io"])
+    assert not layer_violations("from .lora import merge", io_mod, allowed=LAYERS["io"])
 
 
 def test_the_check_sees_every_import_form():
