@@ -47,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "PendingBlock": ".engine.state",
     # given pixels: start image, extension, video-to-video
     "PixelInput": ".given.request",
-    "PixelInputError": ".given.read",
+    "PixelInputError": ".given.errors",
     "PIXEL_MODES": ".given.request",
     # memo (shared between engines / runs) and noise (custom noise sources)
     "Memo": ".engine.memo",
@@ -135,7 +135,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .engine.prompts import PromptConditioning, PromptSchedule
     from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock
     from .given.request import PIXEL_MODES, PixelInput
-    from .given.read import PixelInputError
+    from .given.errors import PixelInputError
     from .io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
     from .io.model_files import ModelSet, load_model_files
     from .io.reward_files import load_scorer

@@ -151,7 +151,7 @@ class Engine:
             recipe.validate(spec)
         check_prompt_switches(self.recipes, spec)
         self._auto_run = uuid.uuid4().hex
-        given = self.given.start(spec)  # pixels in: encoded once, memoised (given/run.py)
+        given = self.given.start(spec, self._tally())  # pixels in: checked, encoded once, memoised (given/run.py)
         return GenerationState(spec) if given is None else GenerationState(spec, given=given)
 
     def plan_for(self, spec: GenerationSpec, role: str = "target") -> StepPlan:
@@ -170,12 +170,12 @@ class Engine:
     # ------------------------------------------------------------------------------------------ operations
     def draft(self, state: GenerationState) -> GenerationState:
         """Operation: the drafter proposes the next block (pending.latents)."""
-        state = self.stopped(state)
+        tally = self._tally()
+        state = self.given.stopped(state, tally)  # reading the block's input is its work (phase "input")
         if state.done:
             if state.stopped is not None:
                 return state
             raise ValueError("all blocks are committed; nothing to draft")
-        tally = self._tally()
         latents = self._generate("drafter", state, state.next_block, tally)
         return state.with_pending(PendingBlock(state.next_block, latents, account=tally.account()))
 
@@ -224,7 +224,8 @@ class Engine:
 
     def route(self, state: GenerationState, policy: Policy) -> GenerationState:
         """Operation: decide the pending block (computing what the work mode needs: work.py) and commit it."""
-        state = self.stopped(state)
+        tally = self._tally()
+        state = self.given.stopped(state, tally)  # reading the block's input is its work (phase "input")
         if state.done:
             if state.stopped is not None:
                 return state
@@ -233,7 +234,6 @@ class Engine:
         forced = policy.forced(b)
         state, decode_skipped = self.work.prepare(self, state, policy)
         p = state.pending or PendingBlock(b)
-        tally = self._tally()
         score = aggregate(p.frame_scores, policy.aggregation) if p.frame_scores else None
         accepted = (not forced) and policy.accept(b, score)
         if decode_skipped and not accepted:  # a fresh run decoded the rejected draft to score it
@@ -251,8 +251,11 @@ class Engine:
         draft = self.pixels.draft_decode(self.memo_keys.draft_decode(state)) if accepted and p.frames is not None else None
         with tally.phase("decode"):  # decoded now: anchors, previews and the output need it anyway
             pixels = self.pixels.commit(state, latents, lineage, draft, tally)
+        account = p.account + tally.account()
+        if b == 0 and state.given is not None:  # encoding a start image / an extension is block 0's input work
+            account = account + state.given.account
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
-                             frame_scores=tuple(p.frame_scores or ()), account=p.account + tally.account(),
+                             frame_scores=tuple(p.frame_scores or ()), account=account,
                              lineage=lineage, run_id=self.run_id)
         if self.callbacks.progress is not None:
             preview = to_image(pixels[:, :, -1:])[0]
@@ -286,12 +289,16 @@ class Engine:
     def output_frames(self, state: GenerationState, first: int = 0) -> Iterator[torch.Tensor]:
         """The output video from committed block `first` on, as [t, H, W, 3] pieces in 0..1 on the CPU. From block 0
         it begins with the given frames: a start image or the extended video (decoded from its latents by a
-        Self-Forcing / LongLive target, as read for Krea; none for text-to-video and video-to-video)."""
+        Self-Forcing / LongLive target, as read for Krea; none for text-to-video and video-to-video). Where Krea's
+        decoder restarts after given frames, block 0's first frames are left out as Krea's server leaves them out
+        (`GivenLatents.hidden_frames`, docs/pixels.md §5)."""
         if first == 0:
             for pixels in given_output(self.vae, state, self.config.decode_rule, self.callbacks.interrupt):
                 yield to_image(pixels)
+        hidden = state.given.hidden_frames if state.given is not None else 0
         for b in range(first, len(state.blocks)):
-            yield self.block_frames(state, b)
+            frames = self.block_frames(state, b)
+            yield frames[hidden:] if b == 0 else frames
 
     def frames(self, state: GenerationState) -> torch.Tensor:
         """The whole output video [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout)."""

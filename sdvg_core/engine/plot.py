@@ -157,6 +157,9 @@ def render_report_plot(report: RunReport, tau: float | None = None, style: PlotS
                f"{report.target_forwards} | counted speedup {report.counted_speedup:.2f}x")
     if "interrupted_at_block" in report.meta:
         summary += f" | stopped at block {report.meta['interrupted_at_block']} of {report.meta.get('blocks_requested', '?')}"
+    elif report.stopped:  # the input ended (or broke) before the requested blocks: where the run stopped
+        why = "input unreadable" if report.stop_cause == "input_unreadable" else "the input ended"
+        summary += f" | stopped at block {report.num_blocks} of {report.blocks_requested or '?'} ({why})"
     d.text((x0, 18), _fit(d, summary, style.width - x0 - 4, font), fill=COLORS["axis"], font=font)
     title = "block"
     d.text(((x0 + x1) / 2 - d.textlength(title, font=font) / 2, y1 + 18), title, fill=COLORS["axis"], font=font)

@@ -16,7 +16,7 @@ from .prompts import PromptConditioning, PromptSchedule, check_conditioning, ten
 from .tally import Account, Counts
 
 if TYPE_CHECKING:
-    from ..given.run import GivenLatents
+    from ..given.latents import GivenLatents
     from ..given.request import PixelInput
 
 Producer = Literal["drafter", "target"]
@@ -165,8 +165,9 @@ class GenerationState:
     spec: GenerationSpec
     blocks: tuple[BlockRecord, ...] = ()
     pending: PendingBlock | None = None
-    given: "GivenLatents | None" = None  # the given pixels as the run's recipes use them (given/run.py)
-    stopped: str | None = None  # why the run ended before spec.num_blocks (an input video ran out)
+    given: "GivenLatents | None" = None  # the given pixels as the run's recipes use them (given/latents.py)
+    stopped: str | None = None  # why the run ended before spec.num_blocks (an input video ran out, or broke)
+    stop_cause: str | None = None  # what ended it: "input_ended" / "input_unreadable" (given/run.py)
 
     @property
     def lineage(self) -> str:
@@ -209,9 +210,9 @@ class GenerationState:
     def commit(self, record: BlockRecord) -> "GenerationState":
         return replace(self, blocks=self.blocks + (record,), pending=None)
 
-    def stop(self, why: str) -> "GenerationState":
-        """The run ends here (before spec.num_blocks), saying why."""
-        return replace(self, pending=None, stopped=why)
+    def stop(self, why: str, cause: str | None = None) -> "GenerationState":
+        """The run ends here (before spec.num_blocks), saying why (and, for a program, what: `cause`)."""
+        return replace(self, pending=None, stopped=why, stop_cause=cause)
 
 
 def root_lineage(spec: GenerationSpec) -> str:

@@ -1,219 +1,205 @@
-"""Given pixels a run starts from: a start image, a video to extend, or a video to restyle block by block.
+"""Given pixels a run starts from, as a caller asks for them: the mode, the denoising strength and the frames.
 
-`PixelInput` is what a caller hands `GenerationSpec(pixels=...)`: the mode, the denoising strength (video-to-video
-only), a streaming frame source and a digest naming the given pixels (the memo's root lineage holds it, so a change
-of image reuses nothing). A source is a file (read with given/read.py, a few frames at a time) or a float tensor of
-frames [T, H, W, 3] in [0, 1] (ComfyUI's IMAGE layout). Each constructor validates at once and raises one
-`PixelInputError` (a ValueError) saying what is wrong and the fix; fitting to the run's size (centre crop + resize,
-docs/pixels.md section 1) happens when the run starts, where the size is known.
+The modes are types that carry their own rules and words (`StartImage`, `Extend`, `VideoToVideo`): the same words on
+the command line, in evaluation rows and on the nodes (docs/pixels.md §6): `start_image` names a picture, `input_video`
+a video, `video_mode` what the video is for (`video_to_video`, the default, or `extend`), `strength` the denoising
+strength of video-to-video. Each rule is stated here once and asked for by the command lines' checks, the nodes and
+the engine: the strength's range and default, the strength a recipe can start from (its own step plan says), the
+frames an extension needs (each recipe's encoding says), the frames a run reads.
+
+`PixelInput` is what a caller hands `GenerationSpec(pixels=...)`: the mode, the strength, a streaming frame source
+(given/sources.py) and a digest naming the frames (the memo's root lineage holds it, so a change of image reuses
+nothing). Each constructor validates at once and raises one `PixelInputError` (a ValueError) saying what is wrong and
+the fix; fitting to the run's size happens when the run starts, where the size is known.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterator, Protocol, Union
+from typing import Any, ClassVar, Iterable, Protocol
 
-import torch
-
-from .read import (DEFAULT_STRENGTH, PIECE_FRAMES, PixelInputError, as_vae_frames, check_aspect,
-                            count_frames, image_size, probe_video, read_image, read_video)
-from ..engine.prompts import tensor_digest
 from ..engine.schedule import check_strength
-
-PIXEL_MODES = ("start_image", "extend", "video_to_video")
-FILE_HASH_CHUNK = 1 << 20  # bytes read at a time when hashing a file (never the whole file in memory)
-
-ImageLike = Union[str, Path, torch.Tensor]
+from .errors import PixelInputError
+from .sources import FrameSource, ImageLike, TensorFrames, image_source, video_source
 
 
-class FrameSource(Protocol):
-    """Given frames, read a piece at a time and fitted to the run's size as VAE input [1, 3, t, H, W] in [-1, 1]."""
 
-    name: str  # for messages: the file, or "IMAGE tensor"
-    digest: str
+class Recipe(Protocol):
+    """What the rules ask of a context recipe (engine/recipes): its name, its plan at a strength (ValueError where it
+    has none) and how it encodes given pixels."""
 
-    def source_hw(self) -> tuple[int, int]:
-        """(height, width) of the frames as given (before fitting)."""
+    name: str
+    given_encoding: Any
 
-    def count(self) -> int:
-        """Number of frames (a video file is decoded once to count them when its header does not say)."""
+    def strength_plan(self, strength: float) -> Any: ...
 
-    def pieces(self, run_hw: tuple[int, int], start: int = 0, stop: int | None = None,
-               piece_frames: int = PIECE_FRAMES) -> Iterator[torch.Tensor]:
-        """Frames [start, stop) fitted to `run_hw`, in pieces of at most `piece_frames`."""
+FULL_STRENGTH = 1.0  # a start image or an extension: the blocks are generated from pure noise
 
 
-@dataclass(frozen=True)
-class TensorFrames:
-    """Frames held as a float tensor [T, H, W, 3] in [0, 1] (a ComfyUI IMAGE batch)."""
+class PixelMode:
+    """A kind of given pixels and its rules (class-level: the modes are the three subclasses)."""
 
-    frames: torch.Tensor = field(repr=False)
-    digest: str
-    name: str = "IMAGE tensor"
+    name: ClassVar[str]  # the mode's word: the report's `mode`, the nodes' `video_mode`
+    input: ClassVar[str]  # the word naming its pixels: start_image | input_video
+    what: ClassVar[str]  # a noun for messages
+    streamed: ClassVar[bool] = False  # read block by block as the run goes (its end ends the run)
+    takes_strength: ClassVar[bool] = False
+    default_strength: ClassVar[float] = FULL_STRENGTH
 
-    def source_hw(self) -> tuple[int, int]:
-        return int(self.frames.shape[1]), int(self.frames.shape[2])
+    @classmethod
+    def strength(cls, value: float | None = None) -> float:
+        """The run's strength for `value` (None: the mode's default); PixelInputError when the mode cannot take it."""
+        if value is None:
+            return cls.default_strength
+        if not cls.takes_strength:
+            if value != FULL_STRENGTH:
+                raise PixelInputError(f"a strength applies to video_to_video only; {cls.name} runs at full strength "
+                                      f"({FULL_STRENGTH:g})")
+            return FULL_STRENGTH
+        try:
+            return check_strength(value)
+        except (TypeError, ValueError) as e:
+            raise PixelInputError(str(e)) from None
 
-    def count(self) -> int:
-        return int(self.frames.shape[0])
+    @classmethod
+    def source(cls, value: ImageLike, fps: float | None = None, keep_frames: bool = False) -> FrameSource:
+        """The frames of `value` (a file path, or IMAGE frames [T, H, W, 3] in [0, 1])."""
+        return video_source(value, cls.what, fps, keep_frames)
 
-    def pieces(self, run_hw, start=0, stop=None, piece_frames=PIECE_FRAMES):
-        check_aspect(self.source_hw(), run_hw, self.name)
-        stop = self.count() if stop is None else min(stop, self.count())
-        for s in range(start, stop, piece_frames):
-            yield as_vae_frames(self.frames[s:min(s + piece_frames, stop)], run_hw)
+    @classmethod
+    def recipe_problem(cls, strength: float, recipe: Recipe) -> str | None:
+        """Why `recipe` cannot run this mode at `strength` (None: it can). The recipe's own plan answers."""
+        if not cls.takes_strength:
+            return None
+        try:
+            recipe.strength_plan(strength)
+        except ValueError as e:
+            return f"recipe {recipe.name!r}: {e}"
+        return None
 
-
-@dataclass(frozen=True)
-class ImageFile:
-    """A still image file (PNG, JPEG, WebP...): one frame."""
-
-    path: Path
-    digest: str
-    hw: tuple[int, int]
-
-    @property
-    def name(self) -> str:
-        return f"start image {self.path}"
-
-    def source_hw(self) -> tuple[int, int]:
-        return self.hw
-
-    def count(self) -> int:
+    @classmethod
+    def min_frames(cls, encodings: Iterable, frames_per_block: int, temporal_compression: int) -> int:
+        """Fewest frames (on the run's clock) a run of this mode can start from."""
         return 1
 
-    def pieces(self, run_hw, start=0, stop=None, piece_frames=PIECE_FRAMES):
-        if start == 0 and (stop is None or stop > 0):
-            yield read_image(self.path, run_hw).unsqueeze(2)  # [1, 3, 1, H, W]
+    @classmethod
+    def frames_read(cls, num_blocks: int, frames_per_block: int, temporal_compression: int) -> int | None:
+        """Frames a run of `num_blocks` reads from the input (None: all of them)."""
+        return 1
 
 
-@dataclass(frozen=True)
-class VideoFile:
-    """A video file, decoded frame by frame with PyAV (never loaded whole)."""
+class StartImage(PixelMode):
+    """Image-to-video: the video begins with the picture (a start frame the first block continues)."""
 
-    path: Path
-    digest: str
-    hw: tuple[int, int]
-    header_frames: int | None = None
+    name, input, what = "start_image", "start_image", "start image"
 
-    @property
-    def name(self) -> str:
-        return f"input video {self.path}"
-
-    def source_hw(self) -> tuple[int, int]:
-        return self.hw
-
-    def count(self) -> int:
-        return count_frames(self.path)  # headers can be wrong: count what decodes
-
-    def pieces(self, run_hw, start=0, stop=None, piece_frames=PIECE_FRAMES):
-        """Frames [start, stop): the frames before `start` are decoded and dropped (a reader that resumes)."""
-        if stop is not None and stop <= start:
-            return
-        skipped = 0
-        held: list[torch.Tensor] = []
-        for piece in read_video(self.path, run_hw, max_frames=stop, piece_frames=piece_frames):
-            t = piece.shape[2]
-            if skipped + t <= start:
-                skipped += t
-                continue
-            piece = piece[:, :, max(start - skipped, 0):]
-            skipped = start
-            held.append(piece)
-            if sum(p.shape[2] for p in held) >= piece_frames:
-                yield torch.cat(held, dim=2)
-                held = []
-        if held:
-            yield torch.cat(held, dim=2)
+    @classmethod
+    def source(cls, value, fps=None, keep_frames=False):
+        return image_source(value)
 
 
-def file_digest(path: Path) -> str:
-    """Content hash of a file, read in chunks."""
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(FILE_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+class Extend(PixelMode):
+    """Continue a video: the output begins with it."""
+
+    name, input, what = "extend", "input_video", "video to extend"
+
+    @classmethod
+    def min_frames(cls, encodings, frames_per_block, temporal_compression):
+        """As many as the most demanding role's encoding needs (Krea: its context; Self-Forcing: one whole block)."""
+        return max(e.min_extension_frames(frames_per_block, temporal_compression) for e in encodings)
+
+    @classmethod
+    def frames_read(cls, num_blocks, frames_per_block, temporal_compression):
+        return None
 
 
-def _check_tensor(frames: torch.Tensor, what: str) -> torch.Tensor:
-    if not isinstance(frames, torch.Tensor):
-        raise PixelInputError(f"{what} must be a file path or a float tensor of frames [T, H, W, 3] in [0, 1], got "
-                              f"{type(frames).__name__}")
-    if frames.dim() == 3:
-        frames = frames.unsqueeze(0)  # one image [H, W, 3]
-    if frames.dim() != 4 or frames.shape[-1] != 3 or frames.shape[0] < 1 or frames.shape[1] < 1 or frames.shape[2] < 1:
-        raise PixelInputError(f"{what} has shape {list(frames.shape)}; expected frames [T, H, W, 3] (ComfyUI IMAGE "
-                              f"layout, RGB): drop the alpha channel or convert the layout")
-    if not frames.is_floating_point():
-        raise PixelInputError(f"{what} has dtype {frames.dtype}; expected float frames in [0, 1] (divide uint8 by 255)")
-    lo, hi = float(frames.min()), float(frames.max())
-    if not (0.0 <= lo and hi <= 1.0):  # NaN fails too
-        raise PixelInputError(f"{what} has values in [{lo:g}, {hi:g}]; expected [0, 1] (ComfyUI IMAGE range): divide "
-                              f"0..255 pixels by 255 or clamp")
-    return frames.detach().to("cpu", torch.float32)
+class VideoToVideo(PixelMode):
+    """Restyle a video block by block: each input block noised at the strength and denoised under the prompt."""
+
+    name, input, what = "video_to_video", "input_video", "input video"
+    streamed, takes_strength = True, True
+    default_strength = 0.7  # CLI, evaluation rows, nodes, the API (the fixture's Krea runs: 0.7)
+
+    @classmethod
+    def min_frames(cls, encodings, frames_per_block, temporal_compression):
+        return block_frames(0, frames_per_block, temporal_compression)
+
+    @classmethod
+    def frames_read(cls, num_blocks, frames_per_block, temporal_compression):
+        return frames_before(num_blocks, frames_per_block, temporal_compression)
 
 
-def image_source(image: ImageLike) -> FrameSource:
-    """A start image: a file (read with Pillow) or a tensor whose frame 0 is used."""
-    if isinstance(image, (str, Path)):
-        path = Path(image)
-        return ImageFile(path, file_digest(path), image_size(path))
-    frames = _check_tensor(image, "start image")[:1]
-    return TensorFrames(frames, tensor_digest(frames, "image"), "start image (IMAGE tensor)")
+def block_frames(b: int, frames_per_block: int, temporal_compression: int) -> int:
+    """Input pixel frames block b of a video-to-video run encodes: 1 + tc (F - 1) for block 0 (the first latent is a
+    lone frame), tc F after (Krea's streamed encode: 9, then 12)."""
+    return 1 + temporal_compression * (frames_per_block - 1) if b == 0 else temporal_compression * frames_per_block
 
 
-def video_source(video: ImageLike, what: str = "input video") -> FrameSource:
-    """A video: a file (opened and its first frame decoded now) or a tensor of frames."""
-    if isinstance(video, (str, Path)):
-        info = probe_video(video)
-        return VideoFile(info.path, file_digest(info.path), (info.height, info.width), info.frames)
-    frames = _check_tensor(video, what)
-    return TensorFrames(frames, tensor_digest(frames, "video"), f"{what} (IMAGE tensor)")
+def frames_before(b: int, frames_per_block: int, temporal_compression: int) -> int:
+    """Input pixel frames blocks 0 .. b-1 of a video-to-video run read (where block b starts)."""
+    if b == 0:
+        return 0
+    return block_frames(0, frames_per_block, temporal_compression) + \
+        block_frames(1, frames_per_block, temporal_compression) * (b - 1)
+
+
+MODES: dict[str, type[PixelMode]] = {m.name: m for m in (StartImage, Extend, VideoToVideo)}
+PIXEL_MODES = tuple(MODES)  # ("start_image", "extend", "video_to_video")
+VIDEO_MODES = tuple(m.name for m in (VideoToVideo, Extend))  # what an input_video is for (video_mode), default first
+DEFAULT_STRENGTH = VideoToVideo.default_strength
+
+
+def mode_of(name: str, where: str = "pixel input mode") -> type[PixelMode]:
+    """The mode a word names; PixelInputError listing the words otherwise."""
+    if name not in MODES:
+        raise PixelInputError(f"{where} {name!r} is not one of {PIXEL_MODES}")
+    return MODES[name]
 
 
 @dataclass(frozen=True)
 class PixelInput:
     """Given pixels for a run (docs/pixels.md): `mode` in PIXEL_MODES, `strength` (1.0 unless video_to_video),
-    `source` (streaming frames) and `digest` (their identity, for memo lineage). Build with `start_image`, `extend`
-    or `video_to_video`."""
+    `source` (streaming frames) and `digest` (their identity, for memo lineage). Build with `start_image`, `extend`,
+    `video_to_video` or `of(mode, ...)`."""
 
     mode: str
     source: FrameSource = field(repr=False, compare=False)
-    strength: float = 1.0
+    strength: float = FULL_STRENGTH
     digest: str = ""
 
     def __post_init__(self):
-        if self.mode not in PIXEL_MODES:
-            raise PixelInputError(f"pixel input mode {self.mode!r} is not one of {PIXEL_MODES}")
-        try:
-            check_strength(self.strength)
-        except ValueError as e:
-            raise PixelInputError(str(e)) from None
-        if self.mode != "video_to_video" and self.strength != 1.0:
-            raise PixelInputError(f"a strength applies to video_to_video only; {self.mode} runs at full strength (1.0)")
+        object.__setattr__(self, "strength", mode_of(self.mode).strength(self.strength))
         if not self.digest:
             object.__setattr__(self, "digest", self.source.digest)
+
+    @property
+    def kind(self) -> type[PixelMode]:
+        """The mode as a type (its rules and words)."""
+        return MODES[self.mode]
+
+    @classmethod
+    def of(cls, mode: str, value: ImageLike, strength: float | None = None, fps: float | None = None,
+           keep_frames: bool = False) -> "PixelInput":
+        """The one constructor the command lines and the nodes use: `value` read as `mode` says, at `strength`
+        (None: the mode's default), a video's frames on the run's clock (`fps`: the rate of IMAGE frames;
+        `keep_frames`: every frame as it is)."""
+        kind = mode_of(mode)
+        return cls(kind.name, kind.source(value, fps, keep_frames), kind.strength(strength))
 
     @classmethod
     def start_image(cls, image: ImageLike) -> "PixelInput":
         """Image-to-video: the video begins with `image` (a file path, or frames [T, H, W, 3] in [0, 1]: frame 0)."""
-        return cls("start_image", image_source(image))
+        return cls.of(StartImage.name, image)
 
     @classmethod
-    def extend(cls, video: ImageLike) -> "PixelInput":
+    def extend(cls, video: ImageLike, fps: float | None = None, keep_frames: bool = False) -> "PixelInput":
         """Continue `video` (a file path, or frames [T, H, W, 3] in [0, 1]); the output begins with it."""
-        return cls("extend", video_source(video, "video to extend"))
+        return cls.of(Extend.name, video, fps=fps, keep_frames=keep_frames)
 
     @classmethod
-    def video_to_video(cls, video: ImageLike, strength: float = DEFAULT_STRENGTH) -> "PixelInput":
+    def video_to_video(cls, video: ImageLike, strength: float = DEFAULT_STRENGTH, fps: float | None = None,
+                       keep_frames: bool = False) -> "PixelInput":
         """Restyle `video` block by block, each input block noised at `strength` in [0, 1] (1 = from pure noise)."""
-        try:
-            strength = check_strength(strength)
-        except (TypeError, ValueError) as e:
-            raise PixelInputError(str(e)) from None
-        return cls("video_to_video", video_source(video), strength)
+        return cls.of(VideoToVideo.name, video, strength, fps, keep_frames)
 
     def identity(self) -> str:
         """What the memo's root lineage holds: mode, strength and the given pixels' digest."""
@@ -221,12 +207,64 @@ class PixelInput:
 
     def check_fit(self, run_hw: tuple[int, int]) -> None:
         """Refuse (PixelInputError) pixels the fit rule would crop by more than half at the run's size."""
+        from .fit import check_aspect
+
         check_aspect(self.source.source_hw(), run_hw, self.source.name)
 
+    def check_run(self, run_hw: tuple[int, int], recipes: Iterable[Recipe], frames_per_block: int,
+                  num_blocks: int, temporal_compression: int) -> None:
+        """Refuse (PixelInputError), before any model call, what a run with these recipes cannot start from: a crop
+        that loses more than half, a strength a recipe has no plan for, an input the header says is too short, a
+        file that is cut short before the frames the run reads (checked by seeking, where the container can)."""
+        self.check_fit(run_hw)
+        recipes = tuple(recipes)
+        for recipe in recipes:
+            problem = self.kind.recipe_problem(self.strength, recipe)
+            if problem:
+                raise PixelInputError(problem)
+        need = self.kind.min_frames([r.given_encoding for r in recipes], frames_per_block, temporal_compression)
+        have = self.header_frames()
+        if have is not None and have < need:
+            raise PixelInputError(f"{self.source.name} has {have} frame(s); {self.mode} needs at least {need} (one "
+                                  f"block of {frames_per_block} latent frames): give a longer video")
+        check = getattr(self.source, "check_readable", None)
+        if check is not None:
+            check(run_hw, self.kind.frames_read(num_blocks, frames_per_block, temporal_compression))
+
+    def header_frames(self) -> int | None:
+        """Frames on the run's clock the source says it has without decoding it (None: it cannot tell cheaply)."""
+        if isinstance(self.source, TensorFrames):
+            return self.source.count()
+        estimate = getattr(self.source, "header_count", None)
+        return estimate() if estimate is not None else None
+
     def report(self, given_frames: int) -> dict:
-        """The report's `pixels` entry."""
-        return {"mode": self.mode, "strength": self.strength, "given_frames": given_frames, "digest": self.digest}
+        """The report's `pixels` entry: the mode, the strength, the frames the run used (on the run's clock), the
+        digest, and the input's own frame rate and the rate it was read at (None: kept as it is)."""
+        timing = getattr(self.source, "timing", lambda: {"source_fps": None, "frame_rate": None})()
+        return {"mode": self.mode, "strength": self.strength, "given_frames": given_frames, "digest": self.digest,
+                **timing}
 
 
-__all__ = ["PIXEL_MODES", "DEFAULT_STRENGTH", "PixelInput", "PixelInputError", "FrameSource", "TensorFrames",
-           "ImageFile", "VideoFile", "image_source", "video_source"]
+def describe(pixels: PixelInput, given_frames: int | None = None) -> str:
+    """One line for a person: the mode, the strength where it acts, the frames used and the clock they were read
+    on (the demo's summary, SDVG Start's text, the report table)."""
+    r = pixels.report(given_frames or 0)
+    text = f"{pixels.mode}" + (f" strength {pixels.strength:g}" if pixels.kind.takes_strength else "")
+    if given_frames is not None:
+        text += f", {given_frames} given frame(s)"
+    return text + timing_words(r)
+
+
+def timing_words(r: dict) -> str:
+    """', input 30 fps resampled to 16 fps' (or 'kept as they are') for a report's pixels entry with a video."""
+    if r.get("source_fps") is None and r.get("frame_rate") is None:
+        return ""
+    src = f"{r['source_fps']:g} fps" if r.get("source_fps") else "of unknown rate"
+    if r.get("frame_rate"):
+        return f" (input {src}, resampled to {r['frame_rate']:g} fps by time)"
+    return f" (input {src}, frames kept as they are)"
+
+
+__all__ = ["PIXEL_MODES", "VIDEO_MODES", "DEFAULT_STRENGTH", "FULL_STRENGTH", "PixelMode", "StartImage", "Extend",
+           "VideoToVideo", "MODES", "mode_of", "block_frames", "frames_before", "PixelInput", "PixelInputError", "describe"]
