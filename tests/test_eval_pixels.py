@@ -65,6 +65,8 @@ def test_a_sweep_runs_rows_with_pixels(tmp_path):
     f = tmp_path / "prompts.txt"
     f.write_text("a lighthouse || start_image=start.png\na kite || input_video=clip.mp4 strength=0.5\n"
                  "a cat || extend=clip.mp4\n")
+    kite = read_prompts(f)[1].pixels.pixel_input()  # rows read videos on the run's 16 fps clock, as the demo does
+    assert kite.source.timing() == {"source_fps": 16.0, "frame_rate": 16}
     out = tmp_path / "o"
     assert main(["--tiny", "--prompts", str(f), "--configs", "target-only", "sdvg:-0.7", "--seeds", "1",
                  "--workers", "0", "--out", str(out), *GEOMETRY]) == 0

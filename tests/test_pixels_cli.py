@@ -32,11 +32,12 @@ def write_image(path: Path, h: int = 32, w: int = 48, seed: int = 0) -> Path:
     return path
 
 
-def write_video(path: Path, frames: int, h: int = 32, w: int = 48, seed: int = 0) -> Path:
+def write_video(path: Path, frames: int, h: int = 32, w: int = 48, seed: int = 0, fps: int = 16,
+                options: dict | None = None) -> Path:
     av = pytest.importorskip("av")
     rng = np.random.default_rng(seed)
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("mpeg4", rate=16)
+    with av.open(str(path), "w", options=options or {}) as c:
+        s = c.add_stream("mpeg4", rate=fps)
         s.width, s.height, s.pix_fmt = w, h, "yuv420p"
         for _ in range(frames):
             img = (rng.random((h, w, 3)) * 255).astype(np.uint8)
@@ -124,3 +125,17 @@ def test_each_pixel_mode_runs_end_to_end_on_the_tiny_default(tmp_path, capsys, m
         # the video begins with the given frames; Krea's decoder restarts at block 0, whose first 3 frames are left
         # out as Krea's server leaves them out (docs/pixels.md §5)
         assert _frames_in(out / "sdvg.mp4") == given + generated - 3 == int(report["meta"]["frames"])
+
+
+def test_a_30_fps_input_video_keeps_its_duration(tmp_path, capsys):
+    """A 30 fps phone clip (60 frames, 2.0 s) is read on the run's 16 fps clock: 32 frames, so blocks of 9 + 12 and a
+    third would need 33; the report and the printed table say the source rate and the frames used."""
+    clip = write_video(tmp_path / "phone.mp4", 60, fps=30)
+    out = tmp_path / "o"
+    assert main(["--input-video", str(clip), "--blocks", "3", "--out", str(out), *SMALL]) == 0
+    report = json.loads((out / "report.json").read_text())
+    px = report["pixels"]
+    assert (px["source_fps"], px["frame_rate"], px["given_frames"], report["num_blocks"]) == (30.0, 16, 21, 2)
+    assert report["stop_cause"] == "input_ended" and "ends before block 2" in report["stopped"]
+    assert "21 given frame(s) (input 30 fps, resampled to 16 fps by time)" in capsys.readouterr().out
+    assert _frames_in(out / "sdvg.mp4") == 21  # 1.3 s of the 2.0 s input, at the 16 fps the video plays at

@@ -308,3 +308,51 @@ def test_missing_pyav_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
     with pytest.raises(PixelInputError, match="pip install av"):
         check_video(tmp_path / "any.mp4", RUN_HW)
+
+
+# ------------------------------------------------------------------------------------------------ time kept
+def write_vfr(path: Path, frames: np.ndarray, times: np.ndarray) -> Path:
+    """A lossless MP4 whose frame i is shown at times[i] seconds (millisecond timestamps): variable frame rate."""
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264rgb", rate=Fraction(30))
+        s.height, s.width = frames.shape[1:3]
+        s.pix_fmt, s.options = "rgb24", {"qp": "0"}
+        s.time_base = s.codec_context.time_base = Fraction(1, 1000)
+        for f, t in zip(frames, times):
+            frame = av.VideoFrame.from_ndarray(f, format="rgb24")
+            frame.pts, frame.time_base = int(round(t * 1000)), Fraction(1, 1000)
+            for p in s.encode(frame):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def _ids(pieces) -> list[int]:
+    """Which written frame each read frame is (frame i carries i in its top-left pixel, _frames)."""
+    x = torch.cat(list(pieces), dim=2)[0, 0, :, 0, 0]  # [t] in [-1, 1]
+    return ((x + 1) / 2 * 255).round().int().tolist()
+
+
+def test_a_30_fps_and_a_variable_rate_clip_keep_their_duration_on_the_runs_clock(tmp_path):
+    """Read on the run's 16 fps clock by their timestamps: a 30 fps phone clip (60 frames, 2.0 s) gives 32 frames, a
+    variable-frame-rate clip (80 frames over 6.1 s) as many as its duration holds, each the frame nearest in time;
+    `keep_frames` keeps every frame (and is other frames: another digest)."""
+    from sdvg_core.given.sources import video_source
+
+    frames = _frames(60)
+    phone = video_source(write_video(tmp_path / "phone.mp4", frames, fps=30))
+    assert (phone.fps, phone.rate, phone.count()) == (30.0, 16, 32)  # 2.0 s at 16 fps
+    ids = _ids(phone.pieces(RUN_HW))
+    assert len(ids) == 32 and all(abs(i / 30 - n / 16) <= 1 / 60 + 1e-9 for n, i in enumerate(ids))
+    assert phone.timing() == {"source_fps": 30.0, "frame_rate": 16}
+    kept = video_source(tmp_path / "phone.mp4", keep_frames=True)
+    assert kept.count() == 60 and _ids(kept.pieces(RUN_HW)) == list(range(60)) and kept.digest != phone.digest
+    times = np.concatenate([[0.0], np.cumsum(np.random.default_rng(0).uniform(0.03, 0.122, 79))]).round(3)
+    vfr = video_source(write_vfr(tmp_path / "vfr.mp4", _frames(80), times))
+    ids = _ids(vfr.pieces(RUN_HW))
+    duration = times[-1] + (times[-1] - times[-2])  # the last frame lasts as long as the gap before it
+    assert len(ids) == vfr.count() == int(np.ceil(duration * 16)) > 80  # 98 frames: 6.1 s, not 80 / 16 = 5 s
+    assert ids == list(resample_times(zip(times, range(80)), 16))
+    assert all(abs(times[i] - n / 16) <= max(np.diff(times)) / 2 + 1e-9  # the nearest frame in time
+               for n, i in enumerate(ids) if n / 16 <= times[-1])
