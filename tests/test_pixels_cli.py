@@ -139,3 +139,45 @@ def test_a_30_fps_input_video_keeps_its_duration(tmp_path, capsys):
     assert report["stop_cause"] == "input_ended" and "ends before block 2" in report["stopped"]
     assert "21 given frame(s) (input 30 fps, resampled to 16 fps by time)" in capsys.readouterr().out
     assert _frames_in(out / "sdvg.mp4") == 21  # 1.3 s of the 2.0 s input, at the 16 fps the video plays at
+
+
+def _damaged(tmp_path: Path) -> tuple[Path, Path]:
+    """Two damaged MP4s with the index first (faststart: what phones and editors write for streaming): one cut in
+    half (its index lists 200 frames, 12.5 s; about 90 decode), one whose middle tenth is zeros (frame 45 fails;
+    its last frames decode, so a seek to the end finds nothing wrong)."""
+    whole = write_video(tmp_path / "whole.mp4", 200, options={"movflags": "faststart"}).read_bytes()
+    (tmp_path / "cut.mp4").write_bytes(whole[:len(whole) // 2])
+    mid = bytearray(write_video(tmp_path / "mid.mp4", 120, options={"movflags": "faststart"}).read_bytes())
+    n = len(mid)
+    mid[int(n * 0.45):int(n * 0.55)] = bytes(int(n * 0.55) - int(n * 0.45))
+    (tmp_path / "holed.mp4").write_bytes(bytes(mid))
+    return tmp_path / "cut.mp4", tmp_path / "holed.mp4"
+
+
+def test_a_file_cut_short_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    """A seek to the last second the run reads finds no frame: refused up front (exit 2, nothing loaded), as an
+    extension of it is; a run that reads only its good first seconds passes the check."""
+    _no_loading(monkeypatch)
+    cut, _ = _damaged(tmp_path)
+    out = ["--out", str(tmp_path / "o")]
+    err = _refused(capsys, [*out, "--input-video", str(cut), "--blocks", "12"], "cut short")
+    assert "says it lasts 12.50 s, but no frame at 8.75 s" in err  # block 11 ends at frame 141: 8.8 s
+    _refused(capsys, [*out, "--extend", str(cut)], "cut short")
+    with pytest.raises(AssertionError, match="a model was loaded"):  # 4 blocks read 45 frames (2.8 s): they decode
+        main(["--input-video", str(cut), "--blocks", "4", *out, *SMALL])
+
+
+def test_a_frame_that_cannot_be_decoded_mid_run_ends_the_run_like_an_input_that_runs_out(tmp_path, capsys):
+    """The committed blocks stay written and playable, report.json / report.png / the table say which frame could
+    not be read, one message on stderr, no traceback, exit status 3."""
+    _, holed = _damaged(tmp_path)
+    out = tmp_path / "o"
+    assert main(["--input-video", str(holed), "--blocks", "6", "--out", str(out), *SMALL]) == 3
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and captured.err.count("frame 45") == 1, captured.err
+    assert "error: input video" in captured.err and "4 block(s) committed and written to" in captured.err
+    report = json.loads((out / "report.json").read_text())
+    assert report["num_blocks"] == 4 and report["blocks_requested"] == 6  # frames 0-44 fill blocks 0-3
+    assert report["stop_cause"] == "input_unreadable" and "frame 45" in report["stopped"]
+    assert "stopped early: input video" in captured.out and (out / "report.png").is_file()
+    assert _frames_in(out / "sdvg.mp4") == 1 + 4 * (3 * 4 - 1) == int(report["meta"]["frames"])  # playable, whole

@@ -150,23 +150,30 @@ def check_readable_until(info: VideoInfo, seconds: float, what: str = "input vid
 
 def resample_times(frames: Iterable[tuple[float | None, T]], fps: float) -> Iterator[T]:
     """Frames at `fps` from timed frames, streaming: output frame n (at first time + n / fps) is the input frame
-    nearest in time (ties to the earlier one), so frames are dropped or repeated as ffmpeg's fps filter does."""
+    nearest in time (ties to the earlier one), so frames are dropped or repeated as ffmpeg's fps filter does. Where
+    the input breaks (InputUnreadable), the last good frame is handed on for its own time first."""
     step = 1.0 / fps
     prev: tuple[float, T] | None = None
     start = n = 0
     last_gap = step
-    for t, img in frames:
-        if t is None:
-            raise PixelInputError("the video's frames carry no timestamps: it cannot be resampled to a frame rate "
-                                  "(keep its frames as they are instead)")
-        if prev is None:
-            prev, start = (t, img), t
-            continue
-        last_gap = t - prev[0]
-        while start + n * step <= (prev[0] + t) / 2:  # nearer to prev (or halfway): prev's turn
+    try:
+        for t, img in frames:
+            if t is None:
+                raise PixelInputError("the video's frames carry no timestamps: it cannot be resampled to a frame "
+                                      "rate (keep its frames as they are instead)")
+            if prev is None:
+                prev, start = (t, img), t
+                continue
+            last_gap = t - prev[0]
+            while start + n * step <= (prev[0] + t) / 2:  # nearer to prev (or halfway): prev's turn
+                yield prev[1]
+                n += 1
+            prev = (t, img)
+    except InputUnreadable:  # the frame after prev cannot be decoded: prev keeps its own slot, then the error
+        while prev is not None and start + n * step <= prev[0] + last_gap / 2:
             yield prev[1]
             n += 1
-        prev = (t, img)
+        raise
     if prev is not None:  # the last frame lasts as long as the gap before it: the video ends there
         while start + n * step < prev[0] + last_gap:
             yield prev[1]
