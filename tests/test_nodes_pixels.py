@@ -233,3 +233,23 @@ def test_input_video_frames_at_their_own_fps_keep_the_videos_duration(env):
     assert kept["pixels"]["given_frames"] == 21 and kept["pixels"]["frame_rate"] is None
     _, timed, _ = generate(pack, models, input_video=clip, fps=float(PHONE_FPS), num_blocks=2)
     assert timed["pixels"]["frame_rate"] == 16 and timed["pixels"]["digest"] != kept["pixels"]["digest"]
+
+
+@pytest.mark.parametrize("recipe", ["krea", "self_forcing", "longlive", "longlive_infinity"])
+def test_target_only_video_to_video_counts_1x_with_the_plan_it_ran(env, recipe):
+    """SDVG Generate's report counts the target-only baseline with the plan the engine ran (a strength's plan: fewer
+    steps than text-to-video), so target-only video-to-video is 1.00x for every recipe, and the progress bar's total
+    is that plan's calls."""
+    import comfy.utils
+
+    pack, _, models, _ = env
+    video = _frames(VIDEO_FRAMES, (H, W), seed=1)
+    comfy.utils.PROGRESS.clear()
+    _, rep, text = generate(pack, {k: v for k, v in models.items() if k not in ("drafter", "image_reward")},
+                            policy="target_only", recipe=recipe, input_video=video, strength=0.5)
+    assert rep["counted_speedup"] == pytest.approx(1.0) and "counted speedup 1.00x" in text, rep["counted_speedup"]
+    sd = pack.sdvg_core
+    steps = sd.recipe_by_name(recipe).strength_plan(0.5).num_steps  # Self-Forcing at 0.5: 2 calls, Krea: 5
+    assert rep["target_forwards"] == sum(b["cost"]["target_forwards"] for b in rep["blocks"]) and \
+        all(b["cost"]["target_forwards"] >= steps for b in rep["blocks"])
+    assert {t for _, t, _, _ in comfy.utils.PROGRESS} == {BLOCKS * steps}  # the bar over the calls it makes
