@@ -413,3 +413,34 @@ def test_given_and_input_latents_are_keyed_by_encoding_size_vae_and_decode_rule(
         ref = Engine(models.target, vae, config=EngineConfig(recipe=SelfForcingRecipe(), decode_rule=rule))
         r = ref.generate(_tiny_spec(img, blocks=1), TargetOnly())
         assert torch.equal(e.block_frames(s, 0), ref.block_frames(r, 0)), (vae.key, rule)
+
+
+def test_reading_and_encoding_the_input_is_each_blocks_input_phase(models, monkeypatch):
+    """The time a block spends reading and encoding its input is in its record, as the `input` phase (and in the
+    table's column): a source whose every piece takes 10 s of a fake clock shows 10 s per piece read in the block
+    that read it; a start image's encode is block 0's."""
+    from sdvg_core.engine import tally
+
+    clock = [0.0]
+    monkeypatch.setattr(tally.time, "perf_counter", lambda: clock[0])
+
+    class SlowFrames(CountingFrames):
+        def pieces(self, run_hw, start=0, stop=None, piece_frames=4):
+            for p in super().pieces(run_hw, start, stop, piece_frames):
+                clock[0] += 10.0
+                yield p
+
+    src = SlowFrames(_video(9 + 12))
+    e = _tiny_engine(models, KreaRecipe())
+    state = e.generate(_tiny_spec(PixelInput("video_to_video", src, 0.7), blocks=2), ThresholdPolicy(tau=-1e9))
+    pieces = [10.0 * n for n in (3, 3)]  # block 0: frames 0-11 (3 pieces for its 9), block 1: the next 3 for 9-20
+    assert [r.seconds["input"] for r in state.blocks] == pieces
+    assert all(sum(r.seconds.values()) >= r.seconds["input"] for r in state.blocks)
+    report = build_report(state, "", e.recipe, e.plan_for(state.spec).num_steps)
+    assert report.seconds["input"] == sum(pieces) and "  input " in report.table().splitlines()[2]
+    clock[0] = 0.0
+    monkeypatch.setattr(type(models.vae), "encode_stream",
+                        lambda self, *a, _real=type(models.vae).encode_stream, **k: (clock.__setitem__(0, clock[0] + 5.0),
+                                                                                      _real(self, *a, **k))[1])
+    image = e.generate(_tiny_spec(_given("start_image"), blocks=1), TargetOnly())
+    assert image.blocks[0].seconds["input"] >= 5.0  # the start image's encode, in block 0's record
