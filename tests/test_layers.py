@@ -124,3 +124,37 @@ def test_no_import_circles_in_sdvg_core():
 def test_the_circle_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+# the modules that take given pixels from a person: the command lines' flags and rows, the nodes' inputs
+PIXEL_CALLERS = ("sdvg_core/demo/pixel_args.py", "sdvg_eval/prompts.py", "sdvg_eval/eval.py", "nodes/run.py",
+                 "nodes/start.py", "nodes/generate.py")
+
+
+def pixel_rule_copies(source: str) -> list[str]:
+    """What a caller of the given-pixels rules must not spell out again: a strength (a default or a recipe's lowest),
+    a mode's word as a literal, a recipe picked by comparing its name's text."""
+    from sdvg_core.engine.recipes import RECIPE_NAMES
+    from sdvg_core.given.request import DEFAULT_STRENGTH, PIXEL_MODES
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float) and node.value in (DEFAULT_STRENGTH, 0.25):
+            found.append(f"line {node.lineno}: the strength {node.value}")
+        elif isinstance(node, ast.Constant) and node.value in PIXEL_MODES:
+            found.append(f"line {node.lineno}: the mode word {node.value!r}")
+        elif isinstance(node, ast.Compare) and any(isinstance(c, ast.Constant) and c.value in RECIPE_NAMES
+                                                   for c in [node.left, *node.comparators]):
+            found.append(f"line {node.lineno}: a recipe picked by its name")
+    return sorted(found)
+
+
+def test_the_given_pixel_rules_are_stated_once_in_the_core():
+    """The strength's default and range, a recipe's lowest strength, the modes and their words live in
+    sdvg_core/given (and the recipes' plans); the command lines, the evaluation rows and the nodes ask for them."""
+    repo = ROOT.parent
+    problems = {f: pixel_rule_copies((repo / f).read_text()) for f in PIXEL_CALLERS}
+    assert not {f: p for f, p in problems.items() if p}, problems
+    copies = 'low = [r for r in recipes if r.split(":")[0] != "krea"]\nDEFAULT = 0.7\nif mode == "extend": pass\n'
+    assert pixel_rule_copies(copies) == ["line 1: a recipe picked by its name", "line 2: the strength 0.7",
+                                         "line 3: the mode word 'extend'"]

@@ -87,8 +87,8 @@ def _bomb(path: Path, what: str, refused: bool, size: tuple[int, int] | None = N
                 f"file")
     w, h = size
     return (f"{what} {path} is {w}x{h} ({w * h / 1e6:.0f} Mpx), above Pillow's decompression-bomb warning size "
-            f"({limit / 1e6:.0f} Mpx): read anyway (it is the file you named), reduced to the run's size as it is "
-            f"decoded")
+            f"({limit / 1e6:.0f} Mpx): read anyway (it is the file you named), decoded once and reduced to the "
+            f"run's size")
 
 
 def image_info(path: str | os.PathLike, what: str = "start image") -> ImageInfo:
