@@ -253,3 +253,30 @@ def test_target_only_video_to_video_counts_1x_with_the_plan_it_ran(env, recipe):
     assert rep["target_forwards"] == sum(b["cost"]["target_forwards"] for b in rep["blocks"]) and \
         all(b["cost"]["target_forwards"] >= steps for b in rep["blocks"])
     assert {t for _, t, _, _ in comfy.utils.PROGRESS} == {BLOCKS * steps}  # the bar over the calls it makes
+
+
+def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_runs(env):
+    """The sdvg_video_to_video graph as saved before SDVG Generate had `fps` (no such socket, no link): it validates
+    against today's nodes (fps is a socket, so no widget value moves) and runs, its frames taken as they are."""
+    pack, classes, _, _ = env
+    specs = wt.object_info_from_classes(classes.values())
+    wf = wt.load(REPO / "workflows" / "sdvg_video_to_video.json")
+    (gen,) = [n for n in wf["nodes"] if n["type"] == "SDVGGenerate"]
+    fps_link = next(i["link"] for i in gen["inputs"] if i["name"] == "fps")
+    gen["inputs"] = [i for i in gen["inputs"] if i["name"] != "fps"]
+    wf["links"] = [ln for ln in wf["links"] if ln[0] != fps_link]
+    for node in wf["nodes"]:
+        for out in node["outputs"]:
+            out["links"] = [k for k in out.get("links") or [] if k != fps_link]
+    for link in wf["links"]:  # the slots into SDVG Generate as they were then
+        if link[3] == gen["id"]:
+            link[4] = next(k for k, i in enumerate(gen["inputs"]) if i["link"] == link[0])
+    assert wt.validate(wf, specs, host_newer=True) == []
+    api = wt.set_inputs(wt.swap_text_encoder(wt.to_api(wf, specs), tn.EMB_FILE), "SDVGGenerate", width=W, height=H,
+                        num_blocks=BLOCKS, tau=-5.0)
+    node = tn.node_of(api, "SDVGGenerate")
+    assert "fps" not in api[node]["inputs"]
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    px = json.loads(ex.values[node][3])["pixels"]
+    assert px["mode"] == "video_to_video" and px["frame_rate"] is None and px["given_frames"] == VIDEO_FRAMES
