@@ -181,3 +181,18 @@ def test_a_frame_that_cannot_be_decoded_mid_run_ends_the_run_like_an_input_that_
     assert report["stop_cause"] == "input_unreadable" and "frame 45" in report["stopped"]
     assert "stopped early: input video" in captured.out and (out / "report.png").is_file()
     assert _frames_in(out / "sdvg.mp4") == 1 + 4 * (3 * 4 - 1) == int(report["meta"]["frames"])  # playable, whole
+
+
+def test_a_transparent_start_image_is_noted_once_before_anything_loads(tmp_path, capsys, monkeypatch):
+    """The alpha rule (composited over white, docs/pixels.md §1) is said once, before the models load."""
+    from PIL import Image
+
+    _no_loading(monkeypatch)
+    rgba = np.zeros((32, 48, 4), np.uint8)
+    rgba[:, :24] = (30, 160, 60, 255)
+    rgba[:, 24:] = (255, 0, 255, 0)  # magenta under alpha 0
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "cut_out.png")
+    with pytest.raises(AssertionError, match="a model was loaded"):
+        main(["--start-image", str(tmp_path / "cut_out.png"), "--out", str(tmp_path / "o"), *SMALL])
+    err = capsys.readouterr().err
+    assert err.count("transparent pixels: composited over white") == 1, err
