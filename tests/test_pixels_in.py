@@ -193,8 +193,6 @@ def test_a_big_picture_is_decoded_once_and_reduced_while_decoding(tmp_path, monk
     decode's fit to within a few levels."""
     from PIL import ImageFile
 
-    from sdvg_core.given import images
-
     y, x = np.mgrid[0:1200, 0:1800]
     big = np.stack([(x * 255 // 1800), (y * 255 // 1200), ((x + y) * 255 // 3000)], axis=2).astype(np.uint8)
     Image.fromarray(big).save(tmp_path / "big.png")
