@@ -251,11 +251,9 @@ class Engine:
         draft = self.pixels.draft_decode(self.memo_keys.draft_decode(state)) if accepted and p.frames is not None else None
         with tally.phase("decode"):  # decoded now: anchors, previews and the output need it anyway
             pixels = self.pixels.commit(state, latents, lineage, draft, tally)
-        account = p.account + tally.account()
-        if b == 0 and state.given is not None:  # encoding a start image / an extension is block 0's input work
-            account = account + state.given.account
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
-                             frame_scores=tuple(p.frame_scores or ()), account=account,
+                             frame_scores=tuple(p.frame_scores or ()),  # block 0 also carries the given encode
+                             account=p.account + tally.account() + self.given.start_account(state, b),
                              lineage=lineage, run_id=self.run_id)
         if self.callbacks.progress is not None:
             preview = to_image(pixels[:, :, -1:])[0]
@@ -287,18 +285,14 @@ class Engine:
         return to_image(self.committed_pixels(state, b))
 
     def output_frames(self, state: GenerationState, first: int = 0) -> Iterator[torch.Tensor]:
-        """The output video from committed block `first` on, as [t, H, W, 3] pieces in 0..1 on the CPU. From block 0
-        it begins with the given frames: a start image or the extended video (decoded from its latents by a
-        Self-Forcing / LongLive target, as read for Krea; none for text-to-video and video-to-video). Where Krea's
-        decoder restarts after given frames, block 0's first frames are left out as Krea's server leaves them out
-        (`GivenLatents.hidden_frames`, docs/pixels.md §5)."""
+        """The output video from committed block `first` on, as [t, H, W, 3] pieces in 0..1 on the CPU; from block 0
+        the given frames first (decoded by a Self-Forcing / LongLive target, as read for Krea, whose block 0 then
+        starts at its 4th frame; none for text-to-video and video-to-video: docs/pixels.md §5)."""
         if first == 0:
             for pixels in given_output(self.vae, state, self.config.decode_rule, self.callbacks.interrupt):
                 yield to_image(pixels)
-        hidden = state.given.hidden_frames if state.given is not None else 0
         for b in range(first, len(state.blocks)):
-            frames = self.block_frames(state, b)
-            yield frames[hidden:] if b == 0 else frames
+            yield self.block_frames(state, b)[self.given.hidden_frames(state, b):]
 
     def frames(self, state: GenerationState) -> torch.Tensor:
         """The whole output video [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout)."""

@@ -18,7 +18,7 @@ import torch
 
 from ..engine.memo import Memoiser
 from ..engine.schedule import StepPlan, noise_input
-from ..engine.tally import Tally
+from ..engine.tally import Account, Tally
 from .latents import GivenLatents, given_latents
 from .stream import InputVideo
 
@@ -68,6 +68,17 @@ class GivenPixels:
         if not given.streamed and not target.decodes_given:  # the decoder restarts at block 0 (Krea)
             given = replace(given, hidden_frames=RESTART_HIDDEN_FRAMES)
         return given
+
+    @staticmethod
+    def start_account(state, b: int) -> Account:
+        """What encoding a start image or an extension cost at Engine.start: block b = 0's record carries it."""
+        return state.given.account if b == 0 and state.given is not None else Account()
+
+    @staticmethod
+    def hidden_frames(state, b: int) -> int:
+        """Frames at the start of block b's decode the output leaves out (RESTART_HIDDEN_FRAMES for block 0 where
+        Krea's decoder restarts after given pixels, else 0)."""
+        return state.given.hidden_frames if b == 0 and state.given is not None else 0
 
     def first_input(self, state, b: int, initial: torch.Tensor, plan: StepPlan, part: Tally) -> torch.Tensor:
         """What block b's first call denoises: its noise, or for video-to-video its input noised to the plan's first
