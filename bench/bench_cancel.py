@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdvg_core.demo.tiny import random_vae  # noqa: E402
 from sdvg_core.engine.report import compile_backend  # noqa: E402
-from sdvg_core.io.cli_args import add_compile_arg  # noqa: E402
+from sdvg_core.demo.cli_args import add_compile_arg  # noqa: E402
 from sdvg_core.models.wan import CausalWan, build_random_on  # noqa: E402
 from sdvg_core.models.wan_config import PRESETS  # noqa: E402
 

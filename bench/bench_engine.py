@@ -25,7 +25,7 @@ from sdvg_core.engine.engine import Engine, EngineConfig  # noqa: E402
 from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern, StridePolicy, TargetOnly  # noqa: E402
 from sdvg_core.engine.report import build_report, compiled_line, compiled_models, reference_forwards  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
-from sdvg_core.io.cli_args import add_compile_arg  # noqa: E402
+from sdvg_core.demo.cli_args import add_compile_arg  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.demo.tiny import DEMO_PROMPT, random_vae, tiny_scorer  # noqa: E402
 from sdvg_core.models.wan import CausalWan, build_random  # noqa: E402

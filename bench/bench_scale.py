@@ -63,7 +63,7 @@ from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern, StridePolicy
 from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name  # noqa: E402
 from sdvg_core.engine.report import compiled_line, compiled_models  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
-from sdvg_core.io.cli_args import add_compile_arg  # noqa: E402
+from sdvg_core.demo.cli_args import add_compile_arg  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.models.vae import VAE_PRESETS  # noqa: E402
 

@@ -9,12 +9,12 @@ import torch
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.memo import TieredMemo
-from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
+from ..sdvg_core.given.request import VIDEO_MODES, VideoToVideo
 from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, StridePolicy, TargetOnly
 from . import shared_memo
 from .outputs import BlockProgress, finish_outputs, open_video, result_outputs
-from .run import (AUTO, VIDEO_MODES, engine_errors, need, node_run_id, pixel_input, pixel_inputs, run_inputs, start_run,
-                  steps_per_block, threshold_policy)
+from .run import (AUTO, block_steps, engine_errors, need, node_run_id, pixel_input, pixel_inputs, run_inputs, start_run,
+                  threshold_policy)
 from .surface import CATEGORY, SDVGError, show_text
 from .video_file import save_inputs
 
@@ -74,11 +74,11 @@ class SDVGGenerate(io.ComfyNode):
                 cache_gb=shared_memo.DEFAULT_CACHE_GB, fresh_run=False, drafter=None, image_reward=None,
                 schedule=None, drafter_recipe=AUTO, target_recipe=AUTO, save_video=False,
                 filename_prefix="", start_image=None, input_video=None, video_mode=VIDEO_MODES[0],
-                strength=DEFAULT_STRENGTH) -> io.NodeOutput:
+                strength=VideoToVideo.default_strength, fps=None) -> io.NodeOutput:
         what = "SDVG Generate"
         if policy not in POLICIES:
             raise SDVGError(f"{what}: policy must be one of {POLICIES}, got {policy!r}")
-        pixels = pixel_input(what, start_image, input_video, video_mode, strength)
+        pixels = pixel_input(what, start_image, input_video, video_mode, strength, fps)
         run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
                         cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe, pixels)
         k = _stride_k(policy)
@@ -90,7 +90,9 @@ class SDVGGenerate(io.ComfyNode):
         # fresh_run: a private memo for this call only (nothing taken from or left for other nodes' runs)
         memo = TieredMemo(int(cache_gb * shared_memo.GIB)) if fresh_run else shared_memo.MEMO
         # the generation is this node's: results another node of the same execution computed count as reused
-        engine = run.session.engine(BlockProgress(num_blocks, steps_per_block(run)), memo=memo, run_id=node_run_id())
+        engine = run.session.engine(memo=memo, run_id=node_run_id())
+        # the bar counts the plan the engine runs (a video-to-video run's: its strength's steps)
+        engine.callbacks.progress = BlockProgress(num_blocks, block_steps(engine, run.state.spec))
         video = open_video(run, filename_prefix, cls.hidden) if save_video else None
         gathered: list = []  # without a file: the output's frames, taken as each block commits (its pixels are held)
         sink = video.write if video is not None else gathered.append

@@ -8,7 +8,7 @@ from comfy_api.latest import io, ui
 import comfy.model_management as mm
 
 from ..sdvg_core.io.checkpoint import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
-from ..sdvg_core.io.cli_args import drafter_own_recipe
+from ..sdvg_core.demo.cli_args import drafter_own_recipe
 from ..sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, DrafterError, drafter_problems, load_drafter
 from ..sdvg_core.io.reward_files import find_vocab, load_scorer
 from .comfy_model import host_comfy_model

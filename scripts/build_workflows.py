@@ -387,6 +387,8 @@ def pixels_workflow(sp: dict, wid: str, title: str, text: str, given: list[tuple
             g.link(prev, prev["outputs"][0]["name"], node, node["inputs"][0]["name"])
         prev = node
     g.link(prev, prev["outputs"][0]["name"], gen, "input_video" if "video_mode" in widgets else "start_image")
+    if any(o["name"] == "fps" for o in prev["outputs"]):  # the video's own rate: resampled to 16 fps, duration kept
+        g.link(prev, "fps", gen, "fps")
     rep = g.node("PreviewAny", (1160, 0), title="Report (mode and strength first)", size=(700, 340))
     g.link(gen, "report", rep, "source")
     plot = g.node("PreviewImage", (1160, 390), title="Scores vs tau", size=(700, 420))
@@ -406,9 +408,10 @@ PIXEL_WORKFLOWS = {
         [("LoadImage", {"image": START_IMAGE}, (360, 330))], {}),
     "sdvg_video_to_video.json": (
         "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000007", "Video to video (SDVG)",
-        "**Load Video** -> **Get Video Components** gives the frames: each input block is noised at **strength** "
-        "and denoised by the drafter under the prompt, scored, and redone by the target from the same noised input "
-        "when rejected (`video_mode` extend continues the video instead). The run ends where the input ends.",
+        "**Load Video** -> **Get Video Components** gives the frames and their **fps** (resampled to 16 fps by time, "
+        "so the output lasts as long as the input): each input block is noised at **strength** and denoised by the "
+        "drafter under the prompt, scored, and redone by the target from the same noised input when rejected "
+        "(`video_mode` extend continues the video instead). The run ends where the input ends.",
         [("LoadVideo", {"file": INPUT_VIDEO}, (360, 380)),  # 1.49.6 grows it to about 370 for its player
          ("GetVideoComponents", {}, (360, 70))],
         {"video_mode": "video_to_video", "strength": 0.7}),

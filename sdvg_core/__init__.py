@@ -47,9 +47,9 @@ _EXPORTS: dict[str, str] = {
     "BlockRecord": ".engine.state",
     "PendingBlock": ".engine.state",
     # given pixels: start image, extension, video-to-video
-    "PixelInput": ".engine.pixel_input",
-    "PixelInputError": ".io.pixels_in",
-    "PIXEL_MODES": ".engine.pixel_input",
+    "PixelInput": ".given.request",
+    "PixelInputError": ".given.errors",
+    "PIXEL_MODES": ".given.request",
     # memo (shared between engines / runs) and noise (custom noise sources)
     "Memo": ".engine.memo",
     "TieredMemo": ".engine.memo",
@@ -84,8 +84,8 @@ _EXPORTS: dict[str, str] = {
     "VideoWriter": ".io.video",
     "load_drafter": ".io.drafters",
     "DRAFTER_KINDS": ".io.drafters",
-    "read_schedule": ".io.prompt_schedule",
-    "parse_schedule": ".io.prompt_schedule",
+    "read_schedule": ".engine.prompt_schedule",
+    "parse_schedule": ".engine.prompt_schedule",
     # tiny random models (demo, tests, benchmarks)
     "tiny_models": ".demo.tiny",
     "TinyModels": ".demo.tiny",
@@ -136,14 +136,14 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .engine.report import BlockReport, RunReport, build_report
     from .engine.prompts import PromptConditioning, PromptSchedule
     from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock
-    from .engine.pixel_input import PIXEL_MODES, PixelInput
-    from .io.pixels_in import PixelInputError
+    from .given.request import PIXEL_MODES, PixelInput
+    from .given.errors import PixelInputError
     from .io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
     from .io.model_files import ModelSet, load_model_files
     from .io.reward_files import load_scorer
     from .io.text import UMT5Encoder, encode_umt5, load_embeddings, save_embeddings
     from .io.drafters import DRAFTER_KINDS, load_drafter
-    from .io.prompt_schedule import parse_schedule, read_schedule
+    from .engine.prompt_schedule import parse_schedule, read_schedule
     from .io.video import VideoWriter, write_video
     from .models.reward import ImageRewardScorer
     from .models.reward_config import ImageRewardConfig

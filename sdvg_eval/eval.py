@@ -14,7 +14,8 @@ Rows are appended to OUT/rows.csv as each finishes; re-running the same command 
 common prefix once (OUT/summary.md reports forwards computed vs a naive sweep). `--workers 0` runs in this
 process without Ray; `--ray-address` (or RAY_ADDRESS) joins a running cluster, with its token when it has one
 (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token). Exit status 2: a usage or input error (nothing was
-run); 1: some rows failed; 130: stopped by Ctrl-C (the rows written so far stay: re-run the same command to resume).
+run); 1: some rows failed; 130: stopped by Ctrl-C, 143: by SIGTERM (the rows written so far stay: re-run the same
+command to resume).
 A cluster that cannot be joined within --ray-join-timeout seconds (default 30) stops the sweep before anything is
 written.
 """
@@ -33,13 +34,12 @@ import torch
 
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
 from sdvg_core.engine.state import SIZE_MULTIPLE, PromptSchedule
-from sdvg_core.io.cli_args import (INTERRUPTED, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
-                                   add_compile_arg, add_drafter_kind_args, add_recipe_args, blocks_problem,
-                                   compile_problem, ctrl_c_raises, drafter_own_recipe, output_folder_problem,
-                                   recipe_problems)
+from sdvg_core.demo.cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
+                                   add_compile_arg, add_drafter_kind_args, add_recipe_args, blocks_problem, compile_problem, stop_signals_raise, stopped_by,
+                                   drafter_own_recipe, output_folder_problem, recipe_problems)
 from sdvg_core.io.drafters import drafter_problems
-from sdvg_core.io.pixel_args import request_problems
-from sdvg_core.io.prompt_schedule import PromptSource, ScheduleError, read_schedule
+from sdvg_core.demo.pixel_args import check_request
+from sdvg_core.engine.prompt_schedule import PromptSource, ScheduleError, read_schedule
 from sdvg_core.io.prompt_width import text_width, umt5_width
 from sdvg_core.io.text import load_embeddings, umt5_folders
 from sdvg_core.models.state_dict import CheckpointError
@@ -229,15 +229,20 @@ def _prompt_problems(a: argparse.Namespace) -> list[str]:
 
 
 def _pixel_row_problems(a: argparse.Namespace, prompts: list[Prompt]) -> list[str]:
-    """The given pixels prompt rows name, checked as the demo checks its flags (io/pixel_args.py) at the sweep's size
-    and with its recipes: every problem, each naming its line."""
+    """The given pixels prompt rows name, checked as the demo checks its flags (demo/pixel_args.py: the core's rules)
+    at the sweep's size, length and recipes: every problem, each naming its line; notes (a picture's transparency...)
+    are printed once."""
     width, height = TINY_SIZE if a.tiny else REAL_SIZE
     run_hw = (a.height or height, a.width or width)
     recipes = role_recipes(a)
+    blocks = a.blocks if a.blocks and not blocks_problem(a.blocks) else (TINY_BLOCKS if a.tiny else REAL_BLOCKS)
     problems = []
     for p in prompts:
         if p.pixels is not None:
-            problems += request_problems(p.pixels, f"--prompts {a.prompts} line {p.id + 1}", run_hw, recipes)
+            checked = check_request(p.pixels, f"--prompts {a.prompts} line {p.id + 1}", run_hw, recipes, blocks)
+            problems += checked.problems
+            for note in checked.notes:
+                print(f"note: line {p.id + 1}: {note}", file=sys.stderr)
     return problems
 
 
@@ -293,7 +298,7 @@ def _drafter_flag_problems(a: argparse.Namespace) -> list[str]:
 def role_recipes(a: argparse.Namespace) -> tuple[str, str]:
     """(drafter recipe, target recipe): --drafter-recipe / --target-recipe, else --recipe; a drafter file whose kind
     has its own long-video recipe (LongLive) runs it unless --drafter-recipe says otherwise, as in the demo CLI
-    (io/cli_args.py drafter_own_recipe)."""
+    (demo/cli_args.py drafter_own_recipe)."""
     drafter = a.drafter_recipe
     if drafter is None and not a.tiny and a.drafter:
         drafter = drafter_own_recipe(a.drafter_kind)
@@ -411,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                                                         else ""), file=sys.stderr)
     count = {"n": 0}
     appender = None
-    with ctrl_c_raises():  # Ctrl-C: the finished rows stay, the same command resumes
+    with stop_signals_raise():  # Ctrl-C or SIGTERM: the finished rows stay, the same command resumes
         try:
             run_fp = open_results(out, ident, header)
             t0 = time.perf_counter()
@@ -437,10 +442,11 @@ def main(argv: list[str] | None = None) -> int:
         except RayJoinError as e:
             print(f"error: nothing was run: {e}", file=sys.stderr)
             return USAGE_ERROR
-        except KeyboardInterrupt:
-            print(f"\ninterrupted: {count['n']} row(s) written by this run, {len(read_rows(rows_path))} in "
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli_args.Terminated): 130 / 143
+            what, code = stopped_by(e)
+            print(f"\n{what}: {count['n']} row(s) written by this run, {len(read_rows(rows_path))} in "
                   f"{rows_path} in all; re-run the same command to resume (finished rows are skipped)", file=sys.stderr)
-            return INTERRUPTED
+            return code
         finally:
             if appender is not None:
                 appender.close()

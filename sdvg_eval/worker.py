@@ -19,8 +19,8 @@ from sdvg_core.engine.memo import TieredMemo
 from sdvg_core.engine.recipes import recipe_by_name
 from sdvg_core.engine.report import build_report, compile_backend, recipe_label
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning, PromptSchedule
-from sdvg_core.io.pixel_args import PixelRequest
-from sdvg_core.io.prompt_schedule import PromptSource
+from sdvg_core.demo.pixel_args import PixelRequest
+from sdvg_core.engine.prompt_schedule import PromptSource
 from sdvg_core.io.model_files import DTYPES  # also the --dtype choices of eval.py
 
 from .config import parse_config

@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import workflow_tools as wt
-from test_nodes_pixels import write_inputs
+from test_nodes_pixels import PHONE_CLIP, write_inputs
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
@@ -437,6 +437,19 @@ def test_workflows_valid_against_the_real_server(server):
         assert wt.validate(wt.load(path), server.object_info, host_newer=True) == [], path.name
 
 
+def test_a_30_fps_clip_through_the_video_to_video_workflow_keeps_its_duration(server):
+    """Core Load Video + Get Video Components hand a 30 fps clip's frames and its fps; the workflow connects the fps,
+    so SDVG Generate reads the clip (60 frames, 2.0 s) on the 16 fps clock: 32 frames, blocks of 9 + 12."""
+    api = wt.set_inputs(api_for(server, REPO / "workflows" / "sdvg_video_to_video.json", tau=-5.0), "LoadVideo",
+                        file=PHONE_CLIP)
+    api, probes = with_report_probe(api)
+    (rep,) = reports(server.queue(api), probes).values()
+    px = rep["pixels"]
+    print(f"\nsdvg_video_to_video with {PHONE_CLIP}: source {px['source_fps']} fps, read at {px['frame_rate']} fps, "
+          f"{px['given_frames']} frames used, {rep['num_blocks']} blocks, stopped: {rep['stopped']}")
+    assert (px["source_fps"], px["frame_rate"], px["given_frames"], rep["num_blocks"]) == (30.0, 16, 21, 2)
+
+
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
 def test_every_workflow_runs(server, path):
     api, probes = with_report_probe(api_for(server, path, tau=-5.0))
@@ -446,8 +459,10 @@ def test_every_workflow_runs(server, path):
     expected = []
     for nid, rep in reps.items():
         pixels = rep.get("pixels") or {}
-        # a start image or an extended video begins the output (Krea: the given frames as read)
-        frames = FRAMES + (pixels["given_frames"] if pixels and pixels["mode"] != "video_to_video" else 0)
+        # a start image or an extended video begins the output (Krea: the given frames as read, then block 0 from its
+        # 4th frame, as Krea's server sends it: docs/pixels.md §5)
+        given = pixels and pixels["mode"] != "video_to_video"
+        frames = FRAMES + (pixels["given_frames"] - (3 if rep["recipe"] == "krea" else 0) if given else 0)
         expected.append(frames)
         assert rep["num_blocks"] == SMALL["num_blocks"] and int(rep["meta"]["frames"]) == frames
         assert rep["blocks"][0]["producer"] == "target"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from ..given.request import MODES, timing_words
 from .recipes import Recipe, recipe_spec
 from .state import GenerationState
 
@@ -78,9 +79,12 @@ class RunReport:
     blocks_from_earlier_runs: int = 0  # blocks this execution did not compute (taken from a host's cache)
     fresh_run: bool = True  # every block and every part of it was computed by this execution (wall = a fresh run's time)
     prompts: list[dict] = field(default_factory=list)  # the schedule: [{"first_block": n, "text": ...}, ...]
-    # given pixels (docs/pixels.md): {"mode", "strength", "given_frames", "digest"}; None for text-to-video
+    # given pixels (docs/pixels.md): {"mode", "strength", "given_frames", "digest", "source_fps", "frame_rate"};
+    # None for text-to-video
     pixels: dict | None = None
-    stopped: str | None = None  # why the run ended before its requested blocks (an input video ran out)
+    stopped: str | None = None  # why the run ended before its requested blocks (an input video ran out or broke)
+    stop_cause: str | None = None  # what stopped it: "input_ended" / "input_unreadable" (None: not stopped early)
+    blocks_requested: int | None = None  # the blocks the run was asked for (num_blocks: those it committed)
     compiled: bool = False  # either DiT ran under torch.compile
     compiled_models: dict[str, str] = field(default_factory=dict)  # {role: torch.compile backend} of compiled DiTs
 
@@ -97,21 +101,24 @@ class RunReport:
         lines = [f"policy: {self.policy} | recipe: {self.recipe}"]
         if self.pixels is not None:
             px = self.pixels
-            strength = f" strength {px['strength']:g}" if px["mode"] == "video_to_video" else ""
-            lines.append(f"pixels in: {px['mode']}{strength}, {px['given_frames']} given frame(s)")
+            strength = f" strength {px['strength']:g}" if MODES[px["mode"]].takes_strength else ""
+            lines.append(f"pixels in: {px['mode']}{strength}, {px['given_frames']} given frame(s){timing_words(px)}")
         if segments:
             lines += [f"prompt {i} from block {p['first_block']}: {p['text']}" for i, p in enumerate(self.prompts)]
+        given = self.pixels is not None  # reading + encoding the input: its own column (phase "input")
         lines.append(f"{'block':>5} " + (f"{'prompt':>6} " if segments else "") + f"{'producer':>8} {'decision':>8} "
-                     f"{'min/agg':>8} {'frames(min..max)':>18} {'D fw':>4} {'T fw':>4} {'secs':>8} {'now':>4} reused")
+                     f"{'min/agg':>8} {'frames(min..max)':>18} {'D fw':>4} {'T fw':>4} {'secs':>8} "
+                     + (f"{'input':>7} " if given else "") + f"{'now':>4} reused")
         for b in self.blocks:
             fs = f"{min(b.frame_scores):+.3f}..{max(b.frame_scores):+.3f}" if b.frame_scores else "-"
             sc = f"{b.score:+.3f}" if b.score is not None else "-"
             now = "no" if not b.computed_now else ("part" if b.carried else "yes")
             secs = f"{sum(b.seconds.values()):.3f}" + ("*" if not b.computed_now else "")
             reused = ",".join(b.reused) if b.computed_now else "whole block (earlier run)"
+            inp = f"{b.seconds.get('input', 0.0):>7.3f} " if given else ""
             lines.append(f"{b.index:>5} " + (f"{b.prompt:>6} " if segments else "") + f"{b.producer:>8} {b.decision:>8} {sc:>8} {fs:>18} "
                          f"{b.cost.get('drafter_forwards', 0):>4} {b.cost.get('target_forwards', 0):>4} "
-                         f"{secs:>8} {now:>4} {reused or '-'}")
+                         f"{secs:>8} {inp}{now:>4} {reused or '-'}")
         if self.blocks_from_earlier_runs:
             lines.append(f"* {self.blocks_from_earlier_runs} block(s) were not computed by this run: they came from "
                          f"ComfyUI's cache of an earlier run (e.g. before Cancel); their seconds are that run's")
@@ -211,4 +218,5 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         fresh_run=len(now) == n and not any(b.carried for b in blocks),
         prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule],
         pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
-        stopped=state.stopped, compiled=bool(ran_compiled), compiled_models=ran_compiled)
+        stopped=state.stopped, stop_cause=state.stop_cause, blocks_requested=state.spec.num_blocks,
+        compiled=bool(ran_compiled), compiled_models=ran_compiled)
