@@ -133,7 +133,8 @@ class SDVGSamplerARVideo(io.ComfyNode):
                 io.String.Input("filename_prefix", default=REPORT_FOLDER_PREFIX,
                                 tooltip="Where report.json and report.png go under ComfyUI's output folder."),
             ],
-            outputs=[io.Sampler.Output(tooltip="for SamplerCustomAdvanced's (or SamplerCustom's) sampler input")],
+            outputs=[io.Sampler.Output(display_name="SAMPLER",
+                                       tooltip="for SamplerCustomAdvanced's (or SamplerCustom's) sampler input")],
             hidden=[io.Hidden.unique_id],
         )
 
