@@ -410,3 +410,35 @@ def test_a_guider_with_classifier_free_guidance_is_refused(env):
         r.conditioning()
     guider.cfg = 1.0  # cfg 1: the negative does nothing; the positive is the prompt
     assert torch.equal(r.conditioning(), cond["cross_attn"])
+
+
+# ------------------------------------------------------------------------------------------------ the workflow
+AR_WORKFLOW = fake_host.REPO / "workflows" / "sdvg_core_ar_sampler.json"
+
+
+@pytest.mark.parametrize("start_image", [False, True], ids=["text", "start_image"])
+def test_the_example_workflow_runs_as_saved_and_from_a_start_image(env, start_image):
+    """sdvg_core_ar_sampler as the frontend queues it (the text encoder swapped for saved embeddings, a small size),
+    and with its start-image group switched on and wired as its note says: the video decodes, the report shows."""
+    import workflow_tools as wt
+
+    pack, classes, _ = env
+    specs = wt.object_info_from_classes(classes.values())
+    wf = wt.load(AR_WORKFLOW)
+    api = wt.swap_text_encoder(wt.to_api(wt.unmuted(wf) if start_image else wf, specs), EMB_FILE)
+    assert "ARVideoI2V" not in {n["class_type"] for n in wt.swap_text_encoder(wt.to_api(wf, specs), EMB_FILE).values()}
+    if start_image:
+        api = wt.set_inputs(wt.ar_start_image(api), "ARVideoI2V", **SIZE, length=25)  # the start + 2 blocks
+    else:
+        api = wt.set_inputs(api, "EmptyARVideoLatent", **SIZE, length=33)  # 3 blocks
+    api = wt.set_inputs(api, "SDVGSamplerARVideo", tau=-5.0)
+    pack.nodes.shared_memo.MEMO.clear()
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    by_type = {v["class_type"]: k for k, v in api.items()}
+    frames = ex.values[by_type["VAEDecode"]][0]
+    assert frames.shape == (25 if start_image else 33, SIZE["height"], SIZE["width"], 3)
+    report = json.loads(ex.values[by_type["SDVGARReport"]][2])
+    assert [b["decision"] for b in report["blocks"]] == ["forced"] + ["accepted"] * (1 if start_image else 2)
+    shown = ex.ui[by_type["PreviewAny"]]
+    assert "report: output/sdvg_ar/" in str(shown) and "forced" in str(shown)

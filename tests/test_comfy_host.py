@@ -93,6 +93,12 @@ def write_models(root: Path) -> None:
     # ComfyUI's model detection needs dim = 128 x heads and text_dim 4096 (UNETLoader path)
     comfy_cfg = WanDiTConfig(name="tiny-comfy", dim=128, ffn_dim=256, num_heads=1, num_layers=2, text_dim=4096)
     save_file(prefixed(build_random(comfy_cfg, seed=6)), str(m / "diffusion_models" / "tiny_wan_t2v.safetensors"))
+    # core's AR workflow (sdvg_core_ar_sampler): the target and a drafter marked causal_ar (core's loader builds them as
+    # CausalWanModel, model class WAN21_CausalAR)
+    causal_ar = {"config": json.dumps({"transformer": {"causal_ar": True}})}
+    for role, seed in (("target", 21), ("drafter", 22)):
+        save_file(prefixed(build_random(comfy_cfg, seed=seed)), str(m / "diffusion_models" / wt.AR_TEST_FILES[role]),
+                  metadata=causal_ar)
     # VAELoader hard-codes the Wan 2.1 VAE width (96): a full-size random VAE (127 M params, bf16)
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in random_vae(3, preset="wan2.1-vae").state_dict().items()},
               str(m / "vae" / "wan_2.1_vae.safetensors"))
@@ -436,12 +442,31 @@ def test_fake_host_matches_the_real_host_surface(server):
           f"this host lacks: {', '.join(lacking) or 'none'}")
 
 
-def test_workflows_valid_against_the_real_server(server):
+def lacking_core_nodes(server: Server, path: Path) -> list[str]:
+    """The core nodes a workflow needs (its extra.sdvg_needs) that this host does not have."""
+    return [n for n in wt.workflow_needs(wt.load(path))[1] if n not in server.object_info]
+
+
+def loadable(server: Server) -> list[Path]:
+    """The workflows whose core nodes this host has (sdvg_core_ar_sampler needs 0.33's AR video nodes): the others
+    are left out with the reason printed."""
+    out = []
     for path in WORKFLOWS:
+        lacking = lacking_core_nodes(server, path)
+        if lacking:
+            print(f"\n{path.name}: skipped on this host, which has no {', '.join(lacking)} (the workflow needs "
+                  f"ComfyUI {wt.load(path)['extra']['sdvg_needs']['comfyui']}+)")
+        else:
+            out.append(path)
+    return out
+
+
+def test_workflows_valid_against_the_real_server(server):
+    for path in loadable(server):
         assert wt.validate(wt.load(path), server.object_info, host_newer=True) == [], path.name
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [p for p in WORKFLOWS if not wt.workflow_needs(wt.load(p))[1]], ids=lambda p: p.stem)
 def test_every_workflow_runs(server, path):
     api, probes = with_report_probe(api_for(server, path, tau=-5.0))
     entry = server.queue(api)
@@ -472,6 +497,39 @@ def test_every_workflow_runs(server, path):
         dec = next(k for k, v in api.items() if v["class_type"] == "SDVGDecodeBlock")
         shown = [k for k, o in entry["outputs"].items() if k.split(".")[-1] == dec and o.get("images")]
         assert dec not in shown and len(shown) == SMALL["num_blocks"] - 1, shown
+
+
+AR_WORKFLOW = REPO / "workflows" / "sdvg_core_ar_sampler.json"
+
+
+@pytest.mark.parametrize("start_image", [False, True], ids=["as_saved", "start_image"])
+def test_core_ar_workflow_runs(server, start_image):
+    """sdvg_core_ar_sampler through POST /prompt, as saved and with its start-image group switched on and wired as its
+    note says (on tiny causal_ar models core's loader reads): the video decodes, SDVG AR Report shows the run's table
+    with the report files' path, the drafter made the blocks after the first. Skipped, with the reason, on hosts
+    without core's AR video nodes (before 0.33)."""
+    lacking = lacking_core_nodes(server, AR_WORKFLOW)
+    if lacking:
+        pytest.skip(f"sdvg_core_ar_sampler needs core's AR video nodes (ComfyUI 0.33+); this host has no "
+                    f"{', '.join(lacking)}")
+    wf = wt.load(AR_WORKFLOW)
+    api = wt.to_api(wt.unmuted(wf) if start_image else wf, server.object_info)
+    api = wt.ar_test_models(wt.ar_start_image(api) if start_image else api, SMALL["num_blocks"])
+    api = wt.set_inputs(api, "SDVGSamplerARVideo", tau=-5.0)
+    report = next(k for k, v in api.items() if v["class_type"] == "SDVGARReport")
+    api["9ar9"] = {"class_type": "PreviewAny", "inputs": {"source": [report, 2]}}
+    entry = server.queue(api)
+    rep = json.loads(entry["outputs"]["9ar9"]["text"][0])
+    assert [b["decision"] for b in rep["blocks"]] == ["forced"] + ["accepted"] * (SMALL["num_blocks"] - 1), rep
+    shown = next(entry["outputs"][k]["text"][0] for k, v in api.items() if v["class_type"] == "PreviewAny"
+                 and v["inputs"]["source"] == [report, 0])
+    rel = shown.split("report: output/")[1].split(".json")[0]
+    assert (server.root / "output" / f"{rel}.json").is_file() and (server.root / "output" / f"{rel}.png").is_file()
+    frames = 1 + 4 * (3 * SMALL["num_blocks"] + (1 if start_image else 0) - 1)
+    assert video_frames(server.root, entry) == [frames]
+    print(f"\nsdvg_core_ar_sampler ({'start image' if start_image else 'as saved'}): {frames} frames, decisions "
+          f"{[b['decision'] for b in rep['blocks']]}, forwards D{rep['drafter_forwards']}/T{rep['target_forwards']}, "
+          f"report output/{rel}.json, {entry['seconds']:.1f} s")
 
 
 def test_prompt_changes_workflow_at_its_own_length(server):
@@ -678,8 +736,9 @@ def test_missing_file_refused_at_prompt_with_the_packs_message(server, class_typ
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
 def test_frontend_loads_every_workflow(server):
+    workflows = loadable(server)
     out = subprocess.run([comfy_python(), str(REPO / "tests" / "frontend_probe.py"), "--url", server.url,
-                          *map(str, WORKFLOWS)], capture_output=True, text=True, timeout=600)
+                          *map(str, workflows)], capture_output=True, text=True, timeout=600)
     assert out.stdout.strip(), out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     # The pip build 0.12.1 lists two nodes of its own with python_module null (SplitImageWithAlpha, JoinImageWithAlpha):
@@ -687,7 +746,7 @@ def test_frontend_loads_every_workflow(server):
     # with or without this pack. Only that exact case is excused (after every other check), as an expected failure.
     host_broken = sorted(k for k, v in server.object_info.items() if v.get("python_module") is None)
     excused = []
-    for path in WORKFLOWS:
+    for path in workflows:
         r = res[str(path)]
         missing = r["missing"]
         if host_broken and set(missing) <= {"Note", "MarkdownNote"} and \

@@ -554,3 +554,11 @@ def core_nodes(host: tuple[int, ...] = NEWEST) -> list[type]:
 
 
 WORKFLOW_HOST = V0_3_64  # the shape the example workflows are saved in
+
+
+def saved_shape() -> list[type]:
+    """The core nodes as the example workflows are saved: WORKFLOW_HOST's shape, plus the newest host's nodes that host
+    lacks (core's AR video nodes; a workflow using them names the version it needs in extra.sdvg_needs)."""
+    old = core_nodes(WORKFLOW_HOST)
+    have = {c.GET_SCHEMA().node_id for c in old}
+    return old + [c for c in core_nodes(NEWEST) if c.GET_SCHEMA().node_id not in have]
