@@ -7,8 +7,9 @@ a model opens its graph in its own forward, before any DIFFUSION_MODEL wrapper r
 graph records are allocations the planner did not plan ("aimdo memory compile error"). SDVG runs its own kernels on
 ComfyUI's layers, so while it runs it turns the compiler off and puts the switches back afterwards, whatever happens
 (`compiler_off`: a user who started ComfyUI with the compiler off is left as is); where the host can pause a graph
-already recording on this thread (`comfy.model_prefetch.pause_malloc_graph`) it pauses it too. Hosts without the
-compiler (0.33.0 and older) have none of these names: then nothing changes.
+already recording on this thread (`comfy.model_prefetch.pause_malloc_graph`) it pauses it too. Each switch is set where
+the host has it: the 0.33.0 snapshot has only `disable_cuda_graphs` (its per-block CUDA graphs under Dynamic VRAM,
+comfy/model_prefetch.py), 0.3.64 and the 0.12.1 pip build neither: then nothing changes.
 
 Where the scope starts matters: a graph opens inside a model's forward, before its DIFFUSION_MODEL wrappers, so a
 switch flipped there is too late. Packs whose kernels run inside core's sampling flip it in an OUTER_SAMPLE wrapper
@@ -45,26 +46,25 @@ def host_args() -> Any:
     return getattr(_module("comfy.cli_args"), "args", None)
 
 
-def has_compiler() -> bool:
-    """Whether this host has the model compiler's switch (ComfyUI after 0.33)."""
-    return hasattr(host_args(), SWITCHES[0])
+def host_switches() -> tuple[str, ...]:
+    """The switches this host has (after 0.33.0 both; the 0.33.0 snapshot only CUDA graphs'; older hosts none)."""
+    args = host_args()
+    return tuple(name for name in SWITCHES if hasattr(args, name))
 
 
 @contextlib.contextmanager
-def compiler_off() -> Iterator[bool]:
-    """The model compiler (and CUDA graphs) off while the block runs, the switches as they were afterwards (also on an
-    error or a Cancel); yields whether this host has the compiler. Nested scopes restore what they found."""
+def compiler_off() -> Iterator[tuple[str, ...]]:
+    """The model compiler and CUDA graphs off while the block runs (each switch the host has), the switches as they
+    were afterwards (also on an error or a Cancel); yields the switches set. Nested scopes restore what they found."""
     args = host_args()
-    if not hasattr(args, SWITCHES[0]):
-        yield False
-        return
+    names = host_switches()
     with _LOCK:
-        saved = {name: getattr(args, name) for name in SWITCHES if hasattr(args, name)}
-        for name in saved:
+        saved = {name: getattr(args, name) for name in names}
+        for name in names:
             setattr(args, name, True)
     try:
         with paused_graph():
-            yield True
+            yield names
     finally:
         with _LOCK:
             for name, value in saved.items():

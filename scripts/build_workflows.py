@@ -446,13 +446,13 @@ def ar_sampler_workflow(sp: dict) -> dict:
     latent = g.node("EmptyARVideoLatent", (380, 370), {"width": 832, "height": 480, "length": AR_LENGTH},
                     size=(360, 130))
     # the optional start image: muted (greyed, left out of the prompt) until the user switches it on (the note says how)
-    image = g.node("LoadImage", (380, 600), {"image": START_IMAGE}, size=(360, 220))
-    i2v = g.node("ARVideoI2V", (380, 860), {"width": 832, "height": 480, "length": AR_I2V_LENGTH}, size=(360, 180))
+    image = g.node("LoadImage", (380, 600), {"image": START_IMAGE}, size=(360, 230))
+    i2v = g.node("ARVideoI2V", (380, 870), {"width": 832, "height": 480, "length": AR_I2V_LENGTH}, size=(360, 170))
     g.link(target, "MODEL", i2v, "model")
     g.link(vae, "VAE", i2v, "vae")
     g.link(image, "IMAGE", i2v, "start_image")
     g.mute(image, i2v)
-    g.group("Start image (optional, muted)", (360, 540, 400, 510), "#a1309b")
+    g.group("Start image (optional, muted)", (360, 520, 400, 530), "#a1309b")
     guider = g.node("BasicGuider", (800, 0), size=(300, 70))
     g.link(target, "MODEL", guider, "model")
     g.link(enc, "CONDITIONING", guider, "conditioning")
@@ -479,11 +479,12 @@ def ar_sampler_workflow(sp: dict) -> dict:
     cv = g.node("CreateVideo", (1180, 630), {"fps": 16.0}, size=(270, 80))
     g.link(decode, "IMAGE", cv, "images")
     g.group("Core's AR sampling, SDVG as its sampler", (780, -70, 720, 1110))
-    rep = g.node("PreviewAny", (1540, 0), title="Report", size=(420, 560))
+    # the report, its plot and the note in one column left of the minimap's corner; the player beside them
+    rep = g.node("PreviewAny", (1520, 0), title="Report", size=(540, 420))
     g.link(report, "report", rep, "source")
-    plot = g.node("PreviewImage", (1540, 610), title="Scores vs tau", size=(420, 300))
+    plot = g.node("PreviewImage", (1520, 470), title="Scores vs tau", size=(540, 260))
     g.link(report, "plot", plot, "images")
-    sv = g.node("SaveVideo", (2000, 0), {"filename_prefix": "video/SDVG_AR"}, size=(420, 440))
+    sv = g.node("SaveVideo", (2100, 0), {"filename_prefix": "video/SDVG_AR"}, size=(420, 440))
     g.link(cv, "VIDEO", sv, "video")
     g.note("## Core's AR video workflow with SDVG\n\nComfyUI 0.33's autoregressive path (Empty AR Video Latent, a "
            "guider, sigmas, **SamplerCustomAdvanced**, VAE Decode) with **SDVG Sampler (AR video)** where core's "
@@ -492,7 +493,7 @@ def ar_sampler_workflow(sp: dict) -> dict:
            "sigmas, latent and start image are core's; `length` must give whole blocks of 3 latent frames: 81 "
            "(7 blocks), or 85 from a start image.\n\n**Start image**: unmute the group, connect **AR Video I2V**'s "
            "MODEL to the guider and its LATENT to SamplerCustomAdvanced's `latent_image`.\n\n" + files_note(),
-           pos=(2000, 490), size=(420, 550))
+           pos=(1520, 780), size=(540, 260))
     return g.to_json(needs=("0.33.0", AR_CORE_NODES))
 
 

@@ -240,13 +240,13 @@ def test_with_a_drafter_the_blocks_are_the_engines_on_the_same_noise(env):
     pack, classes, _ = env
     from sdvg_pack.sdvg_core.engine.policy import ThresholdPolicy
 
-    prompt = ar_prompt("sdvg", length=45)
+    prompt = ar_prompt("sdvg")
     ex, out = run(classes, prompt)
     want, state = engine_run(pack, ex, prompt, ThresholdPolicy(tau=-5.0))
     assert torch.equal(out, want)
-    assert [b.producer for b in state.blocks] == ["target", "drafter", "drafter", "drafter"]
+    assert [b.producer for b in state.blocks] == ["target", "drafter", "drafter"]
     report = json.loads(ex.values["report"][2])
-    assert [b["producer"] for b in report["blocks"]] == ["target", "drafter", "drafter", "drafter"]
+    assert [b["producer"] for b in report["blocks"]] == ["target", "drafter", "drafter"]
     assert report["drafter_forwards"] > 0
 
 
@@ -278,14 +278,14 @@ def test_progress_decisions_and_the_report_files(env):
     import server
 
     server.TEXTS.clear()
-    ex, _ = run(classes, ar_prompt("sdvg", length=45))
+    ex, _ = run(classes, ar_prompt("sdvg"))
     on_sampler = [t for n, t in server.TEXTS if n == "sample"]
     on_node = [t for n, t in server.TEXTS if n == "sampler"]
-    assert any("block 2/4: accepted -> drafter (min score" in t for t in on_sampler), on_sampler
-    assert "block 1/4: forced -> target" in on_node[0] and "report: output/sdvg_ar/SDVG_AR_" in on_node[-1]
+    assert any("block 2/3: accepted -> drafter (min score" in t for t in on_sampler), on_sampler
+    assert "block 1/3: forced -> target" in on_node[0] and "report: output/sdvg_ar/SDVG_AR_" in on_node[-1]
     rel = on_node[-1].split("report: output/")[1].split(".json")[0]
     data = json.loads((base / "output" / f"{rel}.json").read_text())
-    assert len(data["blocks"]) == 4 and data["tau"] == -5.0 and os.path.getsize(base / "output" / f"{rel}.png") > 0
+    assert len(data["blocks"]) == 3 and data["tau"] == -5.0 and os.path.getsize(base / "output" / f"{rel}.png") > 0
     assert ex.values["report"][0].startswith("report: output/sdvg_ar/") and ex.values["report"][1].shape[-1] == 3
 
 
@@ -321,7 +321,7 @@ def test_the_compiler_is_off_while_sdvg_runs_and_restored_after(env, monkeypatch
     args = comfy.cli_args.args
     mp.malloc_graph_begin()  # a graph left recording on this thread (a model forward that opened one)
     try:
-        run(classes, ar_prompt("sdvg", length=45))
+        run(classes, ar_prompt("sdvg", length=21))  # 2 blocks: one forced, one drafted
     finally:
         mp.malloc_graph_end()
     assert seen and all(s == (True, True, False) for s in seen), seen[:3]
@@ -337,18 +337,21 @@ def test_the_compiler_is_off_while_sdvg_runs_and_restored_after(env, monkeypatch
 
     monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", cancel)
     with pytest.raises(mm.InterruptProcessingException):
-        run(classes, ar_prompt("target_only", length=45, cache_gb=0.0))
+        run(classes, ar_prompt("target_only", length=21, cache_gb=0.0))
     assert (args.disable_comfy_compiler, args.disable_cuda_graphs) == (False, False)
     monkeypatch.setattr(mm, "throw_exception_if_processing_interrupted", lambda: None)
     # started with the compiler off: stays off
     monkeypatch.setattr(args, "disable_comfy_compiler", True)
-    run(classes, ar_prompt("target_only", length=45, tau=-4.0))
+    run(classes, ar_prompt("target_only", length=9, tau=-4.0))
     assert args.disable_comfy_compiler is True and args.disable_cuda_graphs is False
-    # a host without the compiler (0.33.0 and older): nothing set
+    # the 0.33.0 snapshot: CUDA graphs' switch only; older hosts neither (nothing set)
     monkeypatch.delattr(args, "disable_comfy_compiler")
+    seen.clear()
+    run(classes, ar_prompt("target_only", length=9, tau=-3.5))
+    assert seen and all(s == (None, True, False) for s in seen) and args.disable_cuda_graphs is False
     monkeypatch.delattr(args, "disable_cuda_graphs")
     seen.clear()
-    run(classes, ar_prompt("target_only", length=45, tau=-3.0))
+    run(classes, ar_prompt("target_only", length=9, tau=-3.0))
     assert seen and all(s == (None, None, False) for s in seen)
     assert not hasattr(args, "disable_comfy_compiler") and not hasattr(args, "disable_cuda_graphs")
 
@@ -359,7 +362,7 @@ def test_the_target_is_loaded_by_comfyui_before_its_layers_run(env, monkeypatch)
     pack, classes, _ = env
     import comfy.model_management as mm
 
-    prompt = ar_prompt("target_only", length=45, tau=-2.0)
+    prompt = ar_prompt("target_only", length=21, tau=-2.0)
     pack.nodes.shared_memo.MEMO.clear()
     ex = MiniExecutor(classes)
     loaded_when_called = []

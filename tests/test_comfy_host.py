@@ -871,3 +871,25 @@ def test_dynamic_vram_gpu_phase_runs_here_on_the_cpu():
     assert loads and all(any(m["patcher"] == "MemoPatcher" for m in call) for call in loads), loads  # never dynamic here
     print(f"\nDynamic VRAM run script on the CPU: patcher {r['dynamic_vram']}, {len(loads)} SDVG loads with the memo, "
           f"decisions {r['decisions']}")
+
+
+def test_ar_sampler_gpu_phase_runs_here_on_the_cpu():
+    """The gpu-check AR sampler phase's script (tests/comfy_ar_gpu_run.py), on this host's CPU: SDVG's sampler next to
+    core's on a causal_ar MODEL at the 1.3B widths, the switches of this host's model compiler / CUDA graphs set while
+    SDVG's calls ran and restored after (none on hosts without them), core's noise rule on the CPU exact. Skipped on
+    hosts without core's AR nodes."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_ar_gpu_run.py"), COMFYUI_DIR, str(REPO),
+                          "--device", "cpu"], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    assert r["switches_after"] == r["switches_before"], r
+    have = [k for k, v in r["switches_before"].items() if v is not None]
+    want = str(tuple(True if v is not None else None for v in r["switches_before"].values()))
+    assert r["switches_seen_by_sdvg_calls"] == [want], r  # each switch the host has: on during SDVG's calls
+    assert r["noise_rule_max_abs_diff"] == 0.0 and r["target_only_max_abs_diff"] < 1e-2 * max(r["scale"], 1.0), r
+    print(f"\nAR sampler GPU phase script on the CPU: switches {have or 'none'} on during SDVG's calls, restored; "
+          f"target-only vs core max |diff| {r['target_only_max_abs_diff']:.2e} (bf16 weights, values up to "
+          f"{r['scale']:.1f}); seconds core {r['core_seconds']:.1f}, SDVG {r['sdvg_target_only_seconds']:.1f} / "
+          f"{r['sdvg_seconds']:.1f}")
