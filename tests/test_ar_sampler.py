@@ -236,6 +236,34 @@ def test_target_only_equals_the_engine_on_cores_terms(env):
     assert [b["decision"] for b in report["blocks"]] == ["forced"] * 3 and report["drafter_forwards"] == 0
 
 
+def test_the_first_step_starts_from_the_noise_core_hands_the_sampler(env):
+    """Sigmas starting below 1: the sampler's first input is the Noise node's draw scaled to the first sigma (what
+    core's KSAMPLER hands it), not a draw of its own."""
+    pack, classes, _ = env
+    from sdvg_pack.sdvg_core.engine.comfy_ar import StartLatentSpec, generate, sigma_plan, video_latents, with_plan
+    from sdvg_pack.sdvg_core.engine.engine import Engine, EngineConfig
+    from sdvg_pack.sdvg_core.engine.noise import ComfyARNoise
+    from sdvg_pack.sdvg_core.engine.policy import TargetOnly
+    from sdvg_pack.sdvg_core.engine.recipes import SelfForcingRecipe
+    from sdvg_pack.sdvg_core.engine.state import PromptConditioning
+    from sdvg_pack.sdvg_core.io.text import fit_text_len
+
+    sigmas = "0.9375, 0.8333333, 0.625, 0.0"
+    prompt = ar_prompt("target_only", length=9)
+    prompt["sigmas"]["inputs"]["sigmas"] = sigmas
+    ex, out = run(classes, prompt)
+    plan = sigma_plan(torch.tensor([float(v) for v in sigmas.split(",")]))
+    target = pack.nodes.comfy_model.host_comfy_model(ex.values["target"][0], "target")
+    video = torch.randn(1, 16, 3, 6, 8, generator=torch.Generator().manual_seed(SEED)) * plan.sigmas[0]
+    emb = fit_text_len(ex.values["text"][0][0][0], target.runner.cfg.text_len)
+    spec = StartLatentSpec(PromptConditioning.make(PROMPT, emb), SIZE["width"], SIZE["height"], 1, SEED)
+    engine = Engine(target.runner, pack.nodes.hosted.host_vae(ex.values["vae"][0]),
+                    config=EngineConfig(recipe=with_plan(SelfForcingRecipe(), plan)),
+                    noise_fn=ComfyARNoise(num_renoise=plan.num_renoise, video=video))
+    want = pack.core_nodes.latent_out(video_latents(generate(engine, spec, TargetOnly())))
+    assert torch.allclose(out, want, atol=1e-6, rtol=0)
+
+
 def test_with_a_drafter_the_blocks_are_the_engines_on_the_same_noise(env):
     pack, classes, _ = env
     from sdvg_pack.sdvg_core.engine.policy import ThresholdPolicy
@@ -269,7 +297,9 @@ def test_a_start_image_from_ar_video_i2v_starts_the_video(env):
     Image.open(os.path.join(folder, START_IMAGE)).transpose(Image.FLIP_LEFT_RIGHT).save(os.path.join(folder, "flip.png"))
     other = ar_prompt("target_only", start_image=True, length=25)
     other["image"]["inputs"]["image"] = "flip.png"
-    _, flipped = run(classes, other, fresh=False)
+    ex.run(other)  # the same executor: the loaders' outputs (the same models) come from its cache
+    flipped = ex.values["sample"][0]["samples"]
+    assert "target" in ex.cached and "i2v" not in ex.cached  # the same target; the start latent changed
     assert not torch.equal(flipped[:, :, 1:4], out[:, :, 1:4])
 
 
@@ -382,6 +412,7 @@ def test_the_target_is_loaded_by_comfyui_before_its_layers_run(env, monkeypatch)
         return real_load(models, *a, **k)
 
     monkeypatch.setattr(mm, "load_models_gpu", load)
+    monkeypatch.setattr(mm, "FAKE_FREE_BYTES", 0)  # a full device: each load unloads the models loaded before it
     mm.unload_all_models()
     ex.run(prompt)
     assert loaded_when_called and all(loaded_when_called)
