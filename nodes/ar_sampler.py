@@ -27,7 +27,8 @@ import comfy.samplers
 import folder_paths
 from comfy_api.latest import io
 
-from ..sdvg_core.engine.comfy_ar import ARVideo, StartLatentSpec, generate, latent_digest, sigma_plan, video_latents, with_plan
+from ..sdvg_core.engine.comfy_ar import (ARVideo, StartLatentSpec, generate, latent_digest, sigma_plan, video_latents,
+                                         with_plan)
 from ..sdvg_core.engine.engine import DECODE_RULES, Engine, EngineConfig, ProgressEvent
 from ..sdvg_core.engine.noise import ComfyARNoise
 from ..sdvg_core.engine.plot import render_report_plot
@@ -35,6 +36,7 @@ from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly
 from ..sdvg_core.engine.prompts import PromptConditioning, PromptSchedule
 from ..sdvg_core.engine.recipes import SelfForcingRecipe, recipe_by_name
 from ..sdvg_core.engine.report import build_report
+from ..sdvg_core.engine.state import LATENT_SPATIAL
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
 from .comfy_compiler import compiler_off
@@ -250,8 +252,8 @@ class ARRun:
             emb = fit_text_len(self.conditioning(), target.runner.cfg.text_len)
             prompt = PromptSchedule.one(PromptConditioning.make(o.prompt.strip(), emb))
             seed = int(self.extra_args.get("seed", 0) or 0)
-            spec = StartLatentSpec(prompt, x.shape[4] * 8, x.shape[3] * 8, video.num_blocks, seed,
-                                   frames_per_block=video.frames_per_block,
+            width, height = x.shape[4] * LATENT_SPATIAL, x.shape[3] * LATENT_SPATIAL
+            spec = StartLatentSpec(prompt, width, height, video.num_blocks, seed, frames_per_block=video.frames_per_block,
                                    start_digest="" if given is None else latent_digest(given))
             shared_memo.set_cache_budget(o.cache_gb)
             session = Session(target, drafter, host_vae(o.vae), o.image_reward, config)

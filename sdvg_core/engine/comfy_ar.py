@@ -61,8 +61,8 @@ def sigma_plan(sigmas: Sequence[float] | torch.Tensor) -> SigmaPlan:
 @lru_cache(maxsize=None)
 def _planned(cls: type) -> type:
     """`cls` with a `fixed_plan` field that its `plan` returns (a frozen dataclass, so memo keys name the plan)."""
-    return dataclasses.make_dataclass(f"{cls.__name__}WithPlan", [("fixed_plan", StepPlan, dataclasses.field(default=None))],
-                                      bases=(cls,), frozen=True,
+    field = ("fixed_plan", StepPlan, dataclasses.field(default=None))
+    return dataclasses.make_dataclass(f"{cls.__name__}WithPlan", [field], bases=(cls,), frozen=True,
                                       namespace={"plan": property(lambda self: self.fixed_plan),
                                                  "__doc__": f"{cls.__name__} denoising at a given step plan."})
 

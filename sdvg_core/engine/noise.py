@@ -96,7 +96,8 @@ class ComfyARNoise:
     def __post_init__(self):
         if self.video is not None and not self.video_digest:
             data = self.video.detach().to("cpu", torch.float32).contiguous()
-            object.__setattr__(self, "video_digest", hashlib.blake2b(data.numpy().tobytes(), digest_size=16).hexdigest())
+            digest = hashlib.blake2b(data.numpy().tobytes(), digest_size=16).hexdigest()
+            object.__setattr__(self, "video_digest", digest)
 
     @property
     def key(self) -> str:
@@ -124,7 +125,8 @@ class ComfyARNoise:
         draws = []
         for i in range(self.num_renoise):
             gen = torch.Generator(device=self.device).manual_seed(comfy_ar_seed(int(spec.seed), b, i))
-            draws.append(torch.randn(shape, generator=gen, dtype=torch.float32, device=self.device).permute(0, 2, 1, 3, 4))
+            draw = torch.randn(shape, generator=gen, dtype=torch.float32, device=self.device)  # [1, C, F, h, w]
+            draws.append(draw.permute(0, 2, 1, 3, 4))
         return torch.stack(draws)
 
     def __call__(self, spec, b: int) -> BlockNoise:
