@@ -435,7 +435,7 @@ def test_a_guider_with_classifier_free_guidance_is_refused(env):
     from types import SimpleNamespace
 
     pack, _, _ = env
-    ar = pack.nodes.ar_sampler
+    ar = pack.nodes.ar_run
     cond = {"cross_attn": torch.zeros(1, 4, 32)}
     guider = SimpleNamespace(inner_model=None, cfg=5.0, conds={"positive": [cond], "negative": [cond]})
     r = ar.ARRun(None, SimpleNamespace(inner_model=guider), torch.zeros(1, 16, 3, 6, 8), torch.tensor([1.0, 0.0]), {},

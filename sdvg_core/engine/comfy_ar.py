@@ -20,12 +20,18 @@ from typing import Callable, Sequence
 import torch
 
 from .given import GivenLatents
+from .recipes import RECIPE_NAMES, recipe_by_name
 from .schedule import NUM_TRAIN_TIMESTEPS, StepPlan
 from .state import GenerationSpec, GenerationState
 
 # ComfyUI's flow models turn a sigma into the network's timestep as sigma * 1000 in float32
 # (comfy/model_sampling.py ModelSamplingDiscreteFlow.timestep, multiplier 1000 = Wan's training steps).
 TIMESTEP_MULTIPLIER = float(NUM_TRAIN_TIMESTEPS)
+# core's loop is Self-Forcing's append-cache inference (the whole video in one KV cache, a clean commit call per block):
+# the target runs it, so its result is core's; a drafter may run any recipe that appends to one cache (LongLive's sink
+# and window too), not one that rebuilds its context every block
+CORE_AR_RECIPE = "self_forcing"
+AR_RECIPES = tuple(n for n in RECIPE_NAMES if not recipe_by_name(n).rebuilds_context_every_block)
 
 
 @dataclass(frozen=True)
