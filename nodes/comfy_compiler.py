@@ -9,7 +9,8 @@ ComfyUI's layers, so while it runs it turns the compiler off and puts the switch
 (`compiler_off`: a user who started ComfyUI with the compiler off is left as is); where the host can pause a graph
 already recording on this thread (`comfy.model_prefetch.pause_malloc_graph`) it pauses it too. Each switch is set where
 the host has it: the 0.33.0 snapshot has only `disable_cuda_graphs` (its per-block CUDA graphs under Dynamic VRAM,
-comfy/model_prefetch.py), 0.3.64 and the 0.12.1 pip build neither: then nothing changes.
+comfy/model_prefetch.py), 0.3.64 and the 0.12.1 pip build neither (the pip build's `args` answers None for any
+name): then nothing changes.
 
 Where the scope starts matters: a graph opens inside a model's forward, before its DIFFUSION_MODEL wrappers, so a
 switch flipped there is too late. Packs whose kernels run inside core's sampling flip it in an OUTER_SAMPLE wrapper
@@ -47,9 +48,10 @@ def host_args() -> Any:
 
 
 def host_switches() -> tuple[str, ...]:
-    """The switches this host has (after 0.33.0 both; the 0.33.0 snapshot only CUDA graphs'; older hosts none)."""
+    """The switches this host has (after 0.33.0 both; the 0.33.0 snapshot only CUDA graphs'; older hosts none): command
+    line flags, so booleans (the 0.12.1 pip build's `args` answers None for any name it does not have)."""
     args = host_args()
-    return tuple(name for name in SWITCHES if hasattr(args, name))
+    return tuple(name for name in SWITCHES if isinstance(getattr(args, name, None), bool))
 
 
 @contextlib.contextmanager

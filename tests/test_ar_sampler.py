@@ -379,6 +379,11 @@ def test_the_compiler_is_off_while_sdvg_runs_and_restored_after(env, monkeypatch
     seen.clear()
     run(classes, ar_prompt("target_only", length=9, tau=-3.5))
     assert seen and all(s == (None, True, False) for s in seen) and args.disable_cuda_graphs is False
+    # a command line that answers None for any name (the 0.12.1 pip build's Configuration): no switch there
+    monkeypatch.setattr(args, "disable_cuda_graphs", None)
+    seen.clear()
+    run(classes, ar_prompt("target_only", length=9, tau=-3.2))
+    assert seen and all(s == (None, None, False) for s in seen) and args.disable_cuda_graphs is None
     monkeypatch.delattr(args, "disable_cuda_graphs")
     seen.clear()
     run(classes, ar_prompt("target_only", length=9, tau=-3.0))
