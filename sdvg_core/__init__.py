@@ -55,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "TieredMemo": ".engine.memo",
     "BlockNoise": ".engine.noise",
     "block_noise": ".engine.noise",
+    "ComfyARNoise": ".engine.noise",
     # report, plot, memory estimate
     "RunReport": ".engine.report",
     "BlockReport": ".engine.report",
@@ -98,7 +99,7 @@ __all__ = [
     "DEFAULT_TAU",
     "GenerationSpec", "PromptConditioning", "PromptSchedule", "GenerationState", "BlockRecord", "PendingBlock",
     "PixelInput", "PixelInputError", "PIXEL_MODES",
-    "Memo", "TieredMemo", "BlockNoise", "block_noise",
+    "Memo", "TieredMemo", "BlockNoise", "block_noise", "ComfyARNoise",
     "RunReport", "BlockReport", "build_report", "render_report_plot", "estimate_for_spec", "MemoryRefused",
     "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "ImageRewardScorer", "ImageRewardConfig",
     "load_wan_dit", "load_wan_vae", "CheckpointError", "load_scorer", "load_model_files", "ModelSet",
@@ -128,7 +129,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig, ProgressEvent, Scorer, to_image
     from .engine.memo import Memo, TieredMemo
     from .engine.memory import MemoryRefused, estimate_for_spec
-    from .engine.noise import BlockNoise, block_noise
+    from .engine.noise import BlockNoise, ComfyARNoise, block_noise
     from .engine.plot import render_report_plot
     from .engine.policy import (DEFAULT_TAU, DraftOnly, FixedPattern, Policy, RandomPolicy, StridePolicy, TargetOnly,
                                 ThresholdPolicy, aggregate)

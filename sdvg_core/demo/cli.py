@@ -25,6 +25,7 @@ import torch
 from ..engine.engine import Engine, EngineConfig, ProgressEvent
 from ..engine.heap import HeapTrimmer
 from ..engine.memo import TieredMemo
+from ..engine.noise import NOISE_SOURCES, noise_source
 from ..engine.plot import render_report_plot
 from ..engine.policy import (DEFAULT_STRIDE_K, DEFAULT_TAU, DraftOnly, RandomPolicy, StridePolicy, TargetOnly,
                              ThresholdPolicy)
@@ -68,6 +69,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"number of 3-latent-frame blocks, 1..{MAX_BLOCKS:,} (default {TINY_BLOCKS} tiny, "
                         f"{REAL_BLOCKS} real)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--noise", choices=list(NOISE_SOURCES), default=NOISE_SOURCES[0],
+                   help="seeded = SDVG's per-block draw; comfy_ar = ComfyUI core's AR sampler rule (whole-video noise "
+                        "from the seed, each re-noise reseeded with seed + block * 1000 + step, on --device)")
     p.add_argument("--policy", choices=["sdvg", "target-only", "draft-only", "accept-all", "random", "stride"],
                    default="sdvg",
                    help="sdvg = ImageReward threshold; accept-all = block 0 from the target, every other draft kept; "
@@ -217,8 +221,9 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationSpec, o
     if pixels is None and pixel_request(a) is not None:
         pixels = pixel_request(a).pixel_input()
     spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
-    engine = Engine(target, vae, drafter, scorer, _engine_config(a, real),
-                    memo=TieredMemo.split(int(a.memo_gb * 2**30)))
+    config = _engine_config(a, real)
+    noise = noise_source(a.noise, spec, target.cfg.in_dim, config.num_renoise, a.device)
+    engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))
     if spec.pixels is not None:
         engine.start(spec)  # the given pixels fit the recipes (an extension long enough...): refused before any work
     return engine, spec, _policy(a), (width, height)
