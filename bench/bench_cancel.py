@@ -23,6 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdvg_core.demo.tiny import random_vae  # noqa: E402
+from sdvg_core.engine.report import compile_backend  # noqa: E402
+from sdvg_core.demo.cli_args import add_compile_arg  # noqa: E402
 from sdvg_core.models.wan import CausalWan, build_random_on  # noqa: E402
 from sdvg_core.models.wan_config import PRESETS  # noqa: E402
 
@@ -69,12 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--at", type=float, default=0.3, help="fraction of the call's duration when Cancel is pressed")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
+    add_compile_arg(ap)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     out: dict = {"threads": a.threads, "torch": torch.__version__}
 
     cfg = dataclasses.replace(PRESETS["wan2.1-t2v-1.3b"], num_layers=a.layers)
-    run = CausalWan(build_random_on(cfg, "cpu", torch.float32, seed=0), cfg)
+    run = CausalWan(build_random_on(cfg, "cpu", torch.float32, seed=0), cfg, compile=a.compile)
+    out.update(compiled=bool(a.compile), compile_backend=compile_backend(run))
     h, w = (int(v) for v in a.latent.split("x"))
     x = torch.randn(1, 3, cfg.in_dim, h, w)  # [B, F, C, h, w]
     text = run.encode_text(torch.randn(1, 512, cfg.text_dim))

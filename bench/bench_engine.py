@@ -22,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdvg_core.models.wan_config import WanDiTConfig  # noqa: E402
 from sdvg_core.engine.engine import Engine, EngineConfig  # noqa: E402
-from sdvg_core.engine.policy import FixedPattern, TargetOnly  # noqa: E402
-from sdvg_core.engine.report import build_report, reference_forwards  # noqa: E402
+from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern, StridePolicy, TargetOnly  # noqa: E402
+from sdvg_core.engine.report import build_report, compiled_line, compiled_models, reference_forwards  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
+from sdvg_core.demo.cli_args import add_compile_arg  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.demo.tiny import DEMO_PROMPT, random_vae, tiny_scorer  # noqa: E402
 from sdvg_core.models.wan import CausalWan, build_random  # noqa: E402
@@ -40,6 +41,7 @@ PATTERNS = {
     "reference ~73% (6/8)": (False, True, True, False, True, True, True, False, True),
     "all-reject": (False,) * 9,
 }
+STRIDE_K = DEFAULT_STRIDE_K  # the StrideAR baseline's row: the target makes blocks 0, 2, 4, ... (no scorer)
 
 
 class Stopwatch:
@@ -119,13 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/bench")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5, help="runs per pattern (interleaved); the fastest counts")
+    add_compile_arg(ap)
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    d = CausalWan(build_random(BENCH_DRAFTER, seed=1), BENCH_DRAFTER, key="bench-drafter")
-    t = CausalWan(build_random(BENCH_TARGET, seed=2), BENCH_TARGET, key="bench-target")
+    d = CausalWan(build_random(BENCH_DRAFTER, seed=1), BENCH_DRAFTER, key="bench-drafter", compile=a.compile)
+    t = CausalWan(build_random(BENCH_TARGET, seed=2), BENCH_TARGET, key="bench-target", compile=a.compile)
     models = Models(d, t, random_vae(3), tiny_scorer(4, out / "vocab"))
 
     spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), SIZE[0], SIZE[1], BLOCKS, 42)
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ref_name = "reference algorithm, ~73% (6/8)"
     jobs = {"target-only": (TargetOnly(), True)}
     jobs.update({name: (FixedPattern(pattern), True) for name, pattern in PATTERNS.items()})
-    jobs[ref_name] = (FixedPattern(PATTERNS["reference ~73% (6/8)"]), False)
+    jobs[f"StrideAR k={STRIDE_K} (no scorer)"] = (StridePolicy(STRIDE_K), True)
+    jobs[ref_name] = (FixedPattern(PATTERNS["reference ~73% (6/8)"]), False)  # last: checked against the reference
     # repeats are interleaved (round-robin over the patterns) so slow drifts of a shared machine hit all alike
     results: dict[str, dict] = {}
     for _ in range(a.repeats):
@@ -191,10 +195,13 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['wall_s']:.2f} ({r['wall_predicted_s']:.2f}) | {r['speedup_measured']:.2f}x | "
                      f"{r['speedup_counted_full']:.2f}x | {r['prediction_error']:+.1%} | {r['speedup_counted']:.2f}x | "
                      f"{r['speedup_counted_nominal_7.4']:.2f}x | {r['overhead_share']:.2%} |")
+    lines.append("\n" + compiled_line(compiled_models(t, d)))
     table = "\n".join(lines)
     print(table)
     (out / "bench.json").write_text(json.dumps({"drafter_ms": d_ms, "target_ms": t_ms, "ratio": ratio, "unit_ms": unit,
-                                                "rows": rows}, indent=2))
+                                                "compiled": bool(a.compile), "compiled_models": compiled_models(t, d),
+                                                "rows": rows},
+                                               indent=2))
     (out / "bench.md").write_text(table + "\n")
     print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
     return 0

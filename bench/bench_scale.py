@@ -2,7 +2,7 @@
 
     ./dev.sh bench --size {tiny,mid,full} [--device cuda] [--rounds 3] [--configs all|sdvg,target-only,...]
                    [--blocks 9] [--recipe krea | --drafter-recipe R --target-recipe R] [--memo-gb G]
-                   [--json PATH] [--md PATH] [--compile]
+                   [--json PATH] [--md PATH] [--compile [BACKEND]]
 
 Sizes (weights are always seeded random init at these shapes, never read from files; bench/scale_models.py):
 - full: Wan 2.1 T2V 1.3B drafter + 14B target, the real Wan 2.1 VAE and real-size ImageReward, 832x480,
@@ -14,7 +14,8 @@ Sizes (weights are always seeded random init at these shapes, never read from fi
 - tiny: the demo's tiny models (CI smoke test); same JSON keys.
 
 Configurations (`--configs`, ids): target-only; reference (the reference algorithm, lazy=False, at 6 of 8
-accepted); sdvg (this engine at the same 6 of 8); all-accept; all-reject. After one untimed warm-up generation,
+accepted); sdvg (this engine at the same 6 of 8); all-accept; all-reject; stride-2 (the StrideAR baseline: the target
+makes every 2nd block, no scorer; `stride-K` for another K). After one untimed warm-up generation,
 `--rounds` interleaved rounds run every configuration once each, the order rotated by one per round; min and
 median wall time are reported. On the CPU each run is a forked child of the process that built the models (its
 peak RSS is that run's alone: `ru_maxrss` of the child); on CUDA `torch.cuda.max_memory_allocated` per run and
@@ -58,9 +59,11 @@ from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig  # noqa: E402
 from sdvg_core.engine.heap import HeapTrimmer  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
-from sdvg_core.engine.policy import FixedPattern, TargetOnly  # noqa: E402
+from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern, StridePolicy, TargetOnly  # noqa: E402
 from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name  # noqa: E402
+from sdvg_core.engine.report import compiled_line, compiled_models  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
+from sdvg_core.demo.cli_args import add_compile_arg  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.models.vae import VAE_PRESETS  # noqa: E402
 
@@ -100,6 +103,17 @@ CONFIGS: dict[str, Config] = {c.id: c for c in (
     Config("all-accept", "all-accept", True, lambda n: FixedPattern((False,) + (True,) * (n - 1))),
     Config("all-reject", "all-reject", True, lambda n: FixedPattern((False,) * n)),
 )}
+# StrideAR (SpecAR) as a baseline: `stride-K` runs StridePolicy(K) (the target makes blocks 0, K, 2K, ..., no scorer);
+# `all` runs stride-2 (DEFAULT_STRIDE_K, the k of its published comparison with SDVG); any K is selectable by name.
+STRIDE_ID = "stride-"
+
+
+def stride_config(k: int) -> Config:
+    return Config(f"{STRIDE_ID}{k}", f"StrideAR k={k} (target: blocks 0, {k}, {2 * k}, ...; no scorer)", True,
+                  lambda n: StridePolicy(k))
+
+
+CONFIGS[stride_config(DEFAULT_STRIDE_K).id] = stride_config(DEFAULT_STRIDE_K)
 
 
 # ----------------------------------------------------------------------------------------------- memory probes
@@ -458,7 +472,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
     peak_head = "device peak GiB" if cuda else "peak RSS GiB"
     lines = [f"SDVG scale benchmark, size `{meta['size']}` ({meta['width']}x{meta['height']}, {meta['blocks']} blocks, "
              f"{meta['dtype']}, recipes drafter `{meta['recipes']['drafter']}` / target `{meta['recipes']['target']}`)"
-             f" on {meta['machine']}; {meta['rounds_run']} interleaved round(s), isolation `{meta['isolation']}`; "
+             f" on {meta['machine']}; {compiled_line(meta['compiled_models'])}; {meta['rounds_run']} interleaved "
+             f"round(s), "
+             f"isolation `{meta['isolation']}`; "
              f"command: `{meta['command']}`", "",
              "| configuration | D fw | T fw | s/block min | s/block median | context | draft | decode | score | "
              f"target | {peak_head} | resident GiB | estimate GiB | speedup min | speedup median | "
@@ -527,7 +543,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--blocks", type=int, default=BLOCKS, help=f"blocks per video (default {BLOCKS})")
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU threads (0: torch's default; 1 by default: steadier on a shared CPU)")
-    ap.add_argument("--compile", action="store_true", help="regional torch.compile of the DiT blocks")
+    add_compile_arg(ap)
     ap.add_argument("--recipe", default="krea", type=recipe_arg,
                     help=f"both roles' context recipe: {', '.join(RECIPE_NAMES)}, parameters after a colon "
                          "(longlive:window=15,sink=3; default krea)")
@@ -575,10 +591,18 @@ def select_configs(spec: str) -> list[Config]:
     if spec == "all":
         return list(CONFIGS.values())
     ids = [x.strip() for x in spec.split(",") if x.strip()]
-    bad = [x for x in ids if x not in CONFIGS]
+    found = {x: CONFIGS.get(x) or _stride_by_id(x) for x in ids}
+    bad = [x for x, c in found.items() if c is None]
     if bad or not ids:
-        raise SystemExit(f"--configs: unknown {bad or spec!r}; choose from {', '.join(CONFIGS)} or all")
-    return [CONFIGS[x] for x in ids]
+        raise SystemExit(f"--configs: unknown {bad or spec!r}; choose from {', '.join(CONFIGS)}, {STRIDE_ID}K "
+                         f"(K >= 1) or all")
+    return [found[x] for x in ids]
+
+
+def _stride_by_id(cid: str) -> Config | None:
+    """`stride-K` for any whole K >= 1, else None."""
+    k = cid[len(STRIDE_ID):] if cid.startswith(STRIDE_ID) else ""
+    return stride_config(int(k)) if k.isdigit() and int(k) >= 1 else None
 
 
 def bench(a: argparse.Namespace, setup: Setup, build_s: float, command: str) -> dict:
@@ -601,7 +625,9 @@ def bench(a: argparse.Namespace, setup: Setup, build_s: float, command: str) -> 
         "machine": machine(), "command": command, "blocks": setup.spec.num_blocks, "width": setup.scale.width,
         "height": setup.scale.height,
         "recipes": {"drafter": setup.drafter_recipe.name, "target": setup.target_recipe.name},
-        "compile": a.compile, "rounds": a.rounds, "rounds_run": len(rr.orders), "stopped_early": rr.stopped_early,
+        "compile": a.compile, "compiled": bool(a.compile),
+        "compiled_models": compiled_models(setup.models.target, setup.models.drafter),
+        "rounds": a.rounds, "rounds_run": len(rr.orders), "stopped_early": rr.stopped_early,
         "orders": rr.orders, "isolation": isolation, "threads": torch.get_num_threads(),
         "memo_bytes": setup.memo_bytes,
         "models": {"drafter": dataclasses.asdict(setup.scale.drafter), "target": dataclasses.asdict(setup.scale.target),

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from sdvg_core import (Engine, EngineConfig, GenerationSpec, KreaRecipe, PixelInput, PromptConditioning,  # noqa: E402
                        ThresholdPolicy, TieredMemo, VideoWriter, tiny_models)
 from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
-from sdvg_core.io.cli_args import TINY_SIZE  # noqa: E402
+from sdvg_core.demo.cli_args import TINY_SIZE  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 
 TINY_DEMO_TAU = -0.8  # demo/cli.py: lets the tiny scorer both accept and reject

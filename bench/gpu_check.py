@@ -23,6 +23,10 @@ The real run (one H200 or H100, within `--budget-s`, 8 minutes by default, model
    MODEL input loaded by ComfyUI's own loader (0.33: ModelPatcherDynamic on NVIDIA), every load_models_gpu and
    free_memory call recorded (tests/comfy_dynamic_vram_run.py) -> DIR/dynamic-vram.json; UNVERIFIED: this phase
    has never run on a GPU, its output is the first evidence of how the memo behaves next to Dynamic VRAM;
+   and the AR sampler phase (ComfyUI 0.33+): core's Sampler AR Video and SDVG Sampler (AR video) on the same causal_ar
+   MODEL from core's loader (Dynamic VRAM on NVIDIA), the model compiler's and CUDA graphs' switches as SDVG's model
+   calls saw them and after, the graphs a model opened while SDVG sampled, core's noise rule on CUDA
+   (tests/comfy_ar_gpu_run.py) -> DIR/ar-sampler.json; UNVERIFIED likewise;
 7. DIR/gpu-check.json and DIR/gpu-check.md: everything above, the phase times and the dry-run estimate beside them.
 
 The dry run builds all four models at full size on the meta device (no memory), runs every call the plan makes
@@ -527,6 +531,29 @@ def dynamic_vram_markdown(d: dict) -> str:
             f"{d['memo_registered']} holding {d['memo_bytes'] / GIB:.2f} GiB; decisions {d['decisions']}.\n")
 
 
+def run_ar_sampler(comfy: str, timeout_s: float) -> dict:
+    """tests/comfy_ar_gpu_run.py on CUDA: SDVG's AR sampler next to core's on the host's GPU machinery (UNVERIFIED
+    until run on a GPU)."""
+    return run_probe([comfy_python(comfy), str(REPO / "tests" / "comfy_ar_gpu_run.py"), comfy, str(REPO),
+                      "--device", "cuda"], timeout_s)
+
+
+def ar_sampler_markdown(d: dict) -> str:
+    """One paragraph of the AR sampler phase: SDVG vs core's loop, the compiler switches, graphs, the noise rule."""
+    head = "AR sampler phase (UNVERIFIED, first GPU run; tests/comfy_ar_gpu_run.py)"
+    if "error" in d:
+        return f"{head}: failed: {d['error'][-500:]}\n"
+    if "skipped" in d:
+        return f"{head}: skipped: {d['skipped']}\n"
+    return (f"{head}: MODEL patcher {d['patcher'][0]} (dynamic {d['patcher'][1]}), {d['size'][0]}x{d['size'][1]}; "
+            f"target-only SDVG vs core's Sampler AR Video max |diff| {d['target_only_max_abs_diff']:.3g} (values up "
+            f"to {d['scale']:.3g}); seconds core {d['core_seconds']:.2f}, SDVG target-only "
+            f"{d['sdvg_target_only_seconds']:.2f}, SDVG with drafter {d['sdvg_seconds']:.2f}; compiler switches "
+            f"before {d['switches_before']}, seen by SDVG's calls {d['switches_seen_by_sdvg_calls']}, after "
+            f"{d['switches_after']}; graphs opened while SDVG sampled {d['graphs_opened_while_sdvg_sampled']}; core's "
+            f"noise rule on {d['noise_device']} max |diff| {d['noise_rule_max_abs_diff']:.3g}.\n")
+
+
 def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
     cuda = plan.device == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -629,6 +656,12 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
         doc["dynamic_vram"] = dyn
         (out / "dynamic-vram.json").write_text(json.dumps(dyn, indent=1))
         peer_md += dynamic_vram_markdown(dyn)
+        t = time.perf_counter()
+        ars = run_ar_sampler(a.comfyui, BUDGET_S - (time.perf_counter() - t_start))
+        doc["phase_s"]["ar sampler"] = time.perf_counter() - t
+        doc["ar_sampler"] = ars
+        (out / "ar-sampler.json").write_text(json.dumps(ars, indent=1))
+        peer_md += ar_sampler_markdown(ars)
     doc["total_s"] = time.perf_counter() - t_start
     save()
     md = [f"# GPU check on {doc['gpu']} (torch {doc['torch']}, CUDA {doc['cuda']}): measured, size {plan.size}",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from comfy_api.latest import ComfyExtension, io
 
+from .ar_sampler import SDVGARReport, SDVGSamplerARVideo
 from .finish import SDVGFinish, SDVGShowVideo
 from .folders import register_folders
 from .generate import SDVGGenerate
@@ -17,7 +18,7 @@ NODES: list[type[io.ComfyNode]] = [
     SDVGLoadDrafter, SDVGLoadTarget, SDVGLoadImageReward,
     SDVGStart, SDVGLoopStart, SDVGDraftBlock, SDVGDecodeBlock, SDVGScoreBlock, SDVGRoute, SDVGLoopEnd, SDVGFinish,
     SDVGGenerate, SDVGShowVideo, SDVGSavePromptEmbeddings, SDVGLoadPromptEmbeddings, SDVGPromptSchedule,
-    SDVGPromptFromBlock,
+    SDVGPromptFromBlock, SDVGSamplerARVideo, SDVGARReport,
 ]
 
 register_folders()

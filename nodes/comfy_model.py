@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from ..sdvg_core.engine.report import DEFAULT_COMPILE_BACKEND
 from ..sdvg_core.models.wan_config import (
     INDISTINGUISHABLE_NOTE, WanDiTConfig, WrongWanModel, check_t2v, shape_signature,
 )
@@ -15,7 +16,7 @@ from .surface import SDVGError
 
 # ComfyUI's TorchCompileModel stores its torch.compile arguments here (comfy_api/torch_helpers/torch_compile.py) and
 # compiles `diffusion_model` only inside `apply_model`, which SDVG never calls; SDVG honours the request instead by
-# compiling its own block regions with the same backend.
+# compiling its whole transformer block (CausalWan(compile=backend)) with the same backend.
 COMFY_COMPILE_OPTION = "torch_compile_kwargs"
 
 
@@ -112,7 +113,7 @@ def comfy_wan_view(net: torch.nn.Module, dtype: torch.dtype) -> Any:
 def host_comfy_model(model: Any, role: str, compile: bool | str = False) -> DiTHandle:
     """Wrap a ComfyUI MODEL (UNETLoader, GGUF, LoRA-patched...) holding a Wan 2.1 T2V network.
 
-    A TorchCompileModel upstream turns on SDVG's regional compile with its backend (see COMFY_COMPILE_OPTION).
+    A TorchCompileModel upstream turns on SDVG's whole-block compile with its backend (see COMFY_COMPILE_OPTION).
     """
     base = getattr(model, "model", None)
     net = getattr(base, "diffusion_model", None)
@@ -124,11 +125,13 @@ def host_comfy_model(model: Any, role: str, compile: bool | str = False) -> DiTH
     dtype = getattr(base, "manual_cast_dtype", None) or weight
     if dtype not in DTYPES.values():
         dtype = auto_dtype(torch.device(model.load_device))
-    key = f"comfy|{object_token(base)}|{getattr(model, 'patches_uuid', '')}|{dtype_name(dtype)}"
-    view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
     compile = comfy_compile_request(model) or compile
+    key = f"comfy|{object_token(base)}|{getattr(model, 'patches_uuid', '')}|{dtype_name(dtype)}"
+    if compile:  # a compiled model may round differently: its derived data is kept apart (as the file loaders do)
+        key += f"|compiled:{DEFAULT_COMPILE_BACKEND if compile is True else compile}"
+    view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
     runner = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype),
                        compile=compile)
     info = (f"{role}: ComfyUI MODEL ({type(net).__name__}, dim {cfg.dim}, {cfg.num_layers} layers, weights "
-            f"{dtype_name(weight)}, compute {dtype_name(dtype)})")
+            f"{dtype_name(weight)}, compute {dtype_name(dtype)})" + (", compiled" if compile else ""))
     return DiTHandle(role, runner, info)

@@ -1,5 +1,5 @@
-"""SDVG Generate: the whole speculative loop in one node (or target-only / draft-only for comparison), optionally
-writing the video to a file block by block as the blocks are committed."""
+"""SDVG Generate: the whole speculative loop in one node (or target-only / draft-only / StrideAR for comparison),
+optionally writing the video to a file block by block as the blocks are committed."""
 from __future__ import annotations
 
 import time
@@ -9,16 +9,25 @@ import torch
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.memo import TieredMemo
-from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
-from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, TargetOnly
+from ..sdvg_core.given.request import VIDEO_MODES, VideoToVideo
+from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, StridePolicy, TargetOnly
 from . import shared_memo
 from .outputs import BlockProgress, finish_outputs, open_video, result_outputs
-from .run import (AUTO, VIDEO_MODES, engine_errors, need, node_run_id, pixel_input, pixel_inputs, run_inputs, start_run,
-                  steps_per_block, threshold_policy)
+from .run import (AUTO, block_steps, engine_errors, need, node_run_id, pixel_input, pixel_inputs, run_inputs, start_run,
+                  threshold_policy)
 from .surface import CATEGORY, SDVGError, show_text
 from .video_file import save_inputs
 
-POLICIES = ["sdvg", "target_only", "draft_only"]
+# StrideAR (published as SpecAR) as a baseline: the target makes every k-th block, block 0 included, the drafter the
+# rest, nothing scored. A combo entry per k keeps the node's widgets (and saved workflows) as they were.
+STRIDE_KS = (2, 3, 4)
+STRIDE_PREFIX = "stride_k"
+POLICIES = ["sdvg", "target_only", "draft_only", *(f"{STRIDE_PREFIX}{k}" for k in STRIDE_KS)]
+
+
+def _stride_k(policy: str) -> int | None:
+    """k of a `stride_kK` policy entry, else None."""
+    return int(policy[len(STRIDE_PREFIX):]) if policy.startswith(STRIDE_PREFIX) else None
 
 
 class SDVGGenerate(io.ComfyNode):
@@ -36,7 +45,11 @@ class SDVGGenerate(io.ComfyNode):
             inputs=inputs[:cut] + [
                 io.Combo.Input("policy", options=POLICIES, default="sdvg",
                                tooltip="sdvg: route by tau. target_only: the 14B makes every block (baseline). "
-                                       "draft_only: keep every draft (block 0 from the target if force_reject_first)."),
+                                       "draft_only: keep every draft (block 0 from the target if force_reject_first). "
+                                       "stride_kK: the StrideAR baseline, no ImageReward: the target makes every K-th "
+                                       "block (blocks 0, K, 2K, ...), the drafter the rest, whatever they look like "
+                                       "(stride_k2: target, drafter, target, ...); tau and force_reject_first are "
+                                       "not used."),
                 io.Float.Input("tau", default=DEFAULT_TAU, min=-5.0, max=5.0, step=0.01, display_mode=io.NumberDisplay.slider,
                                tooltip="Accept a draft when its min ImageReward >= tau (policy sdvg)."),
                 io.Boolean.Input("force_reject_first", default=True,
@@ -61,21 +74,25 @@ class SDVGGenerate(io.ComfyNode):
                 cache_gb=shared_memo.DEFAULT_CACHE_GB, fresh_run=False, drafter=None, image_reward=None,
                 schedule=None, drafter_recipe=AUTO, target_recipe=AUTO, save_video=False,
                 filename_prefix="", start_image=None, input_video=None, video_mode=VIDEO_MODES[0],
-                strength=DEFAULT_STRENGTH) -> io.NodeOutput:
+                strength=VideoToVideo.default_strength, fps=None) -> io.NodeOutput:
         what = "SDVG Generate"
         if policy not in POLICIES:
             raise SDVGError(f"{what}: policy must be one of {POLICIES}, got {policy!r}")
-        pixels = pixel_input(what, start_image, input_video, video_mode, strength)
+        pixels = pixel_input(what, start_image, input_video, video_mode, strength, fps)
         run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
                         cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe, pixels)
-        pol = {"sdvg": lambda: threshold_policy(tau, force_reject_first), "target_only": TargetOnly,
-               "draft_only": lambda: DraftOnly(force_reject_first=bool(force_reject_first))}[policy]()
+        k = _stride_k(policy)
+        pol = StridePolicy(k) if k is not None else {
+            "sdvg": lambda: threshold_policy(tau, force_reject_first), "target_only": TargetOnly,
+            "draft_only": lambda: DraftOnly(force_reject_first=bool(force_reject_first))}[policy]()
         if policy != "target_only":
             need(run, what, drafter=True, scorer=policy == "sdvg")
         # fresh_run: a private memo for this call only (nothing taken from or left for other nodes' runs)
         memo = TieredMemo(int(cache_gb * shared_memo.GIB)) if fresh_run else shared_memo.MEMO
         # the generation is this node's: results another node of the same execution computed count as reused
-        engine = run.session.engine(BlockProgress(num_blocks, steps_per_block(run)), memo=memo, run_id=node_run_id())
+        engine = run.session.engine(memo=memo, run_id=node_run_id())
+        # the bar counts the plan the engine runs (a video-to-video run's: its strength's steps)
+        engine.callbacks.progress = BlockProgress(num_blocks, block_steps(engine, run.state.spec))
         video = open_video(run, filename_prefix, cls.hidden) if save_video else None
         gathered: list = []  # without a file: the output's frames, taken as each block commits (its pixels are held)
         sink = video.write if video is not None else gathered.append

@@ -21,6 +21,7 @@ from ..sdvg_core.models.wan import CausalWan
 from ..sdvg_core.models.wan_config import WanDiTConfig
 from . import comfy_memory
 from .attention import host_attention
+from .comfy_compiler import compiler_off
 from .surface import SDVGError
 
 # ------------------------------------------------------------------------------------------------ dtypes
@@ -104,11 +105,13 @@ class HostedWan(CausalWan):
 
     def encode_text(self, *args, **kwargs):
         self.ensure_loaded()
-        return super().encode_text(*args, **kwargs)
+        with compiler_off():
+            return super().encode_text(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
         self.ensure_loaded()
-        return super().forward(*args, **kwargs)
+        with compiler_off():
+            return super().forward(*args, **kwargs)
 
 
 class RunWan:
@@ -120,11 +123,13 @@ class RunWan:
 
     def encode_text(self, *args, **kwargs):
         self.shared.ensure_loaded(self.work_bytes)
-        return CausalWan.encode_text(self.shared, *args, **kwargs)
+        with compiler_off():
+            return CausalWan.encode_text(self.shared, *args, **kwargs)
 
     def forward(self, *args, **kwargs):
         self.shared.ensure_loaded(self.work_bytes)
-        return CausalWan.forward(self.shared, *args, **kwargs)
+        with compiler_off():
+            return CausalWan.forward(self.shared, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # cfg, key, device, dtype, full_load, ... of the shared runner
         if "shared" not in self.__dict__:
@@ -180,7 +185,8 @@ class HostedScorer:
 
     def score_frames(self, frames: torch.Tensor, prompt: str) -> torch.Tensor:
         comfy_memory.load(self.patcher, force_full_load=True)
-        return self.scorer.score_frames(frames, prompt)
+        with compiler_off():
+            return self.scorer.score_frames(frames, prompt)
 
 
 # ------------------------------------------------------------------------------------------------ the VAE
@@ -197,15 +203,18 @@ class HostedVAE:
 
     def decode_stream(self, *args, **kwargs):
         self.ensure_loaded()
-        return self.inner.decode_stream(*args, **kwargs)
+        with compiler_off():
+            return self.inner.decode_stream(*args, **kwargs)
 
     def encode_anchor_frame(self, *args, **kwargs):
         self.ensure_loaded()
-        return self.inner.encode_anchor_frame(*args, **kwargs)
+        with compiler_off():
+            return self.inner.encode_anchor_frame(*args, **kwargs)
 
     def encode_stream(self, *args, **kwargs):  # given pixels: a start image, a video to extend or restyle
         self.ensure_loaded()
-        return self.inner.encode_stream(*args, **kwargs)
+        with compiler_off():
+            return self.inner.encode_stream(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:  # config, device, decoder_slots, ... of our WanVAE
         if "inner" not in self.__dict__:

@@ -8,7 +8,7 @@ from comfy_api.latest import io, ui
 import comfy.model_management as mm
 
 from ..sdvg_core.io.checkpoint import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
-from ..sdvg_core.io.cli_args import drafter_own_recipe
+from ..sdvg_core.demo.cli_args import drafter_own_recipe
 from ..sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, DrafterError, drafter_problems, load_drafter
 from ..sdvg_core.io.reward_files import find_vocab, load_scorer
 from .comfy_model import host_comfy_model
@@ -29,9 +29,10 @@ def _model_input(role: str) -> io.Input:
                                   "Diffusion Model with fp8, GGUF loaders, LoRA loaders). When connected, the "
                                   "file options above are ignored and ComfyUI manages the weights (low VRAM "
                                   "offloading works; its LoRA patches are applied when ComfyUI loads the model). A "
-                                  "TorchCompileModel node before this input turns on SDVG's regional torch.compile "
-                                  "of the transformer blocks with its backend (ComfyUI's own compile wrapper acts "
-                                  "only inside apply_model, which SDVG does not call).")
+                                  "TorchCompileModel node before this input makes SDVG torch.compile the whole "
+                                  "transformer block with its backend, as the 'compile' option does (ComfyUI's own "
+                                  "compile wrapper acts only inside apply_model, which SDVG does not call); the run's "
+                                  "report says which models ran compiled.")
 
 
 def _common_inputs() -> list:
@@ -39,10 +40,11 @@ def _common_inputs() -> list:
                            tooltip="Weights and compute dtype. auto: bf16 on GPUs that support it, fp16 on "
                                    "other GPUs, fp32 on the CPU. For fp8 or GGUF use 'model' instead."),
             io.Boolean.Input("compile", default=False,
-                             tooltip="torch.compile the transformer blocks' fixed-shape parts (q/k/v + RoPE, "
-                                     "output + cross-attention query, FFN) once for all layers. The first "
-                                     "block is slower while it compiles; needs a working Triton on GPUs. "
-                                     "For a connected 'model', put a TorchCompileModel node before it instead.")]
+                             tooltip="torch.compile the whole transformer block (attention included), once for "
+                                     "all layers and blocks of a run. The first blocks are slower while it compiles; "
+                                     "needs a working Triton on GPUs. The run's report says 'compiled: target "
+                                     "(inductor)' and so on. For a connected 'model', put a TorchCompileModel node "
+                                     "before it instead.")]
 
 
 def _loaded(handle: DiTHandle) -> io.NodeOutput:

@@ -11,8 +11,8 @@ from comfy_api.latest import io
 
 from ..sdvg_core.engine.engine import Engine, ProgressEvent
 from ..sdvg_core.engine.plot import render_report_plot
-from ..sdvg_core.engine.report import RunReport, build_report
-from .run import Run, current_run_id, steps_per_block
+from ..sdvg_core.engine.report import RunReport, build_report, compiled_models
+from .run import Run, current_run_id
 from .video_file import PREVIEW_FRAMES, WAN_FPS, StreamingVideo, metadata_of
 
 PREVIEW_SIZE = 512  # longest side of a progress preview (ComfyUI's default max preview resolution)
@@ -97,12 +97,16 @@ def open_video(run: Run, filename_prefix: str, hidden) -> StreamingVideo:
     return StreamingVideo(filename_prefix, spec.width, spec.height, total, metadata=metadata_of(hidden))
 
 
-def _report(run: Run, wall: float | None, run_id: str, frames: int) -> RunReport:
+def _report(run: Run, wall: float | None, engine: Engine, frames: int) -> RunReport:
+    """The run's report; the target-only baseline is counted with the plan the engine ran (Engine.plan_for: a
+    video-to-video run's strength plan), so a target-only run counts 1.00x."""
     s = run.session
     meta = {"target": s.target.info, "drafter": s.drafter.info if s.drafter else "-",
             "image_reward": s.scorer.info if s.scorer else "-", "lineage": run.state.lineage, "frames": str(frames)}
-    return build_report(run.state, run.policy or "-", s.config.recipe_for("target"), steps_per_block(run, "target"),
-                        wall_seconds=wall, meta=meta, run_id=run_id, drafter_recipe=s.config.recipe_for("drafter"))
+    return build_report(run.state, run.policy or "-", s.config.recipe_for("target"),
+                        engine.plan_for(run.state.spec, "target").num_steps, wall_seconds=wall, meta=meta,
+                        run_id=engine.callbacks.run_id or current_run_id(), drafter_recipe=s.config.recipe_for("drafter"),
+                        compiled=compiled_models(s.target.runner, s.drafter.runner if s.drafter else None))
 
 
 def finish_outputs(run: Run, wall: float | None, engine: Engine, frames: torch.Tensor | None = None,
@@ -114,7 +118,7 @@ def finish_outputs(run: Run, wall: float | None, engine: Engine, frames: torch.T
     else:
         frames = engine.frames(run.state) if frames is None else frames
         count = frames.shape[0]
-    report = _report(run, wall, engine.callbacks.run_id or current_run_id(), count)
+    report = _report(run, wall, engine, count)
     plot = to_image_batch(render_report_plot(report, run.tau))  # tau = +inf: the plot says why every block is forced
     spec = run.state.spec
     head = f"{count} frames at {spec.width}x{spec.height} ({WAN_FPS} fps), seed {spec.seed}"

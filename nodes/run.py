@@ -19,13 +19,12 @@ from comfy_api.latest import io
 from ..sdvg_core.engine.engine import DECODE_RULES, Engine, EngineConfig, ProgressEvent
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.engine.memory import MemoryEstimate, check_fits, estimate_for_spec
-from ..sdvg_core.engine.pixel_input import PIXEL_MODES, PixelInput
-from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
+from ..sdvg_core.given.request import MODES, VIDEO_MODES, PixelInput, StartImage, VideoToVideo, describe
 from ..sdvg_core.engine.policy import ThresholdPolicy
 from ..sdvg_core.engine.prompts import PromptSchedule
 from ..sdvg_core.engine.recipes import RECIPE_NAMES, Recipe, recipe_by_name
 from ..sdvg_core.engine.state import GenerationSpec, GenerationState, PromptConditioning
-from ..sdvg_core.io.cli_args import MAX_BLOCKS
+from ..sdvg_core.demo.cli_args import MAX_BLOCKS
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
 from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae
@@ -35,9 +34,8 @@ LOG = logging.getLogger("SDVG")
 
 AUTO = "auto"  # a model's recipe: the one its drafter kind was trained for, else `recipe`
 ROLE_RECIPES = [AUTO, *RECIPE_NAMES]
-# What a connected input_video is for: the pixel modes that take a video, video_to_video first (the widget's default)
-VIDEO_MODES = [m for m in reversed(PIXEL_MODES) if m != "start_image"]
 STRENGTH_STEP = 0.05  # the strength widget's step (PIXELS_API)
+FPS_MAX = 1000.0  # the fps input's bound (a frame rate no camera reaches)
 
 
 # ------------------------------------------------------------------------------------------------ execution ids
@@ -257,42 +255,51 @@ def prompt_schedule(what: str, positive, prompt: str, schedule: PromptSchedule |
 
 
 def pixel_inputs() -> list:
-    """The optional given pixels of a generation (SDVG Start and SDVG Generate; docs/pixels.md)."""
+    """The optional given pixels of a generation (SDVG Start and SDVG Generate; docs/pixels.md): the same words as the
+    command line's flags and the evaluation rows (start_image, input_video, video_mode, strength)."""
     return [
-        io.Image.Input("start_image", optional=True,
+        io.Image.Input(StartImage.input, optional=True,
                        tooltip="Image-to-video: the video begins with this picture (Load Image; the first image of a "
                                "batch). It is centre-cropped to the width/height's aspect and resized; the first block "
                                "still comes from the target. Leave 'input_video' unconnected."),
-        io.Image.Input("input_video", optional=True,
+        io.Image.Input(VideoToVideo.input, optional=True,
                        tooltip="A video as IMAGE frames (core Load Video + Get Video Components, or VHS Load Video), "
                                "cropped and resized like start_image: restyled block by block (video_mode "
-                               "video_to_video) or continued (extend). The run ends where the input ends."),
-        io.Combo.Input("video_mode", options=VIDEO_MODES, default=VIDEO_MODES[0], optional=True,
+                               "video_to_video) or continued (extend). The run ends where the input ends. Connect "
+                               "Get Video Components' fps to 'fps' so the run keeps the video's timing."),
+        io.Combo.Input("video_mode", options=list(VIDEO_MODES), default=VIDEO_MODES[0], optional=True,
                        tooltip="What 'input_video' is for. video_to_video: each input block is noised at 'strength' "
                                "and denoised by the drafter (the target redoes rejected blocks from the same noised "
                                "input). extend: the output begins with the video and continues it."),
-        io.Float.Input("strength", default=DEFAULT_STRENGTH, min=0.0, max=1.0, step=STRENGTH_STEP, optional=True,
+        io.Float.Input("strength", default=VideoToVideo.default_strength, min=0.0, max=1.0, step=STRENGTH_STEP,
+                       optional=True,
                        tooltip="video_to_video only: how far each input block is noised (1 = from pure noise, the "
                                "input is ignored; lower keeps more of the input)."),
+        io.Float.Input("fps", min=0.0, max=FPS_MAX, optional=True, force_input=True,
+                       tooltip="The frame rate of 'input_video' (Get Video Components' fps output): its frames are "
+                               "resampled by time to the run's 16 fps, so a 30 fps clip keeps its duration. "
+                               "Unconnected: the frames are taken as they are, one per output frame."),
     ]
 
 
 def pixel_input(what: str, start_image: torch.Tensor | None, input_video: torch.Tensor | None,
-                video_mode: str = VIDEO_MODES[0], strength: float = DEFAULT_STRENGTH) -> PixelInput | None:
-    """The given pixels of the inputs (None: text-to-video); sdvg_core checks the frames and the strength."""
+                video_mode: str = VIDEO_MODES[0], strength: float = VideoToVideo.default_strength,
+                fps: float | None = None) -> PixelInput | None:
+    """The given pixels of the inputs (None: text-to-video); sdvg_core checks the frames, the strength and the fps."""
     if start_image is not None and input_video is not None:
         raise SDVGError(f"{what}: both 'start_image' and 'input_video' are connected; a run starts from one of them: "
                         f"disconnect the other")
-    with engine_errors(what):
-        if start_image is not None:
-            return PixelInput.start_image(start_image)
-        if input_video is None:
-            return None
-        if video_mode == "extend":
-            return PixelInput.extend(input_video)
-        if video_mode != "video_to_video":
-            raise SDVGError(f"{what}: video_mode must be one of {VIDEO_MODES}, got {video_mode!r}")
-        return PixelInput.video_to_video(input_video, strength)
+    if start_image is not None:
+        with engine_errors(what):
+            return PixelInput.of(StartImage.name, start_image)
+    if input_video is None:
+        return None
+    if video_mode not in VIDEO_MODES:
+        raise SDVGError(f"{what}: video_mode must be one of {list(VIDEO_MODES)}, got {video_mode!r}")
+    kind = MODES[video_mode]
+    with engine_errors(what):  # a strength widget is always there: it acts only where the mode takes one
+        return PixelInput.of(video_mode, input_video, strength if kind.takes_strength else None,
+                             fps=fps if fps else None)
 
 
 def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: int, height: int,
@@ -330,10 +337,10 @@ def threshold_policy(tau: float, force_reject_first: bool) -> ThresholdPolicy:
     return ThresholdPolicy(tau=float(tau), aggregation="min", force_reject_first=bool(force_reject_first))
 
 
-def steps_per_block(run: Run, role: str | None = None) -> int:
-    """Model calls per block of one role's recipe (None: the larger of the two, for a bar over both)."""
-    config = run.session.config
-    return max(config.recipe_for(r).plan.num_steps for r in ((role,) if role else ("drafter", "target")))
+def block_steps(engine: Engine, spec: GenerationSpec, role: str | None = None) -> int:
+    """Model calls per block in the plan the engine runs for `role` (None: the larger of the two roles', for a bar
+    over both): `Engine.plan_for`, so a video-to-video run's bar counts its strength's steps."""
+    return max(engine.plan_for(spec, r).num_steps for r in ((role,) if role else ("drafter", "target")))
 
 
 def describe_start(run: Run) -> str:
@@ -346,10 +353,5 @@ def describe_start(run: Run) -> str:
     if spec.schedule.switches:
         text += "\nprompts: " + "; ".join(f"block {b}: {p.text[:50]!r}" for b, p in spec.schedule)
     if spec.pixels is not None:
-        text += f"\n{describe_pixels(spec.pixels.mode, spec.pixels.strength)} (from {spec.pixels.source.name})"
+        text += f"\npixels: {describe(spec.pixels)} (from {spec.pixels.source.name})"
     return text
-
-
-def describe_pixels(mode: str, strength: float) -> str:
-    """The given pixels' mode and strength (a strength only where it acts), as SDVG Start and the report show them."""
-    return f"pixels: {mode}" + (f" at strength {strength:g}" if mode == "video_to_video" else "")

@@ -20,7 +20,7 @@ from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.prompts import PromptConditioning, PromptSchedule
 from ..sdvg_core.io.checkpoint import CheckpointError
-from ..sdvg_core.io.prompt_schedule import ScheduleError, encode_schedule, parse_schedule
+from ..sdvg_core.engine.prompt_schedule import ScheduleError, encode_schedule, parse_schedule
 from ..sdvg_core.io.text import load_embeddings
 from .folders import PROMPTS_FOLDER, SOURCES, check_file, resolve_file
 from .hosted import object_token

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from comfy_api.latest import io, ui
 
-from ..sdvg_core.io.pixel_args import DEFAULT_STRENGTH
+from ..sdvg_core.given.request import VIDEO_MODES, VideoToVideo
 from . import shared_memo
-from .run import AUTO, VIDEO_MODES, describe_start, pixel_input, pixel_inputs, run_inputs, start_run
+from .run import AUTO, describe_start, pixel_input, pixel_inputs, run_inputs, start_run
 from .surface import CATEGORY, SDVGState, show_text
 
 
@@ -26,9 +26,9 @@ class SDVGStart(io.ComfyNode):
     def execute(cls, target, vae, positive=None, prompt="", width=832, height=480, num_blocks=9, seed=42,
                 recipe="krea", decode_rule="standard", cache_gb=shared_memo.DEFAULT_CACHE_GB, drafter=None,
                 image_reward=None, schedule=None, drafter_recipe=AUTO, target_recipe=AUTO, start_image=None,
-                input_video=None, video_mode=VIDEO_MODES[0], strength=DEFAULT_STRENGTH) -> io.NodeOutput:
+                input_video=None, video_mode=VIDEO_MODES[0], strength=VideoToVideo.default_strength, fps=None) -> io.NodeOutput:
         what = "SDVG Start"
-        pixels = pixel_input(what, start_image, input_video, video_mode, strength)
+        pixels = pixel_input(what, start_image, input_video, video_mode, strength, fps)
         run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
                         cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe, pixels)
         text = describe_start(run)

@@ -5,7 +5,7 @@ from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.policy import DEFAULT_TAU
 from .outputs import StepProgress, image_output
-from .run import Run, engine_errors, need, steps_per_block, threshold_policy
+from .run import Run, block_steps, engine_errors, need, threshold_policy
 from .surface import CAT_STEPS, SDVGError, SDVGState, show_text
 
 
@@ -24,7 +24,8 @@ class SDVGDraftBlock(io.ComfyNode):
     @classmethod
     def execute(cls, state: Run) -> io.NodeOutput:
         need(state, "SDVG Draft Block", drafter=True)
-        engine = state.session.engine(StepProgress(steps_per_block(state, "drafter")))
+        engine = state.session.engine()
+        engine.callbacks.progress = StepProgress(block_steps(engine, state.state.spec, "drafter"))
         with engine_errors("SDVG Draft Block"):
             return io.NodeOutput(state.with_state(engine.draft(state.state)))
 
@@ -125,7 +126,8 @@ class SDVGRoute(io.ComfyNode):
             need(state, "SDVG Route", drafter=True, scorer=True)
         elif not policy.forced(b):
             need(state, "SDVG Route", drafter=True)
-        engine = state.session.engine(StepProgress(steps_per_block(state)))
+        engine = state.session.engine()
+        engine.callbacks.progress = StepProgress(block_steps(engine, state.state.spec))
         with engine_errors("SDVG Route"):
             new = engine.route(base, policy)
         rec = new.blocks[-1]

@@ -72,9 +72,9 @@ def specs() -> dict:
     import workflow_tools
 
     with fake_host.installed(Path(tempfile.mkdtemp(prefix="sdvg-wf-"))) as pack:
-        # core nodes in the shape the workflows are saved in (the oldest supported host's; newer ones convert on load)
-        core = pack.core_nodes.core_nodes(pack.core_nodes.WORKFLOW_HOST)
-        return workflow_tools.object_info_from_classes(list(pack.nodes.NODES) + core)
+        # core nodes in the shape the workflows are saved in (the oldest supported host's; newer ones convert on load),
+        # and the newest host's nodes the oldest lacks (core's AR video nodes: workflows using them need that host)
+        return workflow_tools.object_info_from_classes(list(pack.nodes.NODES) + pack.core_nodes.saved_shape())
 
 
 class Graph:
@@ -119,6 +119,11 @@ class Graph:
         self.nodes.append(node)
         return node
 
+    def mute(self, *nodes: dict) -> None:
+        """Nodes the frontend shows greyed and leaves out of the prompt until the user unmutes them (mode 2)."""
+        for n in nodes:
+            n["mode"] = 2
+
     def note(self, text: str, pos: tuple[int, int] = NOTE_POS, size: tuple[int, int] = NOTE_SIZE) -> dict:
         node = {"id": len(self.nodes) + 1, "type": "MarkdownNote", "pos": list(pos), "size": list(size), "flags": {},
                 "order": len(self.nodes), "mode": 0, "inputs": [], "outputs": [], "properties": {},
@@ -139,13 +144,17 @@ class Graph:
         self.groups.append({"id": len(self.groups) + 1, "title": title, "bounding": list(bounding), "color": color,
                             "font_size": 24, "flags": {}})
 
-    def to_json(self) -> dict:
+    def to_json(self, needs: tuple[str, list[str]] | None = None) -> dict:
+        """The UI JSON; `needs`: (the oldest ComfyUI version that has every core node used, those nodes) when that is
+        newer than the oldest supported host (tests/workflow_tools.py `workflow_needs`)."""
         for n in self.nodes:
             for o in n["outputs"]:
                 if not o["links"]:
                     o["links"] = None
         wf = {"id": self.wid, "revision": 0, "last_node_id": len(self.nodes), "last_link_id": len(self.links),
               "nodes": self.nodes, "links": self.links, "groups": self.groups, "config": {}, "extra": {}, "version": 0.4}
+        if needs is not None:
+            wf["extra"]["sdvg_needs"] = {"comfyui": needs[0], "core_nodes": needs[1]}
         wf["extra"]["ds"] = workflow_tools.saved_view(wf)
         return wf
 
@@ -387,6 +396,8 @@ def pixels_workflow(sp: dict, wid: str, title: str, text: str, given: list[tuple
             g.link(prev, prev["outputs"][0]["name"], node, node["inputs"][0]["name"])
         prev = node
     g.link(prev, prev["outputs"][0]["name"], gen, "input_video" if "video_mode" in widgets else "start_image")
+    if any(o["name"] == "fps" for o in prev["outputs"]):  # the video's own rate: resampled to 16 fps, duration kept
+        g.link(prev, "fps", gen, "fps")
     rep = g.node("PreviewAny", (1160, 0), title="Report (mode and strength first)", size=(700, 340))
     g.link(gen, "report", rep, "source")
     plot = g.node("PreviewImage", (1160, 390), title="Scores vs tau", size=(700, 420))
@@ -406,20 +417,95 @@ PIXEL_WORKFLOWS = {
         [("LoadImage", {"image": START_IMAGE}, (360, 330))], {}),
     "sdvg_video_to_video.json": (
         "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000007", "Video to video (SDVG)",
-        "**Load Video** -> **Get Video Components** gives the frames: each input block is noised at **strength** "
-        "and denoised by the drafter under the prompt, scored, and redone by the target from the same noised input "
-        "when rejected (`video_mode` extend continues the video instead). The run ends where the input ends.",
+        "**Load Video** -> **Get Video Components** gives the frames and their **fps** (resampled to 16 fps by time, "
+        "so the output lasts as long as the input): each input block is noised at **strength** and denoised by the "
+        "drafter under the prompt, scored, and redone by the target from the same noised input when rejected "
+        "(`video_mode` extend continues the video instead). The run ends where the input ends.",
         [("LoadVideo", {"file": INPUT_VIDEO}, (360, 380)),  # 1.49.6 grows it to about 370 for its player
          ("GetVideoComponents", {}, (360, 70))],
         {"video_mode": "video_to_video", "strength": 0.7}),
 }
 
 
+# core's AR workflow (ComfyUI 0.33+) with SDVG's sampler in place of Sampler AR Video
+AR_SIGMAS = "1.0, 0.9375, 0.8333333, 0.625, 0.0"  # Self-Forcing's four steps (shift 5) and the clean end
+AR_LENGTH, AR_I2V_LENGTH = 81, 85  # 21 latent frames = 7 blocks of 3; from a start image 22 = the start + 7 blocks
+AR_CORE_NODES = ["EmptyARVideoLatent", "ARVideoI2V", "ManualSigmas"]  # new in 0.33.0
+
+
+def ar_sampler_workflow(sp: dict) -> dict:
+    g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000008")
+    target = g.node("UNETLoader", (0, 0), {"unet_name": MODELS["target"]["name"], "weight_dtype": "default"},
+                    title="Load Diffusion Model (target, 14B)", models=["target"], size=(340, 110))
+    drafter = g.node("SDVGLoadDrafter", (0, 160), {"model_name": MODELS["drafter"]["name"]}, size=(340, 262))
+    reward = g.node("SDVGLoadImageReward", (0, 470), {"reward_name": MODELS["reward"]["name"]}, size=(340, 142))
+    vae = g.node("VAELoader", (0, 660), {"vae_name": MODELS["vae"]["name"]}, models=["vae"], size=(340, 60))
+    clip = g.node("CLIPLoader", (0, 770), {"clip_name": MODELS["umt5"]["name"], "type": "wan", "device": "default"},
+                  models=["umt5"], size=(340, 110))
+    text = g.node("PrimitiveStringMultiline", (380, 0), {"value": PROMPT}, title="Prompt", size=(360, 170))
+    enc = g.node("CLIPTextEncode", (380, 220), {"text": PROMPT}, size=(360, 100))
+    g.link(clip, "CLIP", enc, "clip")
+    g.link(text, "STRING", enc, "text")
+    latent = g.node("EmptyARVideoLatent", (380, 370), {"width": 832, "height": 480, "length": AR_LENGTH},
+                    size=(360, 130))
+    # the optional start image: muted (greyed, left out of the prompt) until the user switches it on (the note says how)
+    image = g.node("LoadImage", (380, 600), {"image": START_IMAGE}, size=(360, 230))
+    i2v = g.node("ARVideoI2V", (380, 870), {"width": 832, "height": 480, "length": AR_I2V_LENGTH}, size=(360, 170))
+    g.link(target, "MODEL", i2v, "model")
+    g.link(vae, "VAE", i2v, "vae")
+    g.link(image, "IMAGE", i2v, "start_image")
+    g.mute(image, i2v)
+    g.group("Start image (optional, muted)", (360, 520, 400, 530), "#a1309b")
+    guider = g.node("BasicGuider", (800, 0), size=(300, 70))
+    g.link(target, "MODEL", guider, "model")
+    g.link(enc, "CONDITIONING", guider, "conditioning")
+    noise = g.node("RandomNoise", (800, 120), {"noise_seed": 42}, size=(300, 82))
+    sigmas = g.node("ManualSigmas", (800, 250), {"sigmas": AR_SIGMAS}, size=(300, 60))
+    # the sampler shows each block's decision and the report's path on itself while it runs: room under its widgets
+    sampler = g.node("SDVGSamplerARVideo", (800, 360), {"num_frame_per_block": 3, "policy": "sdvg", "tau": -0.7},
+                     size=(340, 680))
+    g.link(drafter, "drafter", sampler, "sdvg_drafter")
+    g.link(vae, "VAE", sampler, "vae")
+    g.link(reward, "image_reward", sampler, "image_reward")
+    g.link(text, "STRING", sampler, "prompt")
+    run = g.node("SamplerCustomAdvanced", (1180, 0), size=(300, 330))
+    g.link(noise, "NOISE", run, "noise")
+    g.link(guider, "GUIDER", run, "guider")
+    g.link(sampler, "SAMPLER", run, "sampler")
+    g.link(sigmas, "SIGMAS", run, "sigmas")
+    g.link(latent, "LATENT", run, "latent_image")
+    decode = g.node("VAEDecode", (1180, 380), size=(300, 50))
+    g.link(run, "output", decode, "samples")
+    g.link(vae, "VAE", decode, "vae")
+    report = g.node("SDVGARReport", (1180, 480), size=(300, 100))
+    g.link(run, "output", report, "samples")
+    cv = g.node("CreateVideo", (1180, 630), {"fps": 16.0}, size=(270, 80))
+    g.link(decode, "IMAGE", cv, "images")
+    g.group("Core's AR sampling, SDVG as its sampler", (780, -70, 720, 1110))
+    # the report, its plot and the note in one column left of the minimap's corner; the player beside them
+    rep = g.node("PreviewAny", (1520, 0), title="Report", size=(540, 420))
+    g.link(report, "report", rep, "source")
+    plot = g.node("PreviewImage", (1520, 470), title="Scores vs tau", size=(540, 260))
+    g.link(report, "plot", plot, "images")
+    sv = g.node("SaveVideo", (2100, 0), {"filename_prefix": "video/SDVG_AR"}, size=(420, 440))
+    g.link(cv, "VIDEO", sv, "video")
+    g.note("## Core's AR video workflow with SDVG\n\nComfyUI 0.33's autoregressive path (Empty AR Video Latent, a "
+           "guider, sigmas, **SamplerCustomAdvanced**, VAE Decode) with **SDVG Sampler (AR video)** where core's "
+           "*Sampler AR Video* goes. The guider's MODEL is the 14B **target**; the sampler's drafter proposes each "
+           "block, ImageReward scores it and the target redoes it when the lowest frame score is < **tau**. Noise, "
+           "sigmas, latent and start image are core's; `length` must give whole blocks of 3 latent frames: 81 "
+           "(7 blocks), or 85 from a start image.\n\n**Start image**: unmute the group, connect **AR Video I2V**'s "
+           "MODEL to the guider and its LATENT to SamplerCustomAdvanced's `latent_image`.\n\n" + files_note(),
+           pos=(1520, 780), size=(540, 260))
+    return g.to_json(needs=("0.33.0", AR_CORE_NODES))
+
+
 WORKFLOWS = {"sdvg_loop_step_by_step.json": loop_workflow, "sdvg_generate.json": generate_workflow,
              "sdvg_vs_target_only.json": baseline_workflow, "sdvg_long_video.json": long_video_workflow,
              "sdvg_long_video_prompt_changes.json": prompt_changes_workflow,
              **{name: functools.partial(pixels_workflow, wid=a[0], title=a[1], text=a[2], given=a[3], widgets=a[4])
-                for name, a in PIXEL_WORKFLOWS.items()}}
+                for name, a in PIXEL_WORKFLOWS.items()},
+             "sdvg_core_ar_sampler.json": ar_sampler_workflow}
 
 
 def main() -> int:

@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "DraftOnly": ".engine.policy",
     "RandomPolicy": ".engine.policy",
     "FixedPattern": ".engine.policy",
+    "StridePolicy": ".engine.policy",
     "aggregate": ".engine.policy",
     "DEFAULT_TAU": ".engine.policy",
     # what to generate and what was generated
@@ -46,14 +47,15 @@ _EXPORTS: dict[str, str] = {
     "BlockRecord": ".engine.state",
     "PendingBlock": ".engine.state",
     # given pixels: start image, extension, video-to-video
-    "PixelInput": ".engine.pixel_input",
-    "PixelInputError": ".io.pixels_in",
-    "PIXEL_MODES": ".engine.pixel_input",
+    "PixelInput": ".given.request",
+    "PixelInputError": ".given.errors",
+    "PIXEL_MODES": ".given.request",
     # memo (shared between engines / runs) and noise (custom noise sources)
     "Memo": ".engine.memo",
     "TieredMemo": ".engine.memo",
     "BlockNoise": ".engine.noise",
     "block_noise": ".engine.noise",
+    "ComfyARNoise": ".engine.noise",
     # report, plot, memory estimate
     "RunReport": ".engine.report",
     "BlockReport": ".engine.report",
@@ -83,8 +85,8 @@ _EXPORTS: dict[str, str] = {
     "VideoWriter": ".io.video",
     "load_drafter": ".io.drafters",
     "DRAFTER_KINDS": ".io.drafters",
-    "read_schedule": ".io.prompt_schedule",
-    "parse_schedule": ".io.prompt_schedule",
+    "read_schedule": ".engine.prompt_schedule",
+    "parse_schedule": ".engine.prompt_schedule",
     # tiny random models (demo, tests, benchmarks)
     "tiny_models": ".demo.tiny",
     "TinyModels": ".demo.tiny",
@@ -93,10 +95,11 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DEFAULT_MEMO_BYTES", "to_image",
     "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "Recipe", "recipe_by_name", "RECIPE_NAMES",
-    "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "aggregate", "DEFAULT_TAU",
+    "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "StridePolicy", "aggregate",
+    "DEFAULT_TAU",
     "GenerationSpec", "PromptConditioning", "PromptSchedule", "GenerationState", "BlockRecord", "PendingBlock",
     "PixelInput", "PixelInputError", "PIXEL_MODES",
-    "Memo", "TieredMemo", "BlockNoise", "block_noise",
+    "Memo", "TieredMemo", "BlockNoise", "block_noise", "ComfyARNoise",
     "RunReport", "BlockReport", "build_report", "render_report_plot", "estimate_for_spec", "MemoryRefused",
     "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "ImageRewardScorer", "ImageRewardConfig",
     "load_wan_dit", "load_wan_vae", "CheckpointError", "load_scorer", "load_model_files", "ModelSet",
@@ -126,22 +129,22 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig, ProgressEvent, Scorer, to_image
     from .engine.memo import Memo, TieredMemo
     from .engine.memory import MemoryRefused, estimate_for_spec
-    from .engine.noise import BlockNoise, block_noise
+    from .engine.noise import BlockNoise, ComfyARNoise, block_noise
     from .engine.plot import render_report_plot
-    from .engine.policy import (DEFAULT_TAU, DraftOnly, FixedPattern, Policy, RandomPolicy, TargetOnly, ThresholdPolicy,
-                                aggregate)
+    from .engine.policy import (DEFAULT_TAU, DraftOnly, FixedPattern, Policy, RandomPolicy, StridePolicy, TargetOnly,
+                                ThresholdPolicy, aggregate)
     from .engine.recipes import RECIPE_NAMES, KreaRecipe, LongLiveRecipe, Recipe, SelfForcingRecipe, recipe_by_name
     from .engine.report import BlockReport, RunReport, build_report
     from .engine.prompts import PromptConditioning, PromptSchedule
     from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock
-    from .engine.pixel_input import PIXEL_MODES, PixelInput
-    from .io.pixels_in import PixelInputError
+    from .given.request import PIXEL_MODES, PixelInput
+    from .given.errors import PixelInputError
     from .io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
     from .io.model_files import ModelSet, load_model_files
     from .io.reward_files import load_scorer
     from .io.text import UMT5Encoder, encode_umt5, load_embeddings, save_embeddings
     from .io.drafters import DRAFTER_KINDS, load_drafter
-    from .io.prompt_schedule import parse_schedule, read_schedule
+    from .engine.prompt_schedule import parse_schedule, read_schedule
     from .io.video import VideoWriter, write_video
     from .models.reward import ImageRewardScorer
     from .models.reward_config import ImageRewardConfig

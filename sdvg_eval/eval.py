@@ -14,7 +14,8 @@ Rows are appended to OUT/rows.csv as each finishes; re-running the same command 
 common prefix once (OUT/summary.md reports forwards computed vs a naive sweep). `--workers 0` runs in this
 process without Ray; `--ray-address` (or RAY_ADDRESS) joins a running cluster, with its token when it has one
 (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token). Exit status 2: a usage or input error (nothing was
-run); 1: some rows failed; 130: stopped by Ctrl-C (the rows written so far stay: re-run the same command to resume).
+run); 1: some rows failed; 130: stopped by Ctrl-C, 143: by SIGTERM (the rows written so far stay: re-run the same
+command to resume).
 A cluster that cannot be joined within --ray-join-timeout seconds (default 30) stops the sweep before anything is
 written.
 """
@@ -33,12 +34,12 @@ import torch
 
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
 from sdvg_core.engine.state import SIZE_MULTIPLE, PromptSchedule
-from sdvg_core.io.cli_args import (INTERRUPTED, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
-                                   add_drafter_kind_args, add_recipe_args, blocks_problem, ctrl_c_raises,
+from sdvg_core.demo.cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
+                                   add_compile_arg, add_drafter_kind_args, add_recipe_args, blocks_problem, compile_problem, stop_signals_raise, stopped_by,
                                    drafter_own_recipe, output_folder_problem, recipe_problems)
 from sdvg_core.io.drafters import drafter_problems
-from sdvg_core.io.pixel_args import request_problems
-from sdvg_core.io.prompt_schedule import PromptSource, ScheduleError, read_schedule
+from sdvg_core.demo.pixel_args import check_request
+from sdvg_core.engine.prompt_schedule import PromptSource, ScheduleError, read_schedule
 from sdvg_core.io.prompt_width import text_width, umt5_width
 from sdvg_core.io.text import load_embeddings, umt5_folders
 from sdvg_core.models.state_dict import CheckpointError
@@ -70,7 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="first N prompts only")
     p.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     p.add_argument("--configs", nargs="+", default=list(PAPER_CONFIGS),
-                   help="target-only draft-only accept-all random:P sdvg:TAU sdvg-mean:TAU (default: the paper's)")
+                   help="target-only draft-only accept-all random:P sdvg:TAU sdvg-mean:TAU stride:k=K (StrideAR: the "
+                        "target makes every K-th block, no scorer) (default: the paper's)")
     p.add_argument("--metrics", nargs="+", default=["imagereward"],
                    help="visionreward:FOLDER (the paper's metric, column vr), imagereward, clip:FOLDER, "
                         "py:MODULE[:ARG] (local files only)")
@@ -95,6 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--width", type=int), p.add_argument("--height", type=int), p.add_argument("--blocks", type=int)
     add_recipe_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard")
+    add_compile_arg(p)
     p.add_argument("--memo-gb", type=float, default=DEFAULT_MEMO_BYTES / GIB, help="per-worker memo for big caches")
     p.add_argument("--out", default="out/eval", help="results folder (rows.csv, run.json, summary.md, pareto.png)")
     p.add_argument("--embed-cache", default=None, help="prompt-embedding cache (default OUT/embeddings; shared "
@@ -139,6 +142,7 @@ def preflight(a: argparse.Namespace) -> list[str]:
     problems += [m for s in a.metrics for m in metric_spec_problems(s, metric_options(a))]
     if a.vr_batch < 0:
         problems.append("--vr-batch must be >= 0")
+    problems += filter(None, [compile_problem(a.compile)])
     names = [metric_name(s) for s in a.metrics]
     if len(set(names)) != len(names):
         problems.append(f"--metrics: two metrics write the same column ({names})")
@@ -225,15 +229,20 @@ def _prompt_problems(a: argparse.Namespace) -> list[str]:
 
 
 def _pixel_row_problems(a: argparse.Namespace, prompts: list[Prompt]) -> list[str]:
-    """The given pixels prompt rows name, checked as the demo checks its flags (io/pixel_args.py) at the sweep's size
-    and with its recipes: every problem, each naming its line."""
+    """The given pixels prompt rows name, checked as the demo checks its flags (demo/pixel_args.py: the core's rules)
+    at the sweep's size, length and recipes: every problem, each naming its line; notes (a picture's transparency...)
+    are printed once."""
     width, height = TINY_SIZE if a.tiny else REAL_SIZE
     run_hw = (a.height or height, a.width or width)
     recipes = role_recipes(a)
+    blocks = a.blocks if a.blocks and not blocks_problem(a.blocks) else (TINY_BLOCKS if a.tiny else REAL_BLOCKS)
     problems = []
     for p in prompts:
         if p.pixels is not None:
-            problems += request_problems(p.pixels, f"--prompts {a.prompts} line {p.id + 1}", run_hw, recipes)
+            checked = check_request(p.pixels, f"--prompts {a.prompts} line {p.id + 1}", run_hw, recipes, blocks)
+            problems += checked.problems
+            for note in checked.notes:
+                print(f"note: line {p.id + 1}: {note}", file=sys.stderr)
     return problems
 
 
@@ -289,7 +298,7 @@ def _drafter_flag_problems(a: argparse.Namespace) -> list[str]:
 def role_recipes(a: argparse.Namespace) -> tuple[str, str]:
     """(drafter recipe, target recipe): --drafter-recipe / --target-recipe, else --recipe; a drafter file whose kind
     has its own long-video recipe (LongLive) runs it unless --drafter-recipe says otherwise, as in the demo CLI
-    (io/cli_args.py drafter_own_recipe)."""
+    (demo/cli_args.py drafter_own_recipe)."""
     drafter = a.drafter_recipe
     if drafter is None and not a.tiny and a.drafter:
         drafter = drafter_own_recipe(a.drafter_kind)
@@ -371,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                        dtype=a.dtype or ("bf16" if gpu else "fp32"),
                        width=a.width or size[0], height=a.height or size[1], blocks=a.blocks or blocks,
                        recipe=a.recipe, drafter_recipe=drafter_recipe, target_recipe=target_recipe,
-                       decode_rule=a.decode_rule, memo_bytes=int(a.memo_gb * GIB),
+                       decode_rule=a.decode_rule, memo_bytes=int(a.memo_gb * GIB), compile=a.compile,
                        threads=max(1, int(a.cpus_per_worker)),
                        needs_drafter=any(c.needs_drafter for c in configs),
                        needs_scorer=any(c.needs_scorer for c in configs) or "imagereward" in a.metrics)
@@ -407,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                                                         else ""), file=sys.stderr)
     count = {"n": 0}
     appender = None
-    with ctrl_c_raises():  # Ctrl-C: the finished rows stay, the same command resumes
+    with stop_signals_raise():  # Ctrl-C or SIGTERM: the finished rows stay, the same command resumes
         try:
             run_fp = open_results(out, ident, header)
             t0 = time.perf_counter()
@@ -433,10 +442,11 @@ def main(argv: list[str] | None = None) -> int:
         except RayJoinError as e:
             print(f"error: nothing was run: {e}", file=sys.stderr)
             return USAGE_ERROR
-        except KeyboardInterrupt:
-            print(f"\ninterrupted: {count['n']} row(s) written by this run, {len(read_rows(rows_path))} in "
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (cli_args.Terminated): 130 / 143
+            what, code = stopped_by(e)
+            print(f"\n{what}: {count['n']} row(s) written by this run, {len(read_rows(rows_path))} in "
                   f"{rows_path} in all; re-run the same command to resume (finished rows are skipped)", file=sys.stderr)
-            return INTERRUPTED
+            return code
         finally:
             if appender is not None:
                 appender.close()

@@ -12,16 +12,21 @@ from typing import Callable
 
 import torch
 
-from sdvg_core.io.pixel_args import DEFAULT_STRENGTH, PixelRequest
+from sdvg_core.demo.pixel_args import PixelRequest
+from sdvg_core.given.request import MODES, VIDEO_MODES, Extend, StartImage, VideoToVideo
 from sdvg_core.io.text import demo_embeddings, load_embeddings, save_embeddings
 
-# A prompt line may name given pixels after the prompt (docs/pixels.md, "Evaluation rows"):
+# A prompt line may name given pixels after the prompt, with the words of the demo's flags and the nodes' inputs
+# (docs/pixels.md §6):
 #   a corgi runs through a meadow || start_image=photos/corgi.png
 #   waves at dusk || input_video=clips/sea.mp4 strength=0.6
-#   a cat walks on || extend=clips/cat.mp4
-# Paths are relative to the prompt file's folder; strength only with input_video (default 0.7).
+#   a cat walks on || input_video=clips/cat.mp4 video_mode=extend      (or: extend=clips/cat.mp4)
+# Paths are relative to the prompt file's folder; strength only for video_to_video (default 0.7); keep_frames=true
+# reads a video's frames as they are (default: on the run's 16 fps clock, by their timestamps).
 PIXELS_SEPARATOR = " || "
-ROW_MODES = {"start_image": "start_image", "extend": "extend", "input_video": "video_to_video"}
+PATH_KEYS = (StartImage.input, VideoToVideo.input, Extend.name)  # start_image=, input_video=, extend= (shorthand)
+OPTION_KEYS = ("video_mode", "strength", "keep_frames")
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
 
 
 class PromptRowError(ValueError):
@@ -39,30 +44,41 @@ class Prompt:
 
 
 def parse_pixels(spec: str, base: Path, line_no: int) -> PixelRequest:
-    """`start_image=PATH`, `extend=PATH` or `input_video=PATH [strength=S]` -> a PixelRequest (paths from `base`)."""
+    """`start_image=PATH`, `input_video=PATH [video_mode=video_to_video|extend] [strength=S] [keep_frames=true]` or
+    `extend=PATH` -> a PixelRequest (paths from `base`); the strength is checked by the mode's own rule."""
     where = f"line {line_no}"
     fields: dict[str, str] = {}
     for item in spec.split():
         key, eq, value = item.partition("=")
-        if not eq or not value or key not in (*ROW_MODES, "strength") or key in fields:
-            raise PromptRowError(f"{where}: {item!r} is not one of start_image=PATH, extend=PATH, input_video=PATH, "
-                                 f"strength=S (each once; write the pixels after '{PIXELS_SEPARATOR.strip()}')")
+        if not eq or not value or key not in (*PATH_KEYS, *OPTION_KEYS) or key in fields:
+            raise PromptRowError(f"{where}: {item!r} is not one of start_image=PATH, input_video=PATH, extend=PATH, "
+                                 f"video_mode=MODE, strength=S, keep_frames=true (each once; write the pixels after "
+                                 f"'{PIXELS_SEPARATOR.strip()}')")
         fields[key] = value
-    modes = [k for k in ROW_MODES if k in fields]
-    if len(modes) != 1:
-        raise PromptRowError(f"{where}: name exactly one of start_image=, extend=, input_video= (got "
-                             f"{', '.join(modes) or 'none'})")
-    mode = ROW_MODES[modes[0]]
-    if "strength" in fields and mode != "video_to_video":
-        raise PromptRowError(f"{where}: strength= applies to input_video= only")
-    strength = 1.0
-    if mode == "video_to_video":
+    given = [k for k in PATH_KEYS if k in fields]
+    if len(given) != 1:
+        raise PromptRowError(f"{where}: name exactly one of start_image=, input_video=, extend= (got "
+                             f"{', '.join(given) or 'none'})")
+    key = given[0]
+    if "video_mode" in fields and key != VideoToVideo.input:
+        raise PromptRowError(f"{where}: video_mode= says what an input_video= is for")
+    if fields.get("video_mode", VIDEO_MODES[0]) not in VIDEO_MODES:
+        raise PromptRowError(f"{where}: video_mode={fields['video_mode']} is not one of {', '.join(VIDEO_MODES)}")
+    mode = {StartImage.input: StartImage.name, Extend.name: Extend.name}.get(key) or fields.get("video_mode",
+                                                                                               VIDEO_MODES[0])
+    strength = None
+    if "strength" in fields:
         try:
-            strength = float(fields.get("strength", DEFAULT_STRENGTH))
+            strength = float(fields["strength"])
         except ValueError:
             raise PromptRowError(f"{where}: strength={fields['strength']!r} is not a number in [0, 1]") from None
-    path = Path(fields[modes[0]]).expanduser()
-    return PixelRequest(mode, path if path.is_absolute() else base / path, strength)
+        if not MODES[mode].takes_strength:
+            raise PromptRowError(f"{where}: strength= applies to video_to_video only ({mode} runs at full strength)")
+    keep = fields.get("keep_frames", "false").lower()
+    if keep not in TRUE_WORDS + FALSE_WORDS or (keep in TRUE_WORDS and mode == StartImage.name):
+        raise PromptRowError(f"{where}: keep_frames={fields['keep_frames']} must be true or false, for a video")
+    path = Path(fields[key]).expanduser()
+    return PixelRequest(mode, path if path.is_absolute() else base / path, strength, keep in TRUE_WORDS)
 
 
 def read_prompts(path: str | Path, limit: int | None = None) -> list[Prompt]:

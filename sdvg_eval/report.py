@@ -14,7 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import BASELINE_KINDS, CURVE_KINDS, PLOT_FILE, RUN_FILE, SPEEDUP_BASELINE, SUMMARY_FILE, UNITS_FILE, parse_config
+from .config import (BASELINE_KINDS, CURVE_KINDS, PLOT_FILE, RUN_FILE, SPEEDUP_BASELINE, STRIDE_KIND, SUMMARY_FILE,
+                     UNITS_FILE, parse_config)
+from .equal_cost import equal_cost, equal_cost_lines
 from .metrics import IMAGEREWARD_NOTE, ImageRewardMean
 from .records import UNIT_COLUMNS, metric_columns, read_rows
 
@@ -63,8 +65,9 @@ def summarise(rows: list[dict], metrics: list[str]) -> list[ConfigSummary]:
             name, c.kind, c.value, len(rs), {m: _mean([float(r[m]) for r in rs]) for m in metrics}, secs,
             fresh, base_s / secs if fresh and base_fresh and secs else None, counted,
             sum(decisions) / len(decisions) if decisions else None))
-    order = {k: i for i, k in enumerate(("target-only", "draft-only", "accept-all", "random", "sdvg", "sdvg-mean"))}
-    return sorted(out, key=lambda s: (order[s.kind], -(s.value or 0)))
+    order = {k: i for i, k in enumerate(("target-only", "draft-only", "accept-all", "random", STRIDE_KIND, "sdvg",
+                                         "sdvg-mean"))}
+    return sorted(out, key=lambda s: (order[s.kind], (s.value or 0) if s.kind == STRIDE_KIND else -(s.value or 0)))
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ def markdown(summ: list[ConfigSummary], metrics: list[str], savings: list[UnitSa
                      "either way (fresh-run forwards, target:drafter cost ratio from the engine report).")
     if ImageRewardMean.name in metrics:
         lines.append(f"note: {IMAGEREWARD_NOTE}.")
+    lines += equal_cost_lines(equal_cost(summ, metrics))
     comp = sum(u.computed_forwards for u in savings)
     naive = sum(u.naive_forwards for u in savings)
     cc, nc = sum(u.computed_cost for u in savings), sum(u.naive_cost for u in savings)
@@ -151,12 +155,24 @@ CHAR_W, LABEL_H = 6, 12  # pixels per label character and per label line (PIL's 
 CURVE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
 BASELINE_COLORS = {ACCEPT_ALL: "#d62728"}
 OTHER_COLOR = "#444444"
+# A series with a style of its own (colour, marker shape): StrideAR's points are triangles on a dashed line, so they
+# read as another method, not as one more tau curve.
+SERIES_STYLES = {STRIDE_KIND: ("#8c564b", "triangle")}
+CURVE_SHAPE = "circle"
+BASELINE_SHAPE = "square"
+MPL_MARKERS = {"circle": "o", "square": "s", "triangle": "^"}
+
+
+def series_style(kind: str, index: int) -> tuple[str, str]:
+    """(colour, marker shape) of the curve kind drawn `index`-th."""
+    return SERIES_STYLES.get(kind, (CURVE_COLORS[index % len(CURVE_COLORS)], CURVE_SHAPE))
 
 
 def plot_points(summ: list[ConfigSummary], metric: str) -> dict:
-    """What the Pareto plot draws: one curve per tau kind (sorted by speedup), baselines as labelled points."""
+    """What the Pareto plot draws: one curve per tau kind and StrideAR's points as a series of their own (each
+    sorted by speedup), baselines as labelled points."""
     curves = {k: sorted([[s.speedup_counted, s.metrics[metric], s.config] for s in summ if s.kind == k])
-              for k in CURVE_KINDS if any(s.kind == k for s in summ)}
+              for k in (*CURVE_KINDS, STRIDE_KIND) if any(s.kind == k for s in summ)}
     points = [[s.speedup_counted, s.metrics[metric], s.config] for s in summ if s.kind in BASELINE_KINDS]
     data = {"x": "speedup vs target-only (counted)", "y": metric,
             "y_title": METRIC_TITLES.get(metric, f"{metric} (mean per video)"), "curves": curves, "points": points}
@@ -182,7 +198,9 @@ def zoom_note(data: dict) -> str | None:
 
 
 def curve_label(kind: str, points: list) -> str:
-    """Legend text of a tau kind: a curve when it has several taus, else the one point it is."""
+    """Legend text of a curve kind: a curve when it has several taus (or ks), else the one point it is."""
+    if kind == STRIDE_KIND:
+        return "StrideAR (stride k)" if len(points) > 1 else "StrideAR (one k)"
     return f"{kind} (tau curve)" if len(points) > 1 else f"{kind} (one tau)"
 
 
@@ -208,10 +226,10 @@ def layout(data: dict, size: tuple[int, int] = PLOT_SIZE) -> list[dict]:
 
     items = []
     for i, (kind, pts) in enumerate(data["curves"].items()):
-        items += [{"name": n, "kind": kind, "x": x, "y": y, "color": CURVE_COLORS[i % len(CURVE_COLORS)],
-                   "shape": "circle"} for x, y, n in pts]
+        color, shape = series_style(kind, i)
+        items += [{"name": n, "kind": kind, "x": x, "y": y, "color": color, "shape": shape} for x, y, n in pts]
     items += [{"name": n, "kind": "baseline", "x": x, "y": y, "color": BASELINE_COLORS.get(n, OTHER_COLOR),
-               "shape": "square"} for x, y, n in data["points"]]
+               "shape": BASELINE_SHAPE} for x, y, n in data["points"]]
     for it in items:
         it["X"], it["Y"] = px(it["x"], it["y"])
         it["mx"], it["my"] = it["X"], it["Y"]
@@ -278,19 +296,25 @@ def _render_matplotlib(data: dict, path: Path) -> Path:
     if data.get("y_note"):
         fig.text(left / w, 1 - NOTE_Y / h, data["y_note"], fontsize=8, va="center", color="#b00000")
     pix = IdentityTransform()  # the layout is in pixels from the top left; matplotlib's display pixels start bottom left
+    from matplotlib.lines import Line2D
+
+    handles = []
     for i, (kind, pts) in enumerate(data["curves"].items()):
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=CURVE_COLORS[i % len(CURVE_COLORS)],
-                label=curve_label(kind, pts), zorder=1)
+        color, shape = series_style(kind, i)
+        style = "--" if kind in SERIES_STYLES else "-"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, zorder=1)
+        handles.append(Line2D([], [], color=color, linestyle=style, marker=MPL_MARKERS[shape], markersize=5,
+                              label=curve_label(kind, pts)))
     for it in data["layout"]:
         if (it["mx"], it["my"]) != (it["X"], it["Y"]):
             ax.plot([it["X"], it["mx"]], [h - it["Y"], h - it["my"]], "-", color="#999999", lw=0.8, transform=pix,
                     zorder=2)
-        ax.plot([it["mx"]], [h - it["my"]], "o" if it["shape"] == "circle" else "s", color=it["color"],
+        ax.plot([it["mx"]], [h - it["my"]], MPL_MARKERS[it["shape"]], color=it["color"],
                 markersize=2 * MARKER_R * 72 / 100, transform=pix, zorder=3, clip_on=False)
         lx, ly = it["label"][0], it["label"][1]
         fig.text(lx / w, 1 - (ly + LABEL_H / 2) / h, it["name"], color=it["color"], fontsize=8, va="center")
     if data["curves"]:  # on the title line, right: never over a point or a label
-        ax.legend(loc="center right", bbox_to_anchor=(1.0, 1 + (top - TITLE_Y) / (h - top - bottom)),
+        ax.legend(handles=handles, loc="center right", bbox_to_anchor=(1.0, 1 + (top - TITLE_Y) / (h - top - bottom)),
                   ncol=len(data["curves"]), fontsize=8, frameon=False, borderaxespad=0.0)
     fig.savefig(path, dpi=100, metadata={PNG_KEY: json.dumps(data)})
     plt.close(fig)
@@ -332,24 +356,54 @@ def _render_pil(data: dict, path: Path) -> Path:
     img.paste(strip, (Y_TITLE_X - strip.width // 2, top + (h - top - bottom - strip.height) // 2))
     lx = w - right  # legend above the plot box, right-aligned: never over a point or a label
     for i, (kind, cpts) in reversed(list(enumerate(data["curves"].items()))):  # legend and curve lines
-        col = CURVE_COLORS[i % len(CURVE_COLORS)]
+        col, shape = series_style(kind, i)
         text = curve_label(kind, cpts)
         lx -= d.textlength(text) + 30
-        d.line([lx, TITLE_Y, lx + 20, TITLE_Y], fill=col, width=2)
+        _pil_line(d, [(lx, TITLE_Y), (lx + 20, TITLE_Y)], col, dashed=kind in SERIES_STYLES)
+        _pil_marker(d, shape, lx + 10, TITLE_Y, 3, col)
         d.text((lx + 24, TITLE_Y - 6), text, fill=col)
         xy = [px(x, y) for x, y, _ in cpts]
         if len(xy) > 1:
-            d.line(xy, fill=col, width=2)
+            _pil_line(d, xy, col, dashed=kind in SERIES_STYLES)
     for it in data["layout"]:
         X, Y, mx, my, r = it["X"], it["Y"], it["mx"], it["my"], MARKER_R
         if (mx, my) != (X, Y):
             d.line([X, Y, mx, my], fill="#999999", width=1)
-        (d.ellipse if it["shape"] == "circle" else d.rectangle)([mx - r, my - r, mx + r, my + r], fill=it["color"])
+        _pil_marker(d, it["shape"], mx, my, r, it["color"])
         d.text((it["label"][0], it["label"][1]), it["name"], fill=it["color"])
     info = PngInfo()
     info.add_text(PNG_KEY, json.dumps(data))
     img.save(path, pnginfo=info)
     return path
+
+
+DASH_PX = (8, 5)  # drawn and skipped pixels of a dashed series line (PIL)
+
+
+def _pil_marker(d, shape: str, x: float, y: float, r: float, color: str) -> None:
+    """A filled marker of `shape` centred on (x, y) (a triangle's centre is inside it, as matplotlib's '^')."""
+    if shape == "circle":
+        d.ellipse([x - r, y - r, x + r, y + r], fill=color)
+    elif shape == "triangle":
+        d.polygon([(x, y - r * 1.2), (x - r * 1.1, y + r * 0.8), (x + r * 1.1, y + r * 0.8)], fill=color)
+    else:
+        d.rectangle([x - r, y - r, x + r, y + r], fill=color)
+
+
+def _pil_line(d, xy: list[tuple[float, float]], color: str, dashed: bool = False) -> None:
+    """A polyline, solid or dashed (DASH_PX on/off along each segment)."""
+    if not dashed:
+        d.line(xy, fill=color, width=2)
+        return
+    on, off = DASH_PX
+    for (x0, y0), (x1, y1) in zip(xy, xy[1:]):
+        length = math.hypot(x1 - x0, y1 - y0)
+        t = 0.0
+        while t < length:
+            t1 = min(t + on, length)
+            d.line([(x0 + (x1 - x0) * t / length, y0 + (y1 - y0) * t / length),
+                    (x0 + (x1 - x0) * t1 / length, y0 + (y1 - y0) * t1 / length)], fill=color, width=2)
+            t += on + off
 
 
 def write_report(out: str | Path) -> tuple[Path, Path]:

@@ -17,10 +17,10 @@ from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine, EngineConfig
 from sdvg_core.engine.heap import HeapTrimmer
 from sdvg_core.engine.memo import TieredMemo
 from sdvg_core.engine.recipes import recipe_by_name
-from sdvg_core.engine.report import build_report, recipe_label
+from sdvg_core.engine.report import build_report, compile_backend, recipe_label
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning, PromptSchedule
-from sdvg_core.io.pixel_args import PixelRequest
-from sdvg_core.io.prompt_schedule import PromptSource
+from sdvg_core.demo.pixel_args import PixelRequest
+from sdvg_core.engine.prompt_schedule import PromptSource
 from sdvg_core.io.model_files import DTYPES  # also the --dtype choices of eval.py
 
 from .config import parse_config
@@ -55,6 +55,7 @@ class ModelSetup:
     threads: int = 1  # torch intra-op threads per worker on CPU (tiny models gain nothing from more)
     needs_drafter: bool = True
     needs_scorer: bool = True
+    compile: bool | str = False  # both DiTs' CausalWan(compile=...): True = inductor, a string = another backend
 
     def role_recipes(self) -> dict[str, str]:
         """Each role's context recipe name: its own when set, else `recipe` (EngineConfig's rule)."""
@@ -71,7 +72,7 @@ class ModelSetup:
     def identity(self) -> dict[str, str]:
         """What makes two runs' rows comparable: model files (path, size, mtime) or tiny seeds, how the drafter
         file is read (kind, entry, LoRA file and alpha), each role's recipe, the geometry, and the kind of device
-        (CPU and GPU kernels give other numbers)."""
+        (CPU and GPU kernels give other numbers), and whether the DiTs are compiled (with which backend)."""
         from sdvg_core.io.checkpoint import file_identity
         from sdvg_core.io.drafters import drafter_kind
 
@@ -84,8 +85,9 @@ class ModelSetup:
                           drafter_lora_alpha="kind default" if self.drafter_lora_alpha is None
                           else repr(float(self.drafter_lora_alpha)))
         r = self.role_recipes()
-        return {**models, "dtype": self.dtype, "size": f"{self.width}x{self.height}",
-                "blocks": str(self.blocks), "drafter_recipe": r["drafter"], "target_recipe": r["target"],
+        # compiled kernels may round differently from eager ones (and time differently): rows are never mixed
+        return {**models, "compiled": compile_backend(self) or "no", "dtype": self.dtype,
+                "size": f"{self.width}x{self.height}", "blocks": str(self.blocks), "drafter_recipe": r["drafter"], "target_recipe": r["target"],
                 "decode_rule": self.decode_rule, "device": self.device.split(":")[0]}
 
 
@@ -117,7 +119,7 @@ def load_models(s: ModelSetup):
     if s.tiny:
         from sdvg_core.demo.tiny import tiny_models
 
-        m = tiny_models(seed=0)
+        m = tiny_models(seed=0, compile=s.compile)
         return m.drafter, m.target, m.vae, m.scorer
     from sdvg_core.io.model_files import load_model_files
 
@@ -125,7 +127,8 @@ def load_models(s: ModelSetup):
     m = load_model_files(target=s.target, vae=s.vae, drafter=s.drafter if draft else None,
                          reward=s.reward or None, vocab=s.vocab, dtype=DTYPES[s.dtype], device=s.device,
                          pt_entry=s.pt_entry, drafter_kind=s.drafter_kind,
-                         drafter_lora=s.drafter_lora if draft else None, drafter_lora_alpha=s.drafter_lora_alpha)
+                         drafter_lora=s.drafter_lora if draft else None, drafter_lora_alpha=s.drafter_lora_alpha,
+                         compile=s.compile)
     return m.drafter, m.target, m.vae, m.scorer
 
 

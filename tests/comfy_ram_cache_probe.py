@@ -28,6 +28,12 @@ def main(comfy_dir: str, repo: str) -> dict:
         return {"skipped": "this host has no comfy_execution.caching"}
     if not hasattr(caching, "RAMPressureCache"):
         return {"skipped": "this host has no RAM-pressure output cache"}
+    missing = [n for n, there in (("RAMPressureCache.ram_release", hasattr(caching.RAMPressureCache, "ram_release")),
+                                  ("RAM_CACHE_LARGE_INTERMEDIATE", hasattr(caching, "RAM_CACHE_LARGE_INTERMEDIATE")))
+               if not there]
+    if missing:  # the pip-installable 0.12.1 build: its RAM-pressure cache evicts by polling, without these
+        return {"skipped": f"this host's RAM-pressure output cache has no {' / '.join(missing)} (the release pass "
+                           f"this probe measures; it frees by poll(ram_headroom) instead)"}
     import execution
 
     comfy_probe_env.import_pack(repo)

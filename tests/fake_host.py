@@ -16,7 +16,7 @@ from typing import Iterator
 REPO = Path(__file__).resolve().parents[1]
 FAKE = Path(__file__).resolve().parent / "fake_comfy"
 PACK_NAME = "sdvg_pack"
-FAKE_ROOTS = ("comfy_api", "comfy", "comfy_execution", "folder_paths", "core_nodes", PACK_NAME)
+FAKE_ROOTS = ("comfy_api", "comfy", "comfy_execution", "folder_paths", "core_nodes", "server", PACK_NAME)
 HOST_MODULES = ("comfy.model_management", "comfy.model_patcher", "comfy.utils", "folder_paths")
 
 

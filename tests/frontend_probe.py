@@ -205,6 +205,8 @@ async def run_small(p: "Page", http, url: str, api: dict, embeddings: str, stem:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import workflow_tools as wt
 
+    if any(n.get("class_type") == "SDVGSamplerARVideo" for n in api.values()):  # core's AR workflow: its own test models
+        api = wt.ar_test_models(api, blocks or SMALL_RUN["num_blocks"])
     api = wt.swap_schedule_encoder(wt.swap_text_encoder(api, embeddings), schedule_files or embeddings, blocks)
     size = {k: v for k, v in SMALL_RUN.items() if k != "num_blocks"} | ({} if blocks is None else {"num_blocks": blocks})
     api = wt.set_inputs(api, "SDVGStart", **size)

@@ -119,6 +119,16 @@ def pack_uses() -> dict[str, list[tuple[int, list[str]]]]:
     return used
 
 
+def optional_names() -> tuple[str, ...]:
+    """Host names the pack reads only where the host has them (nodes/comfy_compiler.py OPTIONAL_HOST_NAMES: the
+    newest hosts' model compiler), read from its source: checked against a host that has them, absent elsewhere."""
+    tree = ast.parse((REPO / "nodes" / "comfy_compiler.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "OPTIONAL_HOST_NAMES" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    return ()
+
+
 def pack_overrides() -> set[str]:
     """`<host class>.<method>` for each method a pack class defines on a host base class (an override where the
     host has the method, a method of the pack's own otherwise)."""
@@ -168,7 +178,8 @@ def fake_surface() -> dict[str, dict]:
     """{host name the pack uses that the fake host provides: {"fake": describe(...), "calls": [...]}}. Must run while
     tests/fake_host.installed is active (the fake modules importable)."""
     out = {}
-    for name, calls in sorted({**{o: [] for o in pack_overrides()}, **pack_uses()}.items()):
+    names = {**{o: [] for o in pack_overrides()}, **{o: [] for o in optional_names()}, **pack_uses()}
+    for name, calls in sorted(names.items()):
         try:
             obj = resolve(name) if not name.startswith(tuple(EXECUTOR_OBJECTS.values())) else _executor_fake(name)
         except (ImportError, AttributeError):

@@ -26,8 +26,8 @@ from safetensors.torch import load_file
 from sdvg_core import CausalWan, WanDiTConfig, WanVAE, WanVAEConfig
 from sdvg_core.engine.schedule import (FlowMatchSchedule, StepPlan, add_noise, flow_to_x0, krea_strength_plan,
                                        noise_input, self_forcing_plan)
-from sdvg_core.engine.video_input import encode_clip, encode_start_frame, start_frame_repeats
-from sdvg_core.io.pixels_in import to_vae_range
+from sdvg_core.given.encode import encode_clip, encode_start_frame, start_frame_repeats
+from sdvg_core.given.fit import to_vae_range
 from sdvg_core.models.wan import KVCache, WanDiT
 
 SF_RUNS = ("start_frame", "extend")

@@ -30,7 +30,7 @@ ROW_KEYS = {"id", "name", "lazy", "rounds", "wall_s", "wall_s_min", "wall_s_medi
             "speedup_measured_median", "predicted_s", "speedup_predicted", "memory", "counts", "calls", "decisions",
             "per_block_seconds", "per_block", "trend"}
 META_KEYS = {"size", "device", "dtype", "machine", "command", "blocks", "width", "height", "recipes", "compile",
-             "rounds", "rounds_run", "stopped_early", "orders", "isolation", "threads", "memo_bytes", "models",
+             "compiled", "compiled_models", "rounds", "rounds_run", "stopped_early", "orders", "isolation", "threads", "memo_bytes", "models",
              "params", "build_s", "warmup_s", "weights_bytes", "resident_bytes", "resident_kind", "unit_s",
              "forward_ratio", "memory_estimate", "rows"}
 BLOCK_KEYS = {"index", "decision", "producer", "score", "wall_s", "seconds", "work", "cost", "rss_bytes",

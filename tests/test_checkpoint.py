@@ -357,3 +357,28 @@ def test_fixture_t2v_checkpoint_passes(fixtures_dir):
     require_shared("fixtures")
     net, cfg, _ = load_wan_dit(fixtures_dir / "causal_wan_tiny" / "weights.safetensors")
     assert cfg.name == "tiny" and isinstance(net, WanDiT)
+
+
+def test_shapes_come_from_the_one_reader_without_reading_tensor_bytes(tmp_path, monkeypatch):
+    """`read_shapes` (io/state_file.py) gives every tensor's shape of a .safetensors header and of a memory-mapped torch
+    zip archive, unwrapped as read_state_dict unwraps; prompt_width.py has no file reader of its own."""
+    import ast
+
+    import safetensors
+
+    from sdvg_core.io import prompt_width
+    from sdvg_core.io.state_file import read_shapes
+
+    sd = {"model.text_embedding.0.weight": torch.zeros(6, 5), "b": torch.zeros(3)}
+    save_file(sd, str(tmp_path / "a.safetensors"))
+    torch.save({"generator_ema": sd, "generator": {"x": torch.zeros(2, 2)}}, tmp_path / "b.pt")
+    monkeypatch.setattr(safetensors.safe_open, "get_tensor", lambda *a: pytest.fail("a tensor was read"), raising=False)
+    want = {"model.text_embedding.0.weight": (6, 5), "b": (3,)}
+    assert read_shapes(tmp_path / "a.safetensors") == want == read_shapes(tmp_path / "b.pt")
+    assert read_shapes(tmp_path / "b.pt", pt_entry="generator") == {"x": (2, 2)}
+    (tmp_path / "c.pt").write_bytes(b"not a checkpoint")
+    assert read_shapes(tmp_path / "c.pt") is None and read_shapes(tmp_path / "d.bin") is None
+    assert prompt_width.text_width(tmp_path / "a.safetensors") == 5
+    calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+             for n in ast.walk(ast.parse(Path(prompt_width.__file__).read_text())) if isinstance(n, ast.Call)}
+    assert not calls & {"load", "safe_open", "unpack", "is_zipfile"}, calls & {"load", "safe_open", "unpack"}

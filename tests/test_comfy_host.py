@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import workflow_tools as wt
-from test_nodes_pixels import write_inputs
+from test_nodes_pixels import PHONE_CLIP, write_inputs
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
@@ -59,7 +59,7 @@ FRAMES = 1 + 4 * (3 * SMALL["num_blocks"] - 1)
 SDVG_NODES = {"SDVGLoadDrafter", "SDVGLoadTarget", "SDVGLoadImageReward", "SDVGStart", "SDVGLoopStart",
               "SDVGDraftBlock", "SDVGDecodeBlock", "SDVGScoreBlock", "SDVGRoute", "SDVGLoopEnd", "SDVGFinish",
               "SDVGGenerate", "SDVGSavePromptEmbeddings", "SDVGLoadPromptEmbeddings", "SDVGPromptSchedule",
-              "SDVGPromptFromBlock", "SDVGShowVideo"}
+              "SDVGPromptFromBlock", "SDVGShowVideo", "SDVGSamplerARVideo", "SDVGARReport"}
 
 
 def comfy_python() -> str:
@@ -93,6 +93,12 @@ def write_models(root: Path) -> None:
     # ComfyUI's model detection needs dim = 128 x heads and text_dim 4096 (UNETLoader path)
     comfy_cfg = WanDiTConfig(name="tiny-comfy", dim=128, ffn_dim=256, num_heads=1, num_layers=2, text_dim=4096)
     save_file(prefixed(build_random(comfy_cfg, seed=6)), str(m / "diffusion_models" / "tiny_wan_t2v.safetensors"))
+    # core's AR workflow (sdvg_core_ar_sampler): the target and a drafter marked causal_ar (core's loader builds them as
+    # CausalWanModel, model class WAN21_CausalAR)
+    causal_ar = {"config": json.dumps({"transformer": {"causal_ar": True}})}
+    for role, seed in (("target", 21), ("drafter", 22)):
+        save_file(prefixed(build_random(comfy_cfg, seed=seed)), str(m / "diffusion_models" / wt.AR_TEST_FILES[role]),
+                  metadata=causal_ar)
     # VAELoader hard-codes the Wan 2.1 VAE width (96): a full-size random VAE (127 M params, bf16)
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in random_vae(3, preset="wan2.1-vae").state_dict().items()},
               str(m / "vae" / "wan_2.1_vae.safetensors"))
@@ -418,26 +424,62 @@ def test_fake_host_matches_the_real_host_surface(server):
         surface = host_surface.fake_surface()
     used = host_surface.pack_uses()
     names = server.root / "surface_names.json"
-    names.write_text(json.dumps(sorted(set(used) | set(surface))))
+    names.write_text(json.dumps(sorted(set(used) | set(surface) | set(host_surface.optional_names()))))
     out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_surface_probe.py"), COMFYUI_DIR, str(REPO),
                           str(names)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     host = json.loads(out.stdout.strip().splitlines()[-1])["host"]
-    drifted = {name: d for name, entry in surface.items() if (d := host_surface.drift(entry, host.get(name)))}
+    optional = set(host_surface.optional_names())  # the newest hosts' names: compared where this host has them
+    lacking = sorted(n for n in optional if host.get(n) is None)
+    drifted = {name: d for name, entry in surface.items()
+               if (d := host_surface.drift(entry, host.get(name))) and name not in lacking}
     unfaked = sorted(set(used) - set(surface))
     absent = [n for n in unfaked if host.get(n) is None and not n.startswith("comfy.ldm.")]  # attention: see nodes/attention.py
     assert not drifted and not absent, (f"fake host drifted from ComfyUI at {COMFYUI_DIR}:\n"
                                         + "\n".join(f"{n}: {d}" for n, d in drifted.items()) + f"\nabsent: {absent}")
     print(f"\nhost surface: {len(surface)} names the pack uses and the fakes provide match the host's kind and "
-          f"signature; {len(unfaked)} more the pack uses exist on the host ({', '.join(unfaked)})")
+          f"signature; {len(unfaked)} more the pack uses exist on the host ({', '.join(unfaked)}); optional names "
+          f"this host lacks: {', '.join(lacking) or 'none'}")
+
+
+def lacking_core_nodes(server: Server, path: Path) -> list[str]:
+    """The core nodes a workflow needs (its extra.sdvg_needs) that this host does not have."""
+    return [n for n in wt.workflow_needs(wt.load(path))[1] if n not in server.object_info]
+
+
+def loadable(server: Server) -> list[Path]:
+    """The workflows whose core nodes this host has (sdvg_core_ar_sampler needs 0.33's AR video nodes): the others
+    are left out with the reason printed."""
+    out = []
+    for path in WORKFLOWS:
+        lacking = lacking_core_nodes(server, path)
+        if lacking:
+            print(f"\n{path.name}: skipped on this host, which has no {', '.join(lacking)} (the workflow needs "
+                  f"ComfyUI {wt.load(path)['extra']['sdvg_needs']['comfyui']}+)")
+        else:
+            out.append(path)
+    return out
 
 
 def test_workflows_valid_against_the_real_server(server):
-    for path in WORKFLOWS:
+    for path in loadable(server):
         assert wt.validate(wt.load(path), server.object_info, host_newer=True) == [], path.name
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.stem)
+def test_a_30_fps_clip_through_the_video_to_video_workflow_keeps_its_duration(server):
+    """Core Load Video + Get Video Components hand a 30 fps clip's frames and its fps; the workflow connects the fps,
+    so SDVG Generate reads the clip (60 frames, 2.0 s) on the 16 fps clock: 32 frames, blocks of 9 + 12."""
+    api = wt.set_inputs(api_for(server, REPO / "workflows" / "sdvg_video_to_video.json", tau=-5.0), "LoadVideo",
+                        file=PHONE_CLIP)
+    api, probes = with_report_probe(api)
+    (rep,) = reports(server.queue(api), probes).values()
+    px = rep["pixels"]
+    print(f"\nsdvg_video_to_video with {PHONE_CLIP}: source {px['source_fps']} fps, read at {px['frame_rate']} fps, "
+          f"{px['given_frames']} frames used, {rep['num_blocks']} blocks, stopped: {rep['stopped']}")
+    assert (px["source_fps"], px["frame_rate"], px["given_frames"], rep["num_blocks"]) == (30.0, 16, 21, 2)
+
+
+@pytest.mark.parametrize("path", [p for p in WORKFLOWS if not wt.workflow_needs(wt.load(p))[1]], ids=lambda p: p.stem)
 def test_every_workflow_runs(server, path):
     api, probes = with_report_probe(api_for(server, path, tau=-5.0))
     entry = server.queue(api)
@@ -446,8 +488,10 @@ def test_every_workflow_runs(server, path):
     expected = []
     for nid, rep in reps.items():
         pixels = rep.get("pixels") or {}
-        # a start image or an extended video begins the output (Krea: the given frames as read)
-        frames = FRAMES + (pixels["given_frames"] if pixels and pixels["mode"] != "video_to_video" else 0)
+        # a start image or an extended video begins the output (Krea: the given frames as read, then block 0 from its
+        # 4th frame, as Krea's server sends it: docs/pixels.md §5)
+        given = pixels and pixels["mode"] != "video_to_video"
+        frames = FRAMES + (pixels["given_frames"] - (3 if rep["recipe"] == "krea" else 0) if given else 0)
         expected.append(frames)
         assert rep["num_blocks"] == SMALL["num_blocks"] and int(rep["meta"]["frames"]) == frames
         assert rep["blocks"][0]["producer"] == "target"
@@ -468,6 +512,39 @@ def test_every_workflow_runs(server, path):
         dec = next(k for k, v in api.items() if v["class_type"] == "SDVGDecodeBlock")
         shown = [k for k, o in entry["outputs"].items() if k.split(".")[-1] == dec and o.get("images")]
         assert dec not in shown and len(shown) == SMALL["num_blocks"] - 1, shown
+
+
+AR_WORKFLOW = REPO / "workflows" / "sdvg_core_ar_sampler.json"
+
+
+@pytest.mark.parametrize("start_image", [False, True], ids=["as_saved", "start_image"])
+def test_core_ar_workflow_runs(server, start_image):
+    """sdvg_core_ar_sampler through POST /prompt, as saved and with its start-image group switched on and wired as its
+    note says (on tiny causal_ar models core's loader reads): the video decodes, SDVG AR Report shows the run's table
+    with the report files' path, the drafter made the blocks after the first. Skipped, with the reason, on hosts
+    without core's AR video nodes (before 0.33)."""
+    lacking = lacking_core_nodes(server, AR_WORKFLOW)
+    if lacking:
+        pytest.skip(f"sdvg_core_ar_sampler needs core's AR video nodes (ComfyUI 0.33+); this host has no "
+                    f"{', '.join(lacking)}")
+    wf = wt.load(AR_WORKFLOW)
+    api = wt.to_api(wt.unmuted(wf) if start_image else wf, server.object_info)
+    api = wt.ar_test_models(wt.ar_start_image(api) if start_image else api, SMALL["num_blocks"])
+    api = wt.set_inputs(api, "SDVGSamplerARVideo", tau=-5.0)
+    report = next(k for k, v in api.items() if v["class_type"] == "SDVGARReport")
+    api["9ar9"] = {"class_type": "PreviewAny", "inputs": {"source": [report, 2]}}
+    entry = server.queue(api)
+    rep = json.loads(entry["outputs"]["9ar9"]["text"][0])
+    assert [b["decision"] for b in rep["blocks"]] == ["forced"] + ["accepted"] * (SMALL["num_blocks"] - 1), rep
+    shown = next(entry["outputs"][k]["text"][0] for k, v in api.items() if v["class_type"] == "PreviewAny"
+                 and v["inputs"]["source"] == [report, 0])
+    rel = shown.split("report: output/")[1].split(".json")[0]
+    assert (server.root / "output" / f"{rel}.json").is_file() and (server.root / "output" / f"{rel}.png").is_file()
+    frames = 1 + 4 * (3 * SMALL["num_blocks"] + (1 if start_image else 0) - 1)
+    assert video_frames(server.root, entry) == [frames]
+    print(f"\nsdvg_core_ar_sampler ({'start image' if start_image else 'as saved'}): {frames} frames, decisions "
+          f"{[b['decision'] for b in rep['blocks']]}, forwards D{rep['drafter_forwards']}/T{rep['target_forwards']}, "
+          f"report output/{rel}.json, {entry['seconds']:.1f} s")
 
 
 def test_prompt_changes_workflow_at_its_own_length(server):
@@ -674,8 +751,9 @@ def test_missing_file_refused_at_prompt_with_the_packs_message(server, class_typ
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
 def test_frontend_loads_every_workflow(server):
+    workflows = loadable(server)
     out = subprocess.run([comfy_python(), str(REPO / "tests" / "frontend_probe.py"), "--url", server.url,
-                          *map(str, WORKFLOWS)], capture_output=True, text=True, timeout=600)
+                          *map(str, workflows)], capture_output=True, text=True, timeout=600)
     assert out.stdout.strip(), out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     # The pip build 0.12.1 lists two nodes of its own with python_module null (SplitImageWithAlpha, JoinImageWithAlpha):
@@ -683,7 +761,7 @@ def test_frontend_loads_every_workflow(server):
     # with or without this pack. Only that exact case is excused (after every other check), as an expected failure.
     host_broken = sorted(k for k, v in server.object_info.items() if v.get("python_module") is None)
     excused = []
-    for path in WORKFLOWS:
+    for path in workflows:
         r = res[str(path)]
         missing = r["missing"]
         if host_broken and set(missing) <= {"Note", "MarkdownNote"} and \
@@ -738,6 +816,27 @@ def test_causal_forward_on_comfy_wanmodel():
           f"{r['bf16_manual_cast_view_vs_fp32']:.4f}; bf16 without adapter: {r['bf16_plain_raw']}")
 
 
+def test_sdvg_ar_sampler_is_cores_loop(root):
+    """Issue 32: a tiny random CausalWanModel built by core's own loader from a causal_ar safetensors file; with every
+    block from the target, SDVG Sampler (AR video)'s LATENT equals core's Sampler AR Video output on the same MODEL,
+    noise, sigmas (and start image, through AR Video I2V) within 1e-4; with a drafter (draft_only, and sdvg with a tiny
+    ImageReward) its blocks are the SDVG engine's on core's noise rule (tests/comfy_ar_probe.py). Skipped on hosts
+    without core's AR nodes (before 0.33)."""
+    r = probe("comfy_ar_probe.py", str(root / "ar_probe"), timeout=1200)
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    assert r["model_class"] == "WAN21_CausalAR" and r["network"] == "CausalWanModel", r
+    assert r["t2v_shape"] == [1, 16, 9, 6, 8] and r["i2v_shape"] == [1, 16, 7, 6, 8], r
+    assert r["t2v_max_abs_diff"] < 1e-4 and r["i2v_max_abs_diff"] < 1e-4, r
+    assert r["i2v_start_frame_diff"] < 1e-6, r
+    for policy in ("draft_only", "sdvg"):
+        assert r[f"{policy}_producers"] == ["target", "drafter", "drafter"], r
+        assert r[f"{policy}_max_abs_diff_vs_engine"] == 0.0, r
+    print(f"\nSDVG AR sampler vs core's SamplerARVideo (target only, {r['model_class']}/{r['network']}): max |diff| "
+          f"{r['t2v_max_abs_diff']:.1e} (values up to {r['t2v_scale']:.1f}) text-to-video, {r['i2v_max_abs_diff']:.1e} "
+          f"from a start image; with a drafter equal to the engine on core's noise rule; seconds {r['t2v_seconds']}")
+
+
 def test_memo_lives_in_comfyuis_memory_manager():
     """Importing the pack replaces nothing of ComfyUI; its memo is one of ComfyUI's loaded models, freed by ComfyUI's
     own free_memory (partly: the oldest entries) and unload_all_models (all), kept through SDVG's own model swaps."""
@@ -787,3 +886,25 @@ def test_dynamic_vram_gpu_phase_runs_here_on_the_cpu():
     assert loads and all(any(m["patcher"] == "MemoPatcher" for m in call) for call in loads), loads  # never dynamic here
     print(f"\nDynamic VRAM run script on the CPU: patcher {r['dynamic_vram']}, {len(loads)} SDVG loads with the memo, "
           f"decisions {r['decisions']}")
+
+
+def test_ar_sampler_gpu_phase_runs_here_on_the_cpu():
+    """The gpu-check AR sampler phase's script (tests/comfy_ar_gpu_run.py), on this host's CPU: SDVG's sampler next to
+    core's on a causal_ar MODEL at the 1.3B widths, the switches of this host's model compiler / CUDA graphs set while
+    SDVG's calls ran and restored after (none on hosts without them), core's noise rule on the CPU exact. Skipped on
+    hosts without core's AR nodes."""
+    out = subprocess.run([comfy_python(), str(REPO / "tests" / "comfy_ar_gpu_run.py"), COMFYUI_DIR, str(REPO),
+                          "--device", "cpu"], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    assert r["switches_after"] == r["switches_before"], r
+    have = [k for k, v in r["switches_before"].items() if v is not None]
+    want = str(tuple(True if v is not None else None for v in r["switches_before"].values()))
+    assert r["switches_seen_by_sdvg_calls"] == [want], r  # each switch the host has: on during SDVG's calls
+    assert r["noise_rule_max_abs_diff"] == 0.0 and r["target_only_max_abs_diff"] < 1e-2 * max(r["scale"], 1.0), r
+    print(f"\nAR sampler GPU phase script on the CPU: switches {have or 'none'} on during SDVG's calls, restored; "
+          f"target-only vs core max |diff| {r['target_only_max_abs_diff']:.2e} (bf16 weights, values up to "
+          f"{r['scale']:.1f}); seconds core {r['core_seconds']:.1f}, SDVG {r['sdvg_target_only_seconds']:.1f} / "
+          f"{r['sdvg_seconds']:.1f}")

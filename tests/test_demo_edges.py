@@ -142,14 +142,13 @@ def sigint_ignored_at_start() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def test_ctrl_c_keeps_the_committed_blocks_playable_with_their_report(tmp_path):
-    """SIGINT to the demo's process group (what a terminal's Ctrl-C sends) mid-run: exit 130, one line naming the
-    block and the video, no traceback; the mp4 holds exactly the committed blocks and plays; the report and plot
-    cover those blocks and say where the run stopped."""
+def _stopped_mid_run(tmp_path: Path, send, extra: list[str] = (), blocks: int = 200) -> tuple[int, str, str, Path]:
+    """Run the demo as a child, send it a stop signal (`send(proc)`) once block SIGINT_AFTER_BLOCK has committed,
+    and return (exit status, stdout, stderr, output folder) as soon as it has exited."""
     pytest.importorskip("imageio_ffmpeg", reason="the mp4 writer needs imageio-ffmpeg")
     out = tmp_path / "o"
-    cmd = [sys.executable, "-m", "sdvg_core.demo", "--blocks", "200", "--width", "48", "--height", "32",
-           "--out", str(out)]  # the progress bar (stderr) says when a block has committed
+    cmd = [sys.executable, "-m", "sdvg_core.demo", "--blocks", str(blocks), "--width", "48", "--height", "32",
+           "--out", str(out), *extra]  # the progress bar (stderr) says when a block has committed
     proc = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=sigint_ignored_at_start)
@@ -160,13 +159,21 @@ def test_ctrl_c_keeps_the_committed_blocks_playable_with_their_report(tmp_path):
     committed = re.compile(rb"block (\d+) -> ")
     while not any(int(m) >= SIGINT_AFTER_BLOCK for m in committed.findall(b"".join(err))):
         assert proc.poll() is None, b"".join(err).decode()[-3000:]
-        assert time.monotonic() - t0 < RUN_TIMEOUT, "the demo did not reach the block before the SIGINT"
+        assert time.monotonic() - t0 < RUN_TIMEOUT, "the demo did not reach the block before the signal"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)
+    send(proc)
     stdout = proc.stdout.read().decode()
-    assert proc.wait(timeout=RUN_TIMEOUT) == 130
+    rc = proc.wait(timeout=RUN_TIMEOUT)
     reader.join(timeout=10)
-    text = b"".join(err).decode()
+    return rc, stdout, b"".join(err).decode(), out
+
+
+def test_ctrl_c_keeps_the_committed_blocks_playable_with_their_report(tmp_path):
+    """SIGINT to the demo's process group (what a terminal's Ctrl-C sends) mid-run: exit 130, one line naming the
+    block and the video, no traceback; the mp4 holds exactly the committed blocks and plays; the report and plot
+    cover those blocks and say where the run stopped."""
+    rc, stdout, text, out = _stopped_mid_run(tmp_path, lambda proc: os.killpg(proc.pid, signal.SIGINT))
+    assert rc == 130
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     m = re.search(r"interrupted at block (\d+) of 200: (\d+) block\(s\) committed and written to (\S+) \((\d+) frames, "
                   r"playable\)", text)
@@ -179,3 +186,26 @@ def test_ctrl_c_keeps_the_committed_blocks_playable_with_their_report(tmp_path):
     assert report["num_blocks"] == k and len(report["blocks"]) == k
     assert report["meta"]["interrupted_at_block"] == str(at) and report["meta"]["blocks_requested"] == "200"
     assert (out / "report.png").is_file() and "acceptance blocks 1..N-1" in stdout
+
+
+def test_sigterm_during_video_to_video_is_handled_as_ctrl_c_and_the_file_is_whole_when_the_process_ends(tmp_path):
+    """SIGTERM to the process alone (what kill, timeout, systemd and docker stop send) during a video-to-video run:
+    one message, the report of the committed blocks, exit 143, and by the time the process has exited the mp4 is
+    complete (the writer's ffmpeg child was waited for): read right after `wait`, it holds every committed frame."""
+    from test_pixels_cli import write_video
+
+    clip = write_video(tmp_path / "clip.mp4", 9 + 12 * 39)  # 40 blocks of input: the run is stopped long before
+    rc, stdout, text, out = _stopped_mid_run(tmp_path, lambda proc: os.kill(proc.pid, signal.SIGTERM),
+                                             ["--input-video", str(clip)], blocks=40)
+    frames_now = _frames_in(out / "sdvg.mp4")  # no wait after the exit: a script copying the file gets it whole
+    assert rc == 143, text[-3000:]
+    assert "Traceback" not in text and text.count("terminated (SIGTERM) at block") == 1, text[-3000:]
+    m = re.search(r"terminated \(SIGTERM\) at block (\d+) of 40: (\d+) block\(s\) committed and written to \S+ "
+                  r"\((\d+) frames, playable\)", text)
+    assert m, text[-2000:]
+    k, frames = int(m[2]), int(m[3])
+    assert k >= SIGINT_AFTER_BLOCK + 1 and frames == 1 + 4 * (3 * k - 1) == frames_now  # v2v: block 0 is 9 frames
+    report = json.loads((out / "report.json").read_text())
+    assert report["num_blocks"] == k and report["pixels"]["mode"] == "video_to_video"
+    assert report["meta"]["interrupted_at_block"] == m[1] and (out / "report.png").is_file()
+    assert "acceptance blocks 1..N-1" in stdout

@@ -83,3 +83,27 @@ def test_blocks_bound_and_an_unwritable_out_are_checked_first(tmp_path, capsys):
                  str(f / "o")]) == 2
     err = capsys.readouterr().err
     assert "--blocks 10001 is more than 10,000" in err and f"--out {f / 'o'}: {f} is not a folder" in err
+
+
+def test_sigterm_keeps_the_rows_like_ctrl_c_and_exits_143(tmp_path, capsys, monkeypatch):
+    """SIGTERM (kill, timeout, systemd, docker stop) after the first row: the sweep ends as after Ctrl-C (the finished
+    rows stay, one line saying how to resume, no traceback) with exit status 143; the previous handler comes back."""
+    import sdvg_eval.eval as ev
+
+    real = ev.run_local
+
+    def run_local(jobs, ra, appender, on_row):
+        def then_sigterm(row):
+            on_row(row)
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` sends it
+        return real(jobs, ra, appender, then_sigterm)
+
+    monkeypatch.setattr(ev, "run_local", run_local)
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "o"
+    rc = main(["--tiny", "--prompts", str(_prompts(tmp_path)), "--configs", *CONFIGS, "--width", "48", "--height",
+               "32", "--blocks", "2", "--workers", "0", "--no-report", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 143 and "Traceback" not in err, err[-3000:]
+    assert "terminated (SIGTERM): 1 row(s) written by this run" in err and "re-run the same command to resume" in err
+    assert len(read_rows(out / "rows.csv")) == 1 and signal.getsignal(signal.SIGTERM) is before

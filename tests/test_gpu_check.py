@@ -188,3 +188,19 @@ def test_cuda_graph_phase_runs_on_the_cpu_with_a_stand_in_graph(tmp_path):
     assert "replay vs eager" in cg.markdown(doc)
     stale = cg.capture_and_replay(cg.block_call(m.drafter, (4, 4)), graph_cls=StaleGraph, sync=lambda: None)
     assert stale["max_abs_diff"] == 0.0 and stale["max_abs_diff_next_block"] > 1e-3
+
+
+def test_ar_sampler_phase_is_labelled_unverified():
+    """The --comfyui AR sampler phase (tests/comfy_ar_gpu_run.py on CUDA) is reported as unverified, with what SDVG's
+    model calls saw of the compiler switches and what they were after; a failure or a skip says so."""
+    doc = {"patcher": ["ModelPatcherDynamic", True], "size": [320, 192], "target_only_max_abs_diff": 0.01,
+           "scale": 9.0, "core_seconds": 1.0, "sdvg_target_only_seconds": 2.0, "sdvg_seconds": 1.5,
+           "switches_before": {"disable_comfy_compiler": False, "disable_cuda_graphs": False},
+           "switches_seen_by_sdvg_calls": ["(True, True)"],
+           "switches_after": {"disable_comfy_compiler": False, "disable_cuda_graphs": False},
+           "graphs_opened_while_sdvg_sampled": 0, "noise_device": "cuda:0", "noise_rule_max_abs_diff": 0.0}
+    md = gc_.ar_sampler_markdown(doc)
+    assert "UNVERIFIED" in md and "ModelPatcherDynamic (dynamic True)" in md and "seen by SDVG's calls ['(True, True)']" in md
+    assert "graphs opened while SDVG sampled 0" in md and "noise rule on cuda:0" in md
+    assert "failed: boom" in gc_.ar_sampler_markdown({"error": "boom"})
+    assert "skipped: no AR nodes" in gc_.ar_sampler_markdown({"skipped": "no AR nodes"})

@@ -40,3 +40,15 @@ def test_drift_names_each_kind_of_difference():
     assert any("positional parameters the pack fills" in d for d in hs.drift(entry, moved))
     required = {**fake, "params": fake["params"] + [["c", "KEYWORD_ONLY", False]]}
     assert any("leaves out required ['c']" in d for d in hs.drift(entry, required))
+
+
+def test_the_newest_hosts_compiler_names_are_in_the_fake_surface(tmp_path):
+    """The model compiler's switches and pause (nodes/comfy_compiler.py) are checked against a host that has them."""
+    import fake_host
+
+    names = hs.optional_names()
+    assert "comfy.cli_args.args.disable_comfy_compiler" in names and "comfy.model_prefetch.pause_malloc_graph" in names
+    with fake_host.installed(tmp_path):
+        surface = hs.fake_surface()
+    assert all(n in surface for n in names), [n for n in names if n not in surface]
+    assert surface["comfy.cli_args.args.disable_comfy_compiler"]["fake"]["kind"] == "value"

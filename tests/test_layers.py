@@ -1,6 +1,7 @@
 """Layering of sdvg_core: models/ is the bottom layer. It never imports io/, engine/ or demo/ (io/ reads files
-into models, so an import the other way is a cycle); and no two modules of sdvg_core import each other, directly or
-around a circle. Checked on the source with ast, imports inside functions and under TYPE_CHECKING too."""
+into models, so an import the other way is a cycle); io/ sits on it and imports nothing but models/ (files in, never
+the engine, the given pixels or the command line: those import io/); and no two modules of sdvg_core import each other,
+directly or around a circle. Checked on the source with ast, imports inside functions and under TYPE_CHECKING too."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,8 @@ from pathlib import Path
 PACKAGE = "sdvg_core"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 BOTTOM = "models"  # may import only itself (plus the standard library and third-party packages)
+# each lower layer and the sdvg_core packages it may import (itself, and the layers under it)
+LAYERS = {BOTTOM: (BOTTOM,), "io": ("io", BOTTOM)}
 
 
 def _module_name(path: Path) -> str:
@@ -35,19 +38,36 @@ def imported_modules(source: str, module: str, is_package: bool = False) -> list
     return found
 
 
-def layer_violations(source: str, module: str, is_package: bool = False) -> list[str]:
-    """Imports of sdvg_core packages other than models/ made by a models/ module."""
-    allowed = f"{PACKAGE}.{BOTTOM}"
+def layer_violations(source: str, module: str, is_package: bool = False, allowed: tuple[str, ...] = (BOTTOM,)
+                     ) -> list[str]:
+    """Imports of sdvg_core packages other than `allowed` (default: models/ alone) made by a module."""
+    ok = [f"{PACKAGE}.{a}" for a in allowed]
     return [f"{module}:{line} imports {name}" for line, name in imported_modules(source, module, is_package)
-            if (name == PACKAGE or name.startswith(PACKAGE + ".")) and not (name == allowed
-                                                                             or name.startswith(allowed + "."))]
+            if (name == PACKAGE or name.startswith(PACKAGE + ".")) and not any(name == a or name.startswith(a + ".")
+                                                                             for a in ok)]
+
+
+def _layer_problems(layer: str) -> list[str]:
+    files = sorted((ROOT / layer).rglob("*.py"))
+    assert len(files) >= 5, f"{layer}/ not found under {ROOT}"
+    return [v for f in files for v in layer_violations(f.read_text(), _module_name(f), f.name == "__init__.py",
+                                                       LAYERS[layer])]
 
 
 def test_models_import_nothing_above_them():
-    files = sorted((ROOT / BOTTOM).rglob("*.py"))
-    assert len(files) >= 5, f"models/ not found under {ROOT}"
-    problems = [v for f in files for v in layer_violations(f.read_text(), _module_name(f), f.name == "__init__.py")]
+    problems = _layer_problems(BOTTOM)
     assert not problems, "models/ must not import io/, engine/ or demo/:\n" + "\n".join(problems)
+
+
+def test_io_imports_only_models():
+    """Files in: io/ never imports engine/, given/ or demo/ (command-line parsing lives with the command line)."""
+    problems = _layer_problems("io")
+    assert not problems, "io/ must import only models/ (and itself):\n" + "\n".join(problems)
+    io_mod = f"{PACKAGE}.io.checkpoint"
+    assert layer_violations("from ..engine.recipes import RECIPE_NAMES", io_mod, allowed=LAYERS["io"])
+    assert layer_violations("from ..given.read import PixelInputError", io_mod, allowed=LAYERS["io"])
+    assert not layer_violations("from ..models.state_dict import CheckpointError", io_mod, allowed=LAYERS["io"])
+    assert not layer_violations("from .lora import merge", io_mod, allowed=LAYERS["io"])
 
 
 def test_the_check_sees_every_import_form():
@@ -104,3 +124,37 @@ def test_no_import_circles_in_sdvg_core():
 def test_the_circle_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+# the modules that take given pixels from a person: the command lines' flags and rows, the nodes' inputs
+PIXEL_CALLERS = ("sdvg_core/demo/pixel_args.py", "sdvg_eval/prompts.py", "sdvg_eval/eval.py", "nodes/run.py",
+                 "nodes/start.py", "nodes/generate.py")
+
+
+def pixel_rule_copies(source: str) -> list[str]:
+    """What a caller of the given-pixels rules must not spell out again: a strength (a default or a recipe's lowest),
+    a mode's word as a literal, a recipe picked by comparing its name's text."""
+    from sdvg_core.engine.recipes import RECIPE_NAMES
+    from sdvg_core.given.request import DEFAULT_STRENGTH, PIXEL_MODES
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float) and node.value in (DEFAULT_STRENGTH, 0.25):
+            found.append(f"line {node.lineno}: the strength {node.value}")
+        elif isinstance(node, ast.Constant) and node.value in PIXEL_MODES:
+            found.append(f"line {node.lineno}: the mode word {node.value!r}")
+        elif isinstance(node, ast.Compare) and any(isinstance(c, ast.Constant) and c.value in RECIPE_NAMES
+                                                   for c in [node.left, *node.comparators]):
+            found.append(f"line {node.lineno}: a recipe picked by its name")
+    return sorted(found)
+
+
+def test_the_given_pixel_rules_are_stated_once_in_the_core():
+    """The strength's default and range, a recipe's lowest strength, the modes and their words live in
+    sdvg_core/given (and the recipes' plans); the command lines, the evaluation rows and the nodes ask for them."""
+    repo = ROOT.parent
+    problems = {f: pixel_rule_copies((repo / f).read_text()) for f in PIXEL_CALLERS}
+    assert not {f: p for f, p in problems.items() if p}, problems
+    copies = 'low = [r for r in recipes if r.split(":")[0] != "krea"]\nDEFAULT = 0.7\nif mode == "extend": pass\n'
+    assert pixel_rule_copies(copies) == ["line 1: a recipe picked by its name", "line 2: the strength 0.7",
+                                         "line 3: the mode word 'extend'"]

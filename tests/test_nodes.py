@@ -139,7 +139,7 @@ def test_schemas_ids_categories_tooltips(env):
     assert pack.nodes.SDVGLoopEnd.GET_SCHEMA().enable_expand
     ext = asyncio.run(pack.comfy_entrypoint())
     assert asyncio.run(ext.get_node_list()) == list(pack.nodes.NODES)
-    assert len(ids) == 17
+    assert len(ids) == 19
 
 
 def test_root_imports_without_comfyui():
@@ -167,7 +167,8 @@ def test_workflows_valid(env):
     pack, classes = env
     specs = wt.object_info_from_classes(classes.values())
     # saved in the oldest supported host's shape (strict: every widget has its value), and loadable on the newest
-    saved = wt.object_info_from_classes(list(pack.nodes.NODES) + pack.core_nodes.core_nodes(pack.core_nodes.WORKFLOW_HOST))
+    saved = wt.object_info_from_classes(list(pack.nodes.NODES) + pack.core_nodes.saved_shape())
+    oldest = {c.GET_SCHEMA().node_id for c in pack.core_nodes.core_nodes(pack.core_nodes.WORKFLOW_HOST)}
     assert len(WORKFLOWS) >= 3
     for path in WORKFLOWS:
         wf = wt.load(path)
@@ -175,6 +176,11 @@ def test_workflows_valid(env):
         assert wt.validate(wf, specs, host_newer=True) == [], path.name
         types = {n["type"] for n in wf["nodes"]}
         assert types <= set(specs) | wt.FRONTEND_ONLY, path.name
+        # a core node the oldest supported host lacks is named with the version the workflow needs (hosts before it
+        # skip the workflow with that reason)
+        version, named = wt.workflow_needs(wf)
+        newer = sorted(t for t in types if t in saved and not t.startswith("SDVG") and t not in oldest)
+        assert newer == sorted(named) and (version > pack.core_nodes.WORKFLOW_HOST) == bool(newer), (path.name, newer)
         assert any(t.startswith("SDVG") for t in types)
         listed = {m["name"] for n in wf["nodes"] for m in n.get("properties", {}).get("models", [])}
         assert {"krea-realtime-video-14b.safetensors", "wan_2.1_vae.safetensors"} <= listed, path.name
@@ -504,7 +510,7 @@ def test_every_workflow_shows_the_report_on_screen():
     for path in WORKFLOWS:
         wf = wt.load(path)
         nodes = {n["id"]: n for n in wf["nodes"]}
-        sources = [n for n in wf["nodes"] if n["type"] in ("SDVGFinish", "SDVGGenerate")]
+        sources = [n for n in wf["nodes"] if n["type"] in ("SDVGFinish", "SDVGGenerate", "SDVGARReport")]
         assert sources, path.name
         for src in sources:
             slot = next(i for i, o in enumerate(src["outputs"]) if o["name"] == "report")

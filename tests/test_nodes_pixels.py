@@ -20,6 +20,7 @@ W, H, BLOCKS = 64, 48, 3
 IMAGE_HW = (48, 80)  # wider than the run: centre-cropped (a sixth of each side) and resized
 VIDEO_FRAMES = 1 + 4 * (3 * BLOCKS - 1)  # exactly what 3 blocks of video-to-video read
 START_IMAGE, INPUT_VIDEO = "sdvg_start.png", "sdvg_input.mp4"  # the names the workflows load (build_workflows.py)
+PHONE_CLIP, PHONE_FPS, PHONE_FRAMES = "phone_30fps.mp4", 30, 60  # 2.0 s: 32 frames on the run's 16 fps clock
 
 
 def _frames(n: int, hw: tuple[int, int], seed: int = 0) -> torch.Tensor:
@@ -31,16 +32,22 @@ def _frames(n: int, hw: tuple[int, int], seed: int = 0) -> torch.Tensor:
 
 
 def write_inputs(folder: Path) -> None:
-    """A PNG start image and an H.264 input video in ComfyUI's input folder."""
-    import av
+    """A PNG start image and H.264 input videos (16 fps, and a 30 fps phone clip) in ComfyUI's input folder."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
     Image.fromarray((_frames(1, IMAGE_HW)[0] * 255).to(torch.uint8).numpy()).save(folder / START_IMAGE)
-    with av.open(str(folder / INPUT_VIDEO), mode="w") as out:
-        stream = out.add_stream("h264", rate=16)
+    _write_mp4(folder / INPUT_VIDEO, VIDEO_FRAMES, 16)
+    _write_mp4(folder / PHONE_CLIP, PHONE_FRAMES, PHONE_FPS)
+
+
+def _write_mp4(path: Path, frames: int, fps: int) -> None:
+    import av
+
+    with av.open(str(path), mode="w") as out:
+        stream = out.add_stream("h264", rate=fps)
         stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
-        for f in _frames(VIDEO_FRAMES, (H, W), seed=1):
+        for f in _frames(frames, (H, W), seed=1):
             frame = av.VideoFrame.from_ndarray((f * 255).to(torch.uint8).numpy(), format="rgb24")
             for packet in stream.encode(frame):
                 out.mux(packet)
@@ -94,8 +101,11 @@ def test_generate_is_the_cores_run_of_the_same_pixel_input(env, mode):
     assert rep["pixels"]["strength"] == (0.5 if mode == "video_to_video" else 1.0)
     assert ("pixels in: video_to_video strength 0.5," if mode == "video_to_video" else f"pixels in: {mode},") in text
     assert int(rep["meta"]["frames"]) == frames.shape[0]
-    if mode != "video_to_video":  # the output begins with the given frames, then the generated blocks
-        assert frames.shape[0] > 1 + 4 * (3 * BLOCKS - 1)
+    generated = 1 + 4 * (3 * BLOCKS - 1)
+    if mode != "video_to_video":  # the given frames, then the blocks (Krea leaves out block 0's first 3, as its server)
+        assert frames.shape[0] == {"start_image": 1, "extend": VIDEO_FRAMES}[mode] + generated - 3
+    else:
+        assert frames.shape[0] == generated
 
 
 def test_start_loop_and_finish_give_generates_video(env):
@@ -188,7 +198,7 @@ def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
     for node in wf["nodes"]:
         if node["type"] in ("SDVGGenerate", "SDVGStart"):
             node["inputs"] = [i for i in node["inputs"] if i["name"] not in ("start_image", "input_video", "video_mode",
-                                                                              "strength")]
+                                                                              "strength", "fps")]
             node["widgets_values"] = node["widgets_values"][:-2]
             slots = {i["link"]: k for k, i in enumerate(node["inputs"]) if i["link"] is not None}
             for link in wf["links"]:  # the links into it name the slots as they were then
@@ -202,3 +212,71 @@ def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
     ex = MiniExecutor(classes)
     ex.run(api)
     assert json.loads(ex.values[gen][3])["pixels"] is None
+
+
+def test_input_video_frames_at_their_own_fps_keep_the_videos_duration(env):
+    """core Load Video + Get Video Components hand the frames at the file's rate and the rate on `fps`: the workflow
+    connects it, so a 30 fps clip (60 frames, 2.0 s) is read on the 16 fps clock (32 frames: blocks of 9 + 12, a third
+    would need 33); the node's tensor path does the same with `fps` given, and without it takes the frames as they are."""
+    pack, classes, models, _ = env
+    api = wt.set_inputs(api_of(classes, "sdvg_video_to_video.json"), "LoadVideo", file=PHONE_CLIP)
+    gen = tn.node_of(api, "SDVGGenerate")
+    assert api[gen]["inputs"]["fps"][0] == tn.node_of(api, "GetVideoComponents")  # the workflow connects the rate
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    rep = json.loads(ex.values[gen][3])
+    assert (rep["pixels"]["source_fps"], rep["pixels"]["frame_rate"], rep["pixels"]["given_frames"]) == (30.0, 16, 21)
+    assert len(rep["blocks"]) == 2 and rep["stop_cause"] == "input_ended"
+    assert "(input 30 fps, resampled to 16 fps by time)" in ex.values[gen][1]
+    clip = _frames(PHONE_FRAMES, (H, W), seed=1)
+    _, kept, _ = generate(pack, models, input_video=clip, num_blocks=2)  # no fps: one output frame per given frame
+    assert kept["pixels"]["given_frames"] == 21 and kept["pixels"]["frame_rate"] is None
+    _, timed, _ = generate(pack, models, input_video=clip, fps=float(PHONE_FPS), num_blocks=2)
+    assert timed["pixels"]["frame_rate"] == 16 and timed["pixels"]["digest"] != kept["pixels"]["digest"]
+
+
+@pytest.mark.parametrize("recipe", ["krea", "self_forcing", "longlive", "longlive_infinity"])
+def test_target_only_video_to_video_counts_1x_with_the_plan_it_ran(env, recipe):
+    """SDVG Generate's report counts the target-only baseline with the plan the engine ran (a strength's plan: fewer
+    steps than text-to-video), so target-only video-to-video is 1.00x for every recipe, and the progress bar's total
+    is that plan's calls."""
+    import comfy.utils
+
+    pack, _, models, _ = env
+    video = _frames(VIDEO_FRAMES, (H, W), seed=1)
+    comfy.utils.PROGRESS.clear()
+    _, rep, text = generate(pack, {k: v for k, v in models.items() if k not in ("drafter", "image_reward")},
+                            policy="target_only", recipe=recipe, input_video=video, strength=0.5)
+    assert rep["counted_speedup"] == pytest.approx(1.0) and "counted speedup 1.00x" in text, rep["counted_speedup"]
+    sd = pack.sdvg_core
+    steps = sd.recipe_by_name(recipe).strength_plan(0.5).num_steps  # Self-Forcing at 0.5: 2 calls, Krea: 5
+    assert rep["target_forwards"] == sum(b["cost"]["target_forwards"] for b in rep["blocks"]) and \
+        all(b["cost"]["target_forwards"] >= steps for b in rep["blocks"])
+    assert {t for _, t, _, _ in comfy.utils.PROGRESS} == {BLOCKS * steps}  # the bar over the calls it makes
+
+
+def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_runs(env):
+    """The sdvg_video_to_video graph as saved before SDVG Generate had `fps` (no such socket, no link): it validates
+    against today's nodes (fps is a socket, so no widget value moves) and runs, its frames taken as they are."""
+    pack, classes, _, _ = env
+    specs = wt.object_info_from_classes(classes.values())
+    wf = wt.load(REPO / "workflows" / "sdvg_video_to_video.json")
+    (gen,) = [n for n in wf["nodes"] if n["type"] == "SDVGGenerate"]
+    fps_link = next(i["link"] for i in gen["inputs"] if i["name"] == "fps")
+    gen["inputs"] = [i for i in gen["inputs"] if i["name"] != "fps"]
+    wf["links"] = [ln for ln in wf["links"] if ln[0] != fps_link]
+    for node in wf["nodes"]:
+        for out in node["outputs"]:
+            out["links"] = [k for k in out.get("links") or [] if k != fps_link]
+    for link in wf["links"]:  # the slots into SDVG Generate as they were then
+        if link[3] == gen["id"]:
+            link[4] = next(k for k, i in enumerate(gen["inputs"]) if i["link"] == link[0])
+    assert wt.validate(wf, specs, host_newer=True) == []
+    api = wt.set_inputs(wt.swap_text_encoder(wt.to_api(wf, specs), tn.EMB_FILE), "SDVGGenerate", width=W, height=H,
+                        num_blocks=BLOCKS, tau=-5.0)
+    node = tn.node_of(api, "SDVGGenerate")
+    assert "fps" not in api[node]["inputs"]
+    ex = MiniExecutor(classes)
+    ex.run(api)
+    px = json.loads(ex.values[node][3])["pixels"]
+    assert px["mode"] == "video_to_video" and px["frame_rate"] is None and px["given_frames"] == VIDEO_FRAMES

@@ -19,7 +19,7 @@ from test_layers import circles, imported_modules
 NODES_DIR = Path(__file__).resolve().parents[1] / "nodes"
 W, H = 64, 48
 # Choice values and bounds whose one definition is sdvg_core's (engine DECODE_RULES, the recipe registry's names,
-# io/cli_args MAX_BLOCKS): a node module that spells them out again keeps a second copy of the rule.
+# demo/cli_args MAX_BLOCKS): a node module that spells them out again keeps a second copy of the rule.
 CORE_CHOICES = {"standard", "krea", "self_forcing", "longlive", "longlive_infinity"}
 CORE_NAMES = {"DECODE_RULES", "RECIPE_NAMES", "RECIPES", "MAX_BLOCKS"}
 

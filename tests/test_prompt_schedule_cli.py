@@ -7,7 +7,7 @@ import pytest
 
 from sdvg_core.demo.cli import main
 from sdvg_core import load_embeddings, parse_schedule, read_schedule, save_embeddings
-from sdvg_core.io.prompt_schedule import ScheduleError, encode_schedule
+from sdvg_core.engine.prompt_schedule import ScheduleError, encode_schedule
 import torch
 
 

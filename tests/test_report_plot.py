@@ -79,3 +79,21 @@ def test_a_schedules_prompts_are_named_where_they_start():
         start = int(X0 + slot * p["first_block"]) + 3
         ink = _pixels(img, COLORS["segment"], range(start, start + 100), band, TEXT_TOL)
         assert len({x for x, _ in ink}) > 40, (i, len(ink))
+
+
+def test_a_run_whose_input_ended_early_says_where_it_stopped():
+    """As after Ctrl-C: 'stopped at block N of M' under the title, and why (the input ended, or could not be read)."""
+    import dataclasses
+
+    from sdvg_core.engine.plot import summary_line
+
+    done = _report(4, -0.7)
+    ended = dataclasses.replace(done, stopped="the input video ends before block 4", stop_cause="input_ended",
+                                blocks_requested=10)
+    broken = dataclasses.replace(ended, stop_cause="input_unreadable")
+    assert "stopped" not in summary_line(done)
+    assert summary_line(ended).endswith("| stopped at block 4 of 10 (the input ended)")
+    assert summary_line(broken).endswith("| stopped at block 4 of 10 (the input could not be read)")
+    strip = (range(X0, STYLE.width), range(16, 30))  # the summary line's row
+    assert len(_pixels(render_report_plot(ended, tau=-0.7), COLORS["axis"], *strip, TEXT_TOL)) > \
+        len(_pixels(render_report_plot(done, tau=-0.7), COLORS["axis"], *strip, TEXT_TOL)) + 100  # the words drawn

@@ -15,7 +15,7 @@ from torch.utils._pytree import tree_flatten
 
 from sdvg_core import WanVAE, WanVAEConfig
 from sdvg_core.demo.tiny import random_vae
-from sdvg_core.engine.video_input import clip_frames, encode_clip, encode_start_frame, resize_to_run
+from sdvg_core.given.encode import clip_frames, encode_clip, encode_start_frame, resize_to_run
 
 ATOL = 1e-4  # fixtures README §5: honest float32 implementations land at 1e-6..1e-5
 

@@ -288,6 +288,65 @@ def swap_schedule_encoder(api: dict, embeddings_file: str | Sequence[str], num_b
     return out
 
 
+def unmuted(wf: dict) -> dict:
+    """The workflow with every muted or bypassed node switched on (as a user would)."""
+    out = json.loads(json.dumps(wf))
+    for n in out["nodes"]:
+        n["mode"] = 0
+    return out
+
+
+def ar_start_image(api: dict) -> dict:
+    """Core's AR workflow from a start image (the API prompt of the unmuted workflow): the guider's MODEL and the
+    sampler's latent come from AR Video I2V instead of the loader and Empty AR Video Latent (which goes), as the
+    workflow's note tells a user to wire them."""
+    out = json.loads(json.dumps(api))
+    i2v = next(k for k, v in out.items() if v["class_type"] == "ARVideoI2V")
+    empty = [k for k, v in out.items() if v["class_type"] == "EmptyARVideoLatent"]
+    for node in out.values():
+        if node["class_type"] == "BasicGuider":
+            node["inputs"]["model"] = [i2v, 0]
+        if node["class_type"] in ("SamplerCustomAdvanced", "SamplerCustom"):
+            node["inputs"]["latent_image"] = [i2v, 1]
+    for k in empty:
+        del out[k]
+    return out
+
+
+# What a real-host test runs core's AR workflow on (tests/test_comfy_host.py writes them; tests/frontend_probe.py
+# --run-small uses them): Wan networks ComfyUI's own loader can read (dim 128 = one 128-wide head, umT5's 4096-wide
+# text), marked causal_ar in their safetensors metadata, and embeddings of that width.
+AR_TEST_FILES = {"target": "tiny_causal_target.safetensors", "drafter": "tiny_causal_drafter.safetensors",
+                 "embeddings": "test_prompt_4096.safetensors"}
+AR_SMALL = {"width": 64, "height": 48}
+
+
+def ar_blocks_length(blocks: int, start_image: bool = False, frames_per_block: int = 3) -> int:
+    """The `length` widget giving `blocks` whole blocks (after a start image's latent frame)."""
+    return 1 + 4 * (blocks * frames_per_block + (1 if start_image else 0) - 1)
+
+
+def ar_test_models(api: dict, blocks: int) -> dict:
+    """Core's AR workflow on the AR_TEST_FILES at AR_SMALL's size: the guider's loader reads the tiny target, the
+    drafter comes from Load Diffusion Model into the sampler's `drafter` MODEL input (SDVG Load Drafter goes: the tiny
+    .pt drafter's text width differs), the text encoder is the embeddings file."""
+    out = swap_text_encoder(api, AR_TEST_FILES["embeddings"])
+    for nid, node in list(out.items()):
+        ct = node["class_type"]
+        if ct == "UNETLoader":
+            node["inputs"]["unet_name"] = AR_TEST_FILES["target"]
+        elif ct == "SDVGLoadDrafter":
+            out[nid] = {"class_type": "UNETLoader", "inputs": {"unet_name": AR_TEST_FILES["drafter"],
+                                                               "weight_dtype": "default"}}
+        elif ct == "SDVGSamplerARVideo" and "sdvg_drafter" in node["inputs"]:
+            node["inputs"]["drafter"] = node["inputs"].pop("sdvg_drafter")
+        elif ct == "EmptyARVideoLatent":
+            node["inputs"].update(AR_SMALL, length=ar_blocks_length(blocks))
+        elif ct == "ARVideoI2V":
+            node["inputs"].update(AR_SMALL, length=ar_blocks_length(blocks, start_image=True))
+    return out
+
+
 def set_inputs(api: dict, class_type: str, **values: Any) -> dict:
     """Set constant inputs on every node of a class (e.g. a small size for tiny models)."""
     out = json.loads(json.dumps(api))
@@ -436,6 +495,13 @@ def schema_differences(real: dict, fake: dict) -> list[str]:
         if bool(r.get("output_node")) != bool(f.get("output_node")):
             out.append(f"{name} output_node: host {r.get('output_node')}, fake {f.get('output_node')}")
     return out
+
+
+def workflow_needs(wf: dict) -> tuple[tuple[int, ...], list[str]]:
+    """(the oldest ComfyUI version whose core nodes the workflow uses all exist on, those nodes) from its
+    extra.sdvg_needs (scripts/build_workflows.py); ((0,), []) when any supported host has them."""
+    needs = wf.get("extra", {}).get("sdvg_needs") or {}
+    return (host_version(needs["comfyui"]) if "comfyui" in needs else (0,)), list(needs.get("core_nodes", []))
 
 
 def host_version(text: str) -> tuple[int, ...]:

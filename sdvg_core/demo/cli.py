@@ -9,7 +9,9 @@ Prints a per-block table; the report JSON holds every score, decision, forward c
 before any model is loaded (the embeddings' width against the checkpoints' headers and the output folder too); a
 usage or input error exits with status 2 and names every problem at once. Each run writes to a new dated folder
 unless --out says where (an earlier run's outputs there are replaced only with --overwrite). Ctrl-C stops between
-blocks: the video keeps the committed blocks (playable), their report is written, exit status 130 (docs/cli.md).
+blocks: the video keeps the committed blocks (playable), their report is written, exit status 130; SIGTERM (kill,
+timeout, systemd, docker stop) the same with exit status 143; an input video that cannot be read mid-run the same with
+exit status 3 (docs/cli.md).
 """
 from __future__ import annotations
 
@@ -23,18 +25,21 @@ import torch
 from ..engine.engine import Engine, EngineConfig, ProgressEvent
 from ..engine.heap import HeapTrimmer
 from ..engine.memo import TieredMemo
+from ..engine.noise import NOISE_SOURCES, noise_source
 from ..engine.plot import render_report_plot
-from ..engine.policy import DEFAULT_TAU, DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
+from ..engine.policy import (DEFAULT_STRIDE_K, DEFAULT_TAU, DraftOnly, RandomPolicy, StridePolicy, TargetOnly,
+                             ThresholdPolicy)
 from ..engine.recipes import recipe_by_name
-from ..engine.report import build_report
+from ..engine.report import build_report, compiled_models
 from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning, PromptSchedule
 from ..io.checkpoint import CheckpointError
-from ..io.cli_args import (INTERRUPTED, MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
-                           add_drafter_kind_args, add_recipe_args, ctrl_c_raises, drafter_own_recipe)
+from ..given.run import INPUT_UNREADABLE as UNREADABLE_CAUSE
+from .cli_args import (INPUT_UNREADABLE, MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
+                       add_compile_arg, add_drafter_kind_args, add_recipe_args, drafter_own_recipe, stop_signals_raise, stopped_by)
 from ..io.drafters import DEFAULT_DRAFTER_KIND
 from ..io.model_files import DTYPES, load_model_files
-from ..io.pixel_args import add_pixel_args, pixel_request
-from ..io.prompt_schedule import encode_schedule, read_schedule
+from .pixel_args import add_pixel_args, pixel_request
+from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
 from .outputs import DEFAULT_ROOT, REPORT_JSON, REPORT_PNG, VIDEO_FORMATS, VIDEO_STEM, dated_folder
 from .preflight import MODEL_FLAGS, needs, preflight
@@ -64,13 +69,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"number of 3-latent-frame blocks, 1..{MAX_BLOCKS:,} (default {TINY_BLOCKS} tiny, "
                         f"{REAL_BLOCKS} real)")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--policy", choices=["sdvg", "target-only", "draft-only", "accept-all", "random"], default="sdvg",
-                   help="sdvg = ImageReward threshold; accept-all = block 0 from the target, every other draft kept")
+    p.add_argument("--noise", choices=list(NOISE_SOURCES), default=NOISE_SOURCES[0],
+                   help="seeded = SDVG's per-block draw; comfy_ar = ComfyUI core's AR sampler rule (whole-video noise "
+                        "from the seed, each re-noise reseeded with seed + block * 1000 + step, on --device)")
+    p.add_argument("--policy", choices=["sdvg", "target-only", "draft-only", "accept-all", "random", "stride"],
+                   default="sdvg",
+                   help="sdvg = ImageReward threshold; accept-all = block 0 from the target, every other draft kept; "
+                        "stride = the StrideAR baseline (the target makes every --stride-k-th block, no scorer)")
     p.add_argument("--tau", type=float, default=None,
                    help=f"accept a draft when its score >= tau (default {DEFAULT_TAU}; {TINY_DEMO_TAU} for the tiny models)")
     p.add_argument("--aggregation", choices=["min", "mean"], default="min")
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
     p.add_argument("--accept-rate", type=float, default=0.73, help="for --policy random")
+    p.add_argument("--stride-k", type=int, default=DEFAULT_STRIDE_K,
+                   help=f"for --policy stride: the target makes blocks 0, k, 2k, ..., the drafter the rest (default "
+                        f"{DEFAULT_STRIDE_K})")
     add_recipe_args(p)
     add_pixel_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",
@@ -93,6 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--memo-gb", type=float, default=0.0,
                    help="GiB of derived data kept for re-runs in this process (default 0: one run reuses nothing "
                         "across runs; what the run itself needs is held apart from this budget)")
+    add_compile_arg(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
@@ -103,7 +117,8 @@ def _real_models(a: argparse.Namespace, dtype: torch.dtype):
     m = load_model_files(target=a.target, vae=a.vae, drafter=a.drafter if needs_draft else None,
                          reward=a.reward if needs_score else None, vocab=a.vocab, dtype=dtype, device=a.device,
                          pt_entry=a.pt_entry, drafter_kind=a.drafter_kind,
-                         drafter_lora=a.drafter_lora if needs_draft else None, drafter_lora_alpha=a.drafter_lora_alpha)
+                         drafter_lora=a.drafter_lora if needs_draft else None, drafter_lora_alpha=a.drafter_lora_alpha,
+                         compile=a.compile)
     for line in m.notes:
         print(line)
     return m.drafter, m.target, m.vae, m.scorer
@@ -133,7 +148,7 @@ def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptCondition
 
 def _engine_config(a: argparse.Namespace, real: bool) -> EngineConfig:
     """--recipe sets both roles; --drafter-recipe / --target-recipe override one. A drafter trained for its own
-    long-video recipe (LongLive) runs it unless told otherwise (io/cli_args.py drafter_own_recipe)."""
+    long-video recipe (LongLive) runs it unless told otherwise (demo/cli_args.py drafter_own_recipe)."""
     drafter_recipe = a.drafter_recipe
     if drafter_recipe is None and real and a.drafter:
         drafter_recipe = drafter_own_recipe(a.drafter_kind)
@@ -152,6 +167,8 @@ def _policy(a: argparse.Namespace):
         return DraftOnly(force_reject_first=False)
     if a.policy == "accept-all":
         return DraftOnly(force_reject_first=True)
+    if a.policy == "stride":
+        return StridePolicy(a.stride_k)
     return RandomPolicy(a.accept_rate, seed=a.seed, force_reject_first=force)
 
 
@@ -170,15 +187,18 @@ def main(argv: list[str] | None = None) -> int:
               + ("\n(omit every model flag, --drafter --target --vae --reward, to run the tiny embedded default)"
                  if real else ""), file=sys.stderr)
         return USAGE_ERROR
+    for note in getattr(a, "pixel_notes", ()):  # e.g. a picture's transparency: said once, before anything loads
+        print(f"note: {note}", file=sys.stderr)
     try:
-        with ctrl_c_raises():
+        with stop_signals_raise():
             engine, spec, policy, size = _build(a, real)
     except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
-    except KeyboardInterrupt:
-        print("interrupted while loading the models; nothing was written", file=sys.stderr)
-        return INTERRUPTED
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
+        what, code = stopped_by(e)
+        print(f"{what} while loading the models; nothing was written", file=sys.stderr)
+        return code
     return _run(a, real, out, engine, spec, policy, size)
 
 
@@ -190,18 +210,20 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationSpec, o
         size, blocks = REAL_SIZE, REAL_BLOCKS
     else:
         torch.set_num_threads(1)  # tiny models: threads only add overhead
-        m = tiny_models(seed=0)
+        m = tiny_models(seed=0, compile=a.compile)
         drafter, target, vae, scorer = m.drafter, m.target, m.vae, m.scorer
         size, blocks = TINY_SIZE, TINY_BLOCKS
     if a.tau is None:
         a.tau = DEFAULT_TAU if real else TINY_DEMO_TAU
     width, height = a.width or size[0], a.height or size[1]
     schedule = _schedule(a, target.cfg.text_dim, real)
-    request = pixel_request(a)
-    spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed,
-                          pixels=request.pixel_input() if request else None)
-    engine = Engine(target, vae, drafter, scorer, _engine_config(a, real),
-                    memo=TieredMemo.split(int(a.memo_gb * 2**30)))
+    pixels = getattr(a, "pixel_input", None)  # built by the checks (preflight): the file is not read again
+    if pixels is None and pixel_request(a) is not None:
+        pixels = pixel_request(a).pixel_input()
+    spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
+    config = _engine_config(a, real)
+    noise = noise_source(a.noise, spec, target.cfg.in_dim, config.num_renoise, a.device)
+    engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))
     if spec.pixels is not None:
         engine.start(spec)  # the given pixels fit the recipes (an extension long enough...): refused before any work
     return engine, spec, _policy(a), (width, height)
@@ -235,19 +257,27 @@ def _run(a: argparse.Namespace, real: bool, out: Path, engine: Engine, spec: Gen
         outcome = generate_to_file(engine, spec, policy, out / f"{VIDEO_STEM}.{a.format}", guard, HeapTrimmer())
         if bar is not None:
             bar.close()
-        if outcome.state is None:
-            print(f"interrupted at block 0 of {spec.num_blocks}, before any block was committed; nothing was written",
-                  file=sys.stderr)
-            return INTERRUPTED
+        state = outcome.state
+        stop = stopped_by(outcome.signal_exc) if outcome.signal_exc is not None else None
+        if state is None or not state.blocks:
+            if stop is not None:
+                print(f"{stop[0]} at block 0 of {spec.num_blocks}, before any block was committed; nothing was "
+                      f"written", file=sys.stderr)
+                return stop[1]
+            print(f"error: {state.stopped}; nothing was written", file=sys.stderr)
+            return INPUT_UNREADABLE if state.stop_cause == UNREADABLE_CAUSE else USAGE_ERROR
         report, paths = _write_report(a, real, out, spec, outcome, policy, engine, size)
         print(report.table())
-        if outcome.interrupted_at is not None:
-            print(f"interrupted at block {outcome.interrupted_at} of {spec.num_blocks}: {outcome.committed} block(s) "
-                  f"committed and written to {outcome.video} ({outcome.frames} frames, playable); their report: "
-                  f"{paths[0]} and {paths[1]}", file=sys.stderr)
-            return INTERRUPTED
-        if outcome.state.stopped is not None:
-            print(f"note: {outcome.state.stopped}", file=sys.stderr)
+        kept = (f"{outcome.committed} block(s) committed and written to {outcome.video} ({outcome.frames} frames, "
+                f"playable); their report: {paths[0]} and {paths[1]}")
+        if stop is not None:
+            print(f"{stop[0]} at block {outcome.interrupted_at} of {spec.num_blocks}: {kept}", file=sys.stderr)
+            return stop[1]
+        if state.stop_cause == UNREADABLE_CAUSE:  # one message, the files finished, a status of its own
+            print(f"error: {state.stopped}: {kept}", file=sys.stderr)
+            return INPUT_UNREADABLE
+        if state.stopped is not None:
+            print(f"note: {state.stopped}", file=sys.stderr)
         print(f"wrote {outcome.video} ({outcome.frames} frames, {size[0]}x{size[1]}), {paths[0]} and {paths[1]}")
         if not real:
             print("note: the tiny models have random weights, so the video is noise; the table, report.json and "
@@ -268,7 +298,8 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
     if spec.pixels is not None:
         meta["pixels"] = pixel_request(a).describe()
     report = build_report(outcome.state, policy.describe(), engine.recipe, engine.plan_for(spec).num_steps,
-                          wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"])
+                          wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"],
+                          compiled=compiled_models(engine.target, engine.drafter))
     data = json.loads(report.to_json())
     tau = a.tau if a.policy == "sdvg" else None
     data.setdefault("tau", tau)  # a number, not only inside the policy text

@@ -10,12 +10,12 @@ from pathlib import Path
 from ..engine.policy import DEFAULT_TAU
 from ..engine.state import SIZE_MULTIPLE
 from ..io.checkpoint import CheckpointError
-from ..io.cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, drafter_own_recipe,
+from .cli_args import (MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, compile_problem, drafter_own_recipe,
                            output_folder_problem, recipe_problems)
-from ..io.pixel_args import pixel_problems
+from .pixel_args import pixel_problems
 from ..io.prompt_width import text_width, umt5_width, width_problems
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
-from ..io.prompt_schedule import ScheduleError, read_schedule
+from ..engine.prompt_schedule import ScheduleError, read_schedule
 from ..io.reward_files import ImageRewardError, find_vocab
 from ..io.text import load_embeddings, umt5_folders
 from ..models.wan_config import PRESETS
@@ -63,6 +63,9 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
         problems.append(f"--memo-gb {a.memo_gb} must be >= 0")
     if not 0.0 <= a.accept_rate <= 1.0:
         problems.append(f"--accept-rate {a.accept_rate} must be between 0 and 1")
+    if a.stride_k < 1:
+        problems.append(f"--stride-k {a.stride_k} must be >= 1 (the target makes blocks 0, k, 2k, ...; 1 is target-only)")
+    problems += filter(None, [compile_problem(a.compile)])
     problems += _output_problems(a, out)
     files = [(f"--{k.replace('_', '-')}", getattr(a, k)) for k in (*MODEL_FLAGS, "drafter_lora", "embeddings")
              if getattr(a, k)]
@@ -91,7 +94,10 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
     problems += _schedule_problems(a, real, widths)
     problems += recipe_problems(a, real)
     problems += width_problems({k: w for k, w in widths.items() if w}, model_widths(a, real))
-    problems += pixel_problems(a, run_size(a, real), run_recipes(a, real))
+    blocks = a.blocks if a.blocks and 1 <= a.blocks <= MAX_BLOCKS else (REAL_BLOCKS if real else TINY_BLOCKS)
+    checked = pixel_problems(a, run_size(a, real), run_recipes(a, real), blocks)
+    problems += checked.problems
+    a.pixel_notes, a.pixel_input = checked.notes, checked.pixels  # said once; the run takes the checked input as is
     return problems
 
 

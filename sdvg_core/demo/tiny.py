@@ -54,12 +54,13 @@ def tiny_scorer(seed: int = 0, workdir: str | Path | None = None) -> ImageReward
 
 
 def tiny_models(seed: int = 0, drafter: str | WanDiTConfig = "tiny-drafter", target: str | WanDiTConfig = "tiny-target",
-                workdir: str | Path | None = None) -> TinyModels:
-    """Seeded random drafter/target/VAE/scorer; the two DiTs share text width and latent channels."""
+                workdir: str | Path | None = None, compile: bool | str = False) -> TinyModels:
+    """Seeded random drafter/target/VAE/scorer; the two DiTs share text width and latent channels. `compile`:
+    CausalWan's (True: inductor, a string: another torch.compile backend)."""
     dcfg = PRESETS[drafter] if isinstance(drafter, str) else drafter
     tcfg = PRESETS[target] if isinstance(target, str) else target
-    d = CausalWan(build_random(dcfg, seed=seed + 1), dcfg)
-    t = CausalWan(build_random(tcfg, seed=seed + 2), tcfg)
+    d = CausalWan(build_random(dcfg, seed=seed + 1), dcfg, compile=compile)
+    t = CausalWan(build_random(tcfg, seed=seed + 2), tcfg, compile=compile)
     d.key, t.key = f"tiny-drafter-{seed}", f"tiny-target-{seed}"
     vae, scorer = random_vae(seed + 3), tiny_scorer(seed + 4, workdir)
     vae.key, scorer.key = f"tiny-vae-{seed + 3}", f"tiny-imagereward-{seed + 4}"

@@ -15,7 +15,7 @@ from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan, KVCache, KVWrite, TextKV
 from .keys import KVKey, TextKey
 from .memo import Hold, Memoiser
-from .pixels import PixelStore
+from .decoded import PixelStore
 from .state import GenerationSpec, GenerationState
 from .tally import Tally
 

@@ -7,7 +7,7 @@ decision changed, and can never read a cache built for another history.
 
 Compute only what a decision needs (work.py): a forced block is not drafted; a score-blind policy does not score;
 the target's context is built only when the target generates; a draft is decoded from the committed decoder cache
-without changing it (pixels.py). `EngineConfig(lazy=False)` does all the work the reference implementation
+without changing it (decoded.py). `EngineConfig(lazy=False)` does all the work the reference implementation
 does, for comparison; outputs are bit-identical either way. Context building belongs to the recipe
 (recipes/) through ContextServices (context.py), memoised results to memo.Memoiser, accounting to tally.py.
 """
@@ -23,11 +23,11 @@ from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan
 from .context import ContextServices
 from .denoise import denoise
-from .given import GivenPixels, given_output
+from ..given.run import GivenPixels, given_output
 from .keys import RunKeys, require_key
 from .memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, NoiseSource, noise_identity
-from .pixels import DecodeEntry, PixelStore
+from .decoded import DecodeEntry, PixelStore
 from .policy import Policy, aggregate
 from .recipes import KreaRecipe, Recipe, check_prompt_switches
 from .schedule import StepPlan
@@ -151,7 +151,7 @@ class Engine:
             recipe.validate(spec)
         check_prompt_switches(self.recipes, spec)
         self._auto_run = uuid.uuid4().hex
-        given = self.given.start(spec)  # pixels in: encoded once, memoised (given.py)
+        given = self.given.start(spec, self._tally())  # pixels in: checked, encoded once, memoised (given/run.py)
         return GenerationState(spec) if given is None else GenerationState(spec, given=given)
 
     def plan_for(self, spec: GenerationSpec, role: str = "target") -> StepPlan:
@@ -171,12 +171,12 @@ class Engine:
     # ------------------------------------------------------------------------------------------ operations
     def draft(self, state: GenerationState) -> GenerationState:
         """Operation: the drafter proposes the next block (pending.latents)."""
-        state = self.stopped(state)
+        tally = self._tally()
+        state = self.given.stopped(state, tally)  # reading the block's input is its work (phase "input")
         if state.done:
             if state.stopped is not None:
                 return state
             raise ValueError("all blocks are committed; nothing to draft")
-        tally = self._tally()
         latents = self._generate("drafter", state, state.next_block, tally)
         return state.with_pending(PendingBlock(state.next_block, latents, account=tally.account()))
 
@@ -225,7 +225,8 @@ class Engine:
 
     def route(self, state: GenerationState, policy: Policy) -> GenerationState:
         """Operation: decide the pending block (computing what the work mode needs: work.py) and commit it."""
-        state = self.stopped(state)
+        tally = self._tally()
+        state = self.given.stopped(state, tally)  # reading the block's input is its work (phase "input")
         if state.done:
             if state.stopped is not None:
                 return state
@@ -234,7 +235,6 @@ class Engine:
         forced = policy.forced(b)
         state, decode_skipped = self.work.prepare(self, state, policy)
         p = state.pending or PendingBlock(b)
-        tally = self._tally()
         score = aggregate(p.frame_scores, policy.aggregation) if p.frame_scores else None
         accepted = (not forced) and policy.accept(b, score)
         if decode_skipped and not accepted:  # a fresh run decoded the rejected draft to score it
@@ -253,7 +253,8 @@ class Engine:
         with tally.phase("decode"):  # decoded now: anchors, previews and the output need it anyway
             pixels = self.pixels.commit(state, latents, lineage, draft, tally)
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
-                             frame_scores=tuple(p.frame_scores or ()), account=p.account + tally.account(),
+                             frame_scores=tuple(p.frame_scores or ()),  # block 0 also carries the given encode
+                             account=p.account + tally.account() + self.given.start_account(state, b),
                              lineage=lineage, run_id=self.run_id)
         if self.callbacks.progress is not None:
             preview = to_image(pixels[:, :, -1:])[0]
@@ -285,14 +286,14 @@ class Engine:
         return to_image(self.committed_pixels(state, b))
 
     def output_frames(self, state: GenerationState, first: int = 0) -> Iterator[torch.Tensor]:
-        """The output video from committed block `first` on, as [t, H, W, 3] pieces in 0..1 on the CPU. From block 0
-        it begins with the given frames: a start image or the extended video (decoded from its latents by a
-        Self-Forcing / LongLive target, as read for Krea; none for text-to-video and video-to-video)."""
+        """The output video from committed block `first` on, as [t, H, W, 3] pieces in 0..1 on the CPU; from block 0
+        the given frames first (decoded by a Self-Forcing / LongLive target, as read for Krea, whose block 0 then
+        starts at its 4th frame; none for text-to-video and video-to-video: docs/pixels.md §5)."""
         if first == 0:
             for pixels in given_output(self.vae, state, self.config.decode_rule, self.callbacks.interrupt):
                 yield to_image(pixels)
         for b in range(first, len(state.blocks)):
-            yield self.block_frames(state, b)
+            yield self.block_frames(state, b)[self.given.hidden_frames(state, b):]
 
     def frames(self, state: GenerationState) -> torch.Tensor:
         """The whole output video [T, H, W, 3] in 0..1 on the CPU (ComfyUI IMAGE layout)."""

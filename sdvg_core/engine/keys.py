@@ -129,7 +129,7 @@ class RunKeys:
 
 @dataclass(frozen=True)
 class GivenKey:
-    """A start image's or an extension's latents as one recipe encoding takes them (engine/given.py); `pixels` is
+    """A start image's or an extension's latents as one recipe encoding takes them (given/run.py); `pixels` is
     PixelInput.identity() (mode, strength, digest)."""
 
     kind: ClassVar[str] = "given"

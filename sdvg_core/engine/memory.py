@@ -15,7 +15,7 @@ import torch
 
 from ..models.vae import WanVAEConfig
 from ..models.wan_config import WanDiTConfig
-from .pixels import held_pixel_blocks
+from .decoded import held_pixel_blocks
 
 GIB = 2**30
 FP32 = 4  # bytes: CausalWan keeps the residual stream, modulation and RoPE in float32 (Wan's own choice)

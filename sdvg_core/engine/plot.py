@@ -80,14 +80,31 @@ def _aggregation(report: RunReport) -> str:
     return "mean" if "mean over frames" in report.policy else "min"
 
 
+def summary_line(report: RunReport) -> str:
+    """The line under the title: acceptance, forwards, counted speedup, and where a run that ended early stopped
+    (after Ctrl-C / SIGTERM, or where its input ended or could not be read)."""
+    acc = "-" if report.acceptance_blocks_1_to_n is None else f"{report.acceptance_blocks_1_to_n:.0%}"
+    summary = (f"accepted (blocks 1..N-1): {acc} | forwards: drafter {report.drafter_forwards}, target "
+               f"{report.target_forwards} | counted speedup {report.counted_speedup:.2f}x")
+    if "interrupted_at_block" in report.meta:
+        summary += f" | stopped at block {report.meta['interrupted_at_block']} of {report.meta.get('blocks_requested', '?')}"
+    elif report.stopped:  # the input ended (or broke) before the requested blocks
+        why = "the input could not be read" if report.stop_cause == "input_unreadable" else "the input ended"
+        summary += f" | stopped at block {report.num_blocks} of {report.blocks_requested or '?'} ({why})"
+    return summary
+
+
 def _note(report: RunReport, tau: float | None) -> str | None:
-    """What the plot would otherwise leave unexplained: no block drafted, or no draft scored."""
+    """What the plot would otherwise leave unexplained: no block drafted, or no draft scored (tau = -inf, or a
+    score-blind policy such as the StrideAR baseline)."""
     drafted = [b for b in report.blocks if b.decision != "forced"]
     if tau == math.inf or (report.blocks and not drafted):
         why = "tau = +inf: no draft could pass, so none was made; " if tau == math.inf else ""
         return why + "every block came from the target (target-only cost)"
     if tau == -math.inf:
         return "tau = -inf: every draft is accepted without being scored (no bars)"
+    if tau is None and report.blocks and not any(b.frame_scores for b in report.blocks):
+        return f"{report.policy.split(' (')[0]}: no block was scored, the policy routes without ImageReward (no bars)"
     return None
 
 
@@ -150,14 +167,9 @@ def render_report_plot(report: RunReport, tau: float | None = None, style: PlotS
         d.rectangle([x0 + 2, top - 2, x0 + 10 + w, top + TEXT_H + 1], fill=COLORS["background"], outline=COLORS["grid"])
         d.text((x0 + 6, top), text, fill=COLORS["text"], font=font)
 
-    acc = "-" if report.acceptance_blocks_1_to_n is None else f"{report.acceptance_blocks_1_to_n:.0%}"
     d.text((x0, 4), f"{_aggregation(report)} ImageReward score of each block's draft vs tau", fill=COLORS["text"],
            font=font)
-    summary = (f"accepted (blocks 1..N-1): {acc} | forwards: drafter {report.drafter_forwards}, target "
-               f"{report.target_forwards} | counted speedup {report.counted_speedup:.2f}x")
-    if "interrupted_at_block" in report.meta:
-        summary += f" | stopped at block {report.meta['interrupted_at_block']} of {report.meta.get('blocks_requested', '?')}"
-    d.text((x0, 18), _fit(d, summary, style.width - x0 - 4, font), fill=COLORS["axis"], font=font)
+    d.text((x0, 18), _fit(d, summary_line(report), style.width - x0 - 4, font), fill=COLORS["axis"], font=font)
     title = "block"
     d.text(((x0 + x1) / 2 - d.textlength(title, font=font) / 2, y1 + 18), title, fill=COLORS["axis"], font=font)
     legend = [("drafter (accepted)", COLORS["drafter"]), ("target (rejected)", COLORS["target"]),

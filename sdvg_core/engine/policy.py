@@ -11,6 +11,9 @@ from typing import Literal, Protocol, Sequence
 
 Aggregation = Literal["min", "mean"]
 DEFAULT_TAU = -0.7  # SDVG paper operating point: 1.59x at 98% of target quality (docs/design.md §1)
+# StrideAR's k in its published comparison with SDVG (its Hugging Face page, Statite/StrideAR: "SDVG, operating point
+# for k=2"): the default of the command lines' and benchmarks' stride baseline
+DEFAULT_STRIDE_K = 2
 
 
 def aggregate(frame_scores: Sequence[float], how: Aggregation) -> float:
@@ -133,6 +136,36 @@ class RandomPolicy:
         if self.forced(block):
             return False
         return random.Random(f"{self.seed}:{block}").random() < self.accept_rate
+
+
+@dataclass(frozen=True)
+class StridePolicy:
+    """Baseline (StrideAR, published as SpecAR): the target makes every k-th block, block 0 included, the drafter
+    the rest; no scorer, so nothing is decoded or scored for routing and a target block is never drafted.
+
+    k=1 is target-only; k=2 alternates target, drafter, target... (docs/evaluation.md, "StrideAR").
+    """
+
+    k: int
+    aggregation: Aggregation = "min"
+
+    def __post_init__(self):
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"stride k must be an integer >= 1 (the target makes blocks 0, k, 2k, ...; k=1 is "
+                             f"target-only), got {self.k!r}")
+
+    def describe(self) -> str:
+        return (f"stride k={self.k} (StrideAR: the target makes blocks 0, {self.k}, {2 * self.k}, ..., the drafter "
+                f"the rest; no scorer)")
+
+    def forced(self, block: int) -> bool:
+        return block % self.k == 0
+
+    def needs_score(self, block: int) -> bool:
+        return False
+
+    def accept(self, block: int, score: float | None) -> bool:
+        return block % self.k != 0  # every block the target does not make: the drafter's, whatever it looks like
 
 
 @dataclass(frozen=True)

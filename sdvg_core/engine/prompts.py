@@ -2,7 +2,7 @@
 
 `PromptSchedule` is the one shape of a schedule everywhere: entries (first block, prompt) by increasing first block,
 the first at block 0, a block under the last entry starting at or before it. Its prompts are text (and maybe an
-embeddings file) when read from a file (io/prompt_schedule.py), `PromptConditioning` (text + umT5 embeddings)
+embeddings file) when read from a file (engine/prompt_schedule.py), `PromptConditioning` (text + umT5 embeddings)
 once encoded, as `GenerationSpec` holds it. A single prompt is the schedule of one entry.
 """
 from __future__ import annotations

@@ -8,17 +8,35 @@ node cache after Cancel + re-queue), so its seconds are an earlier run's and its
 Counted work is in drafter-forward units: a target forward costs `cost_ratio` drafter forwards (default
 7.4, the 1.3B:14B ratio at 832x480, docs/design.md §5). The target-only baseline of the same recipe is
 counted, not run: Krea rebuilds the target cache before every block but the first (1 + steps per block),
-Self-Forcing commits every block but the last with a clean forward.
+Self-Forcing commits every block but the last with a clean forward. `compiled` says whether either DiT ran
+under torch.compile (`compiled_models`: which role, with which backend), as CausalWan(compile=...) was built.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
 
+from ..given.request import MODES, timing_words
 from .recipes import Recipe, recipe_spec
 from .state import GenerationState
 
 DEFAULT_COST_RATIO = 7.4  # target (14B) forward / drafter (1.3B) forward at 832x480 (docs/design.md §5)
+DEFAULT_COMPILE_BACKEND = "inductor"  # what CausalWan(compile=True) compiles with (torch.compile's default)
+
+
+def compile_backend(model: object | None) -> str | None:
+    """The torch.compile backend a DiT runner was built with (`CausalWan(compile=True | "backend")`), or None when
+    it runs eager (or is absent)."""
+    flag = getattr(model, "compile", False) if model is not None else False
+    if flag is True:
+        return DEFAULT_COMPILE_BACKEND
+    return str(flag) if flag else None
+
+
+def compiled_models(target: object | None, drafter: object | None = None) -> dict[str, str]:
+    """{role: backend} of the roles whose DiT is compiled (empty: everything eager)."""
+    found = {role: compile_backend(m) for role, m in (("target", target), ("drafter", drafter))}
+    return {role: backend for role, backend in found.items() if backend is not None}
 
 
 @dataclass(frozen=True)
@@ -61,9 +79,14 @@ class RunReport:
     blocks_from_earlier_runs: int = 0  # blocks this execution did not compute (taken from a host's cache)
     fresh_run: bool = True  # every block and every part of it was computed by this execution (wall = a fresh run's time)
     prompts: list[dict] = field(default_factory=list)  # the schedule: [{"first_block": n, "text": ...}, ...]
-    # given pixels (docs/pixels.md): {"mode", "strength", "given_frames", "digest"}; None for text-to-video
+    # given pixels (docs/pixels.md): {"mode", "strength", "given_frames", "digest", "source_fps", "frame_rate"};
+    # None for text-to-video
     pixels: dict | None = None
-    stopped: str | None = None  # why the run ended before its requested blocks (an input video ran out)
+    stopped: str | None = None  # why the run ended before its requested blocks (an input video ran out or broke)
+    stop_cause: str | None = None  # what stopped it: "input_ended" / "input_unreadable" (None: not stopped early)
+    blocks_requested: int | None = None  # the blocks the run was asked for (num_blocks: those it committed)
+    compiled: bool = False  # either DiT ran under torch.compile
+    compiled_models: dict[str, str] = field(default_factory=dict)  # {role: torch.compile backend} of compiled DiTs
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -78,21 +101,24 @@ class RunReport:
         lines = [f"policy: {self.policy} | recipe: {self.recipe}"]
         if self.pixels is not None:
             px = self.pixels
-            strength = f" strength {px['strength']:g}" if px["mode"] == "video_to_video" else ""
-            lines.append(f"pixels in: {px['mode']}{strength}, {px['given_frames']} given frame(s)")
+            strength = f" strength {px['strength']:g}" if MODES[px["mode"]].takes_strength else ""
+            lines.append(f"pixels in: {px['mode']}{strength}, {px['given_frames']} given frame(s){timing_words(px)}")
         if segments:
             lines += [f"prompt {i} from block {p['first_block']}: {p['text']}" for i, p in enumerate(self.prompts)]
+        given = self.pixels is not None  # reading + encoding the input: its own column (phase "input")
         lines.append(f"{'block':>5} " + (f"{'prompt':>6} " if segments else "") + f"{'producer':>8} {'decision':>8} "
-                     f"{'min/agg':>8} {'frames(min..max)':>18} {'D fw':>4} {'T fw':>4} {'secs':>8} {'now':>4} reused")
+                     f"{'min/agg':>8} {'frames(min..max)':>18} {'D fw':>4} {'T fw':>4} {'secs':>8} "
+                     + (f"{'input':>7} " if given else "") + f"{'now':>4} reused")
         for b in self.blocks:
             fs = f"{min(b.frame_scores):+.3f}..{max(b.frame_scores):+.3f}" if b.frame_scores else "-"
             sc = f"{b.score:+.3f}" if b.score is not None else "-"
             now = "no" if not b.computed_now else ("part" if b.carried else "yes")
             secs = f"{sum(b.seconds.values()):.3f}" + ("*" if not b.computed_now else "")
             reused = ",".join(b.reused) if b.computed_now else "whole block (earlier run)"
+            inp = f"{b.seconds.get('input', 0.0):>7.3f} " if given else ""
             lines.append(f"{b.index:>5} " + (f"{b.prompt:>6} " if segments else "") + f"{b.producer:>8} {b.decision:>8} {sc:>8} {fs:>18} "
                          f"{b.cost.get('drafter_forwards', 0):>4} {b.cost.get('target_forwards', 0):>4} "
-                         f"{secs:>8} {now:>4} {reused or '-'}")
+                         f"{secs:>8} {inp}{now:>4} {reused or '-'}")
         if self.blocks_from_earlier_runs:
             lines.append(f"* {self.blocks_from_earlier_runs} block(s) were not computed by this run: they came from "
                          f"ComfyUI's cache of an earlier run (e.g. before Cancel); their seconds are that run's")
@@ -106,6 +132,7 @@ class RunReport:
         if (self.recomputed_drafter_forwards, self.recomputed_target_forwards) != (self.drafter_forwards, self.target_forwards):
             lines.append(f"this run recomputed drafter {self.recomputed_drafter_forwards}, target "
                          f"{self.recomputed_target_forwards} forwards (the rest came from the cache)")
+        lines.append(compiled_line(self.compiled_models))
         if self.wall_seconds is not None:
             line = f"wall {self.wall_seconds:.2f} s; phases " + ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items())
             if not self.fresh_run:
@@ -113,6 +140,13 @@ class RunReport:
                          "times only between runs that computed everything, or compare the counted cost above")
             lines.append(line)
         return "\n".join(lines)
+
+
+def compiled_line(models: dict[str, str]) -> str:
+    """`compiled: target (inductor), drafter (inductor)` or `compiled: no (eager DiTs)`."""
+    if not models:
+        return "compiled: no (eager DiTs)"
+    return "compiled: " + ", ".join(f"{role} ({backend})" for role, backend in models.items())
 
 
 def target_only_forwards(recipe: Recipe, num_blocks: int, steps: int, switches: int = 0) -> int:
@@ -146,10 +180,12 @@ def recipe_label(target: Recipe, drafter: Recipe | None = None) -> str:
 def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps: int,
                  cost_ratio: float = DEFAULT_COST_RATIO, wall_seconds: float | None = None,
                  meta: dict[str, str] | None = None, run_id: str | None = None,
-                 drafter_recipe: Recipe | None = None) -> RunReport:
+                 drafter_recipe: Recipe | None = None, compiled: dict[str, str] | None = None) -> RunReport:
     """The report of `state`. `recipe`/`steps` are the target's (the target-only baseline is counted with them);
     `drafter_recipe` only labels the run. `run_id`: the execution building it; blocks whose record carries
-    another run id are marked as not computed now, and their work does not count as recomputed."""
+    another run id are marked as not computed now, and their work does not count as recomputed. `compiled`:
+    {role: backend} of the compiled DiTs (`compiled_models(engine.target, engine.drafter)`); a role that made no
+    forward in this run (the drafter of a target-only run) is left out."""
     blocks = [BlockReport(b.index, b.producer, b.decision, b.score, list(b.frame_scores), dict(b.work), dict(b.cost),
                           {k: round(v, 6) for k, v in dict(b.seconds).items()}, list(b.reused),
                           run_id=b.run_id, computed_now=run_id is None or b.run_id == run_id, carried=list(b.carried),
@@ -162,6 +198,8 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
     t_fw = sum(b.cost.get("target_forwards", 0) for b in blocks)
     cost = d_fw + cost_ratio * t_fw
     base = cost_ratio * target_only_forwards(recipe, n, steps, sum(first < n for first, _ in state.spec.schedule.switches))
+    forwards = {"drafter": d_fw, "target": t_fw}  # a compiled model that made no forward did not run compiled
+    ran_compiled = {role: backend for role, backend in (compiled or {}).items() if forwards.get(role, 0) > 0}
     seconds: dict[str, float] = {}
     for b in now:
         for k, v in b.seconds.items():
@@ -180,4 +218,5 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         fresh_run=len(now) == n and not any(b.carried for b in blocks),
         prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule],
         pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
-        stopped=state.stopped)
+        stopped=state.stopped, stop_cause=state.stop_cause, blocks_requested=state.spec.num_blocks,
+        compiled=bool(ran_compiled), compiled_models=ran_compiled)

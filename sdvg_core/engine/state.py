@@ -16,8 +16,8 @@ from .prompts import PromptConditioning, PromptSchedule, check_conditioning, ten
 from .tally import Account, Counts
 
 if TYPE_CHECKING:
-    from .given import GivenLatents
-    from .pixel_input import PixelInput
+    from ..given.latents import GivenLatents
+    from ..given.request import PixelInput
 
 Producer = Literal["drafter", "target"]
 Decision = Literal["accepted", "rejected", "forced"]  # forced: rejected without drafting (block 0 / target-only)
@@ -60,7 +60,7 @@ class GenerationSpec:
                                  f"(8x VAE downsampling x 2x DiT patch); try {max(SIZE_MULTIPLE, round(v / SIZE_MULTIPLE) * SIZE_MULTIPLE)}")
         check_conditioning(self.schedule, self.num_blocks)
         if self.pixels is not None:
-            from .pixel_input import PixelInput
+            from ..given.request import PixelInput
 
             if not isinstance(self.pixels, PixelInput):
                 raise TypeError(f"GenerationSpec.pixels takes a PixelInput (PixelInput.start_image(...), .extend(...), "
@@ -165,8 +165,9 @@ class GenerationState:
     spec: GenerationSpec
     blocks: tuple[BlockRecord, ...] = ()
     pending: PendingBlock | None = None
-    given: "GivenLatents | None" = None  # the given pixels as the run's recipes use them (engine/given.py)
-    stopped: str | None = None  # why the run ended before spec.num_blocks (an input video ran out)
+    given: "GivenLatents | None" = None  # the given pixels as the run's recipes use them (given/latents.py)
+    stopped: str | None = None  # why the run ended before spec.num_blocks (an input video ran out, or broke)
+    stop_cause: str | None = None  # what ended it: "input_ended" / "input_unreadable" (given/run.py)
 
     @property
     def lineage(self) -> str:
@@ -209,9 +210,9 @@ class GenerationState:
     def commit(self, record: BlockRecord) -> "GenerationState":
         return replace(self, blocks=self.blocks + (record,), pending=None)
 
-    def stop(self, why: str) -> "GenerationState":
-        """The run ends here (before spec.num_blocks), saying why."""
-        return replace(self, pending=None, stopped=why)
+    def stop(self, why: str, cause: str | None = None) -> "GenerationState":
+        """The run ends here (before spec.num_blocks), saying why (and, for a program, what: `cause`)."""
+        return replace(self, pending=None, stopped=why, stop_cause=cause)
 
 
 def root_lineage(spec: GenerationSpec) -> str:

@@ -17,7 +17,7 @@ from typing import Hashable, Iterator, Mapping, TypeVar
 
 import torch
 
-PHASES = ("context", "draft", "decode", "score", "target")
+PHASES = ("input", "context", "draft", "decode", "score", "target")  # input: reading + encoding given pixels
 WORK_KEYS = ("drafter_forwards", "target_forwards", "drafter_context_forwards", "target_context_forwards",
              "vae_decode_frames", "vae_encodes", "scored_frames")
 

@@ -35,11 +35,12 @@ class ModelSet:
 def load_model_files(*, target: str, vae: str, drafter: str | None = None, reward: str | None = None,
                      vocab: str | None = None, dtype: torch.dtype = torch.float32, device: str = "cpu",
                      pt_entry: str | None = None, drafter_kind: str | None = None, drafter_lora: str | None = None,
-                     drafter_lora_alpha: float | None = None) -> ModelSet:
+                     drafter_lora_alpha: float | None = None, compile: bool | str = False) -> ModelSet:
     """Load the given files (drafter / reward optional); keys come from the loaders (file identity + dtype).
 
     The drafter is read as `drafter_kind` (io.drafters: self_forcing by default) from `pt_entry` (None: the kind's
-    entry) with `drafter_lora` merged; a drafter/kind/LoRA problem is raised before any file is read.
+    entry) with `drafter_lora` merged; a drafter/kind/LoRA problem is raised before any file is read. `compile`: both
+    DiTs' CausalWan(compile=...) (True: inductor, a string: another torch.compile backend).
     """
     from ..models.wan import CausalWan
     from .reward_files import load_scorer
@@ -52,13 +53,13 @@ def load_model_files(*, target: str, vae: str, drafter: str | None = None, rewar
         kind = kind_by_name(drafter_kind)
     tnet, tcfg, trep = load_wan_dit(target, dtype=dtype, device=device)
     notes = [f"target: {trep.describe()}"]
-    target_model = CausalWan(tnet, tcfg, key=trep.key)
+    target_model = CausalWan(tnet, tcfg, key=trep.key, compile=compile)
     drafter_model = None
     if drafter:
         dnet, dcfg, drep = load_drafter(drafter, drafter_kind, drafter_lora, pt_entry=pt_entry,
                                         lora_alpha=drafter_lora_alpha, dtype=dtype, device=device)
         notes.append(f"drafter: {drep.describe()}")
-        drafter_model = CausalWan(dnet, dcfg, key=drep.key)
+        drafter_model = CausalWan(dnet, dcfg, key=drep.key, compile=compile)
     vae_model = load_wan_vae(vae, dtype=vae_dtype_for(device), device=device)  # sets vae.key from the file
     scorer = load_scorer(reward, vocab, device=device) if reward else None
     return ModelSet(drafter_model, target_model, vae_model, scorer, tuple(notes),

@@ -19,7 +19,7 @@ import torch
 
 from ..models.state_dict import CheckpointError, key_list
 
-__all__ = ["check_path", "read_state_dict", "file_identity", "SAFETENSORS_EXT", "PICKLE_EXT", "SELF_FORCING_ENTRIES",
+__all__ = ["check_path", "read_state_dict", "read_shapes", "file_identity", "SAFETENSORS_EXT", "PICKLE_EXT", "SELF_FORCING_ENTRIES",
            "DEFAULT_PT_ENTRY", "WRAPPER_ENTRIES", "LORA_ENTRY"]
 
 SAFETENSORS_EXT = (".safetensors", ".sft")
@@ -138,7 +138,13 @@ def read_state_dict(path: str | os.PathLike, *, pt_entry: str | None = DEFAULT_P
     if suffix not in PICKLE_EXT:
         raise error(f"{p}: unsupported checkpoint extension '{suffix}'; use .safetensors (preferred) or "
                     f"{'/'.join(PICKLE_EXT)}", p)
-    obj = _read_pickle(p, error, hint)
+    obj, entry_used = _unwrap(_read_pickle(p, error, hint), p, pt_entry, error, entries)
+    return {k: _cast(v, dtype) for k, v in obj.items()}, entry_used
+
+
+def _unwrap(obj: object, p: Path, pt_entry: str | None, error: type[CheckpointError],
+            entries: tuple[str, ...]) -> tuple[Mapping, str | None]:
+    """The flat dict of tensors in a torch pickle's object, and the entry it came from (read_state_dict's rules)."""
     if not isinstance(obj, Mapping):
         raise error(f"{p} holds a {type(obj).__name__}, not a dict of tensors (a state dict)", p)
     entry_used = None
@@ -161,7 +167,32 @@ def read_state_dict(path: str | os.PathLike, *, pt_entry: str | None = DEFAULT_P
                     f"tensors (a wrapped training checkpoint?); save model.state_dict() instead.", p)
     if not obj:
         raise error(f"{p} holds an empty dict: no weights in it", p)
-    return {k: _cast(v, dtype) for k, v in obj.items()}, entry_used
+    return obj, entry_used
+
+
+def read_shapes(path: str | os.PathLike, *, pt_entry: str | None = None,
+                entries: tuple[str, ...] = SELF_FORCING_ENTRIES) -> dict[str, tuple[int, ...]] | None:
+    """Every tensor's shape in a checkpoint, read without reading the tensors' bytes (a header look before anything
+    loads): .safetensors through its header; torch zip archives memory-mapped (the tensors are built over the mapped
+    file, never read). Unwrapped as `read_state_dict` unwraps. None when the file cannot tell without loading it
+    (an old non-zip pickle, an unknown extension) or cannot be read (the loader names that problem later)."""
+    p = Path(path).expanduser()
+    suffix = p.suffix.lower()
+    try:
+        if suffix in SAFETENSORS_EXT:
+            from safetensors import safe_open
+
+            with safe_open(str(p), framework="pt", device="cpu") as f:
+                return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        if suffix in PICKLE_EXT and _is_zip(p):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                obj = torch.load(str(p), map_location="cpu", weights_only=True, mmap=True)
+            sd, _ = _unwrap(obj, p, pt_entry, CheckpointError, entries)
+            return {k: tuple(v.shape) for k, v in sd.items()}
+    except Exception:  # unreadable (corrupt, truncated, unsafe): the loader's own message comes when it reads the file
+        return None
+    return None
 
 
 def _is_zip(p: Path) -> bool:

@@ -24,11 +24,34 @@ UNET_DTYPES = ["default", "fp8_e4m3fn", "fp8_e4m3fn_fast", "fp8_e5m2"]
 SDVG_CORE = None  # set by the test: the pack's sdvg_core package (the same module objects the nodes use)
 
 
+# The fake MODEL's latent format: the model works on (raw - LATENT_SHIFT) * LATENT_SCALE (ComfyUI's process_latent_in;
+# Wan 2.1's own is per-channel mean/std). Any invertible map does: a sampler must hand back the model's space.
+LATENT_SHIFT, LATENT_SCALE = 0.25, 2.0
+
+
+def latent_in(raw: torch.Tensor) -> torch.Tensor:
+    return (raw - LATENT_SHIFT) * LATENT_SCALE
+
+
+def latent_out(z: torch.Tensor) -> torch.Tensor:
+    return z / LATENT_SCALE + LATENT_SHIFT
+
+
 class FakeComfyVAE:
-    """Like comfy.sd.VAE: the network as `first_stage_model`, plus its dtype."""
+    """Like comfy.sd.VAE: the network as `first_stage_model`, plus its dtype; encode/decode in ComfyUI's raw latent
+    space (images [B, H, W, 3] in 0..1), here SDVG's Wan VAE mapped through the fake latent format."""
 
     def __init__(self, first_stage_model: torch.nn.Module, dtype: torch.dtype = torch.float32):
         self.first_stage_model, self.vae_dtype = first_stage_model, dtype
+
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        pixels = images[..., :3].movedim(-1, 0).unsqueeze(0) * 2 - 1  # [1, 3, T, H, W] in [-1, 1]
+        z, _ = self.first_stage_model.encode_stream(pixels.float(), None)
+        return latent_out(z.float())
+
+    def decode(self, raw: torch.Tensor) -> torch.Tensor:
+        pixels, _ = self.first_stage_model.decode_stream(latent_in(raw.float()), None)
+        return (pixels[0].clamp(-1, 1) * 0.5 + 0.5).permute(1, 2, 3, 0)  # [T, H, W, 3]
 
 
 class FakeWanModel(torch.nn.Module):
@@ -45,13 +68,31 @@ class FakeWanModel(torch.nn.Module):
             setattr(self, a, getattr(cfg, a))
 
 
+class FakeFlowSampling:
+    """A flow model's sampling (ComfyUI's CONST): noise scaled to sigma, the result divided by 1 - the last sigma."""
+
+    def noise_scaling(self, sigma, noise, latent_image, max_denoise=False):
+        sigma = torch.as_tensor(sigma).reshape(-1, *([1] * (noise.ndim - 1)))
+        return sigma * noise + (1.0 - sigma) * latent_image
+
+    def inverse_noise_scaling(self, sigma, latent):
+        return latent / (1.0 - torch.as_tensor(sigma).reshape(-1, *([1] * (latent.ndim - 1))))
+
+
 class FakeBaseModel(torch.nn.Module):
     def __init__(self, diffusion_model: torch.nn.Module, dtype: torch.dtype):
         super().__init__()
         self.diffusion_model, self._dtype, self.manual_cast_dtype = diffusion_model, dtype, None
+        self.model_sampling = FakeFlowSampling()
 
     def get_dtype(self) -> torch.dtype:
         return self._dtype
+
+    def process_latent_in(self, latent: torch.Tensor) -> torch.Tensor:
+        return latent_in(latent)
+
+    def process_latent_out(self, latent: torch.Tensor) -> torch.Tensor:
+        return latent_out(latent)
 
 
 class CLIPLoader(io.ComfyNode):
@@ -302,8 +343,134 @@ class GetVideoComponents(io.ComfyNode):
         return io.NodeOutput(c.images, c.audio, float(c.frame_rate), 8, "sRGB")
 
 
+# ------------------------------------------------------------------------------------------------ AR video (0.33)
+def _video_latent(width: int, height: int, length: int, batch_size: int) -> torch.Tensor:
+    return torch.zeros([batch_size, 16, (length - 1) // 4 + 1, height // 8, width // 8])
+
+
+class EmptyARVideoLatent(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="EmptyARVideoLatent", category="model/latent/autoregressive", inputs=[
+            io.Int.Input("width", default=832, min=16, max=8192, step=16),
+            io.Int.Input("height", default=480, min=16, max=8192, step=16),
+            io.Int.Input("length", default=81, min=1, max=1024, step=4),
+            io.Int.Input("batch_size", default=1, min=1, max=64)], outputs=[io.Latent.Output(display_name="LATENT")])
+
+    @classmethod
+    def execute(cls, width, height, length, batch_size):
+        return io.NodeOutput({"samples": _video_latent(width, height, length, batch_size)})
+
+
+class ARVideoI2V(io.ComfyNode):
+    """The start image VAE-encoded into the MODEL clone's transformer_options ar_config initial_latent (raw latents)."""
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="ARVideoI2V", category="model/conditioning/autoregressive", inputs=[
+            io.Model.Input("model"), io.Vae.Input("vae"), io.Image.Input("start_image"),
+            io.Int.Input("width", default=832, min=16, max=8192, step=16),
+            io.Int.Input("height", default=480, min=16, max=8192, step=16),
+            io.Int.Input("length", default=81, min=1, max=1024, step=4),
+            io.Int.Input("batch_size", default=1, min=1, max=64)],
+            outputs=[io.Model.Output(display_name="MODEL"), io.Latent.Output(display_name="LATENT")])
+
+    @classmethod
+    def execute(cls, model, vae, start_image, width, height, length, batch_size):
+        image = torch.nn.functional.interpolate(start_image[:1].movedim(-1, 1), size=(height, width), mode="bilinear")
+        m = model.clone()
+        options = dict(m.model_options.get("transformer_options", {}))
+        options["ar_config"] = {"initial_latent": vae.encode(image.movedim(1, -1)[:, :, :, :3])}
+        m.model_options = {**m.model_options, "transformer_options": options}
+        return io.NodeOutput(m, {"samples": _video_latent(width, height, length, batch_size)})
+
+
+class RandomNoise(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="RandomNoise", category="model/sampling/noise", inputs=[
+            io.Int.Input("noise_seed", default=0, min=0, max=0xffffffffffffffff, control_after_generate=True)],
+            outputs=[io.Noise.Output()])
+
+    @classmethod
+    def execute(cls, noise_seed):
+        class Noise:  # comfy.sample.prepare_noise: one CPU draw over the latent from torch.manual_seed(seed)
+            seed = noise_seed
+
+            def generate_noise(self, latent):
+                gen = torch.Generator(device="cpu").manual_seed(noise_seed)
+                return torch.randn(latent["samples"].size(), generator=gen, dtype=torch.float32)
+        return io.NodeOutput(Noise())
+
+
+class BasicGuider(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="BasicGuider", category="model/sampling/guiders", inputs=[
+            io.Model.Input("model"), io.Conditioning.Input("conditioning")], outputs=[io.Guider.Output()])
+
+    @classmethod
+    def execute(cls, model, conditioning):
+        import comfy.samplers
+
+        guider = comfy.samplers.CFGGuider(model)
+        guider.inner_set_conds({"positive": conditioning})
+        return io.NodeOutput(guider)
+
+
+class ManualSigmas(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="ManualSigmas", category="model/sampling/sigmas", inputs=[
+            io.String.Input("sigmas", default="1, 0.5", multiline=False)], outputs=[io.Sigmas.Output()])
+
+    @classmethod
+    def execute(cls, sigmas):
+        import re
+
+        return io.NodeOutput(torch.FloatTensor([float(v) for v in re.findall(r"[-+]?(?:\d*\.*\d+)", sigmas)]))
+
+
+class SamplerCustomAdvanced(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="SamplerCustomAdvanced", category="model/sampling/custom", inputs=[
+            io.Noise.Input("noise"), io.Guider.Input("guider"), io.Sampler.Input("sampler"), io.Sigmas.Input("sigmas"),
+            io.Latent.Input("latent_image")],
+            outputs=[io.Latent.Output(display_name="output"), io.Latent.Output(display_name="denoised_output")])
+
+    @classmethod
+    def execute(cls, noise, guider, sampler, sigmas, latent_image):
+        import comfy.utils
+
+        latent = latent_image["samples"]
+        bar, x0 = comfy.utils.ProgressBar(sigmas.shape[-1] - 1), {}
+
+        def callback(step, denoised, x, total_steps):
+            x0["x0"] = denoised
+            bar.update_absolute(step + 1, total_steps)
+
+        samples = guider.sample(noise.generate_noise(latent_image), latent, sampler, sigmas, callback=callback,
+                                seed=noise.seed)
+        out = {**latent_image, "samples": samples}
+        denoised = {**latent_image, "samples": guider.model_patcher.model.process_latent_out(x0["x0"])} if x0 else out
+        return io.NodeOutput(out, denoised)
+
+
+class VAEDecode(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="VAEDecode", category="latent", inputs=[
+            io.Latent.Input("samples"), io.Vae.Input("vae")], outputs=[io.Image.Output()])
+
+    @classmethod
+    def execute(cls, samples, vae):
+        return io.NodeOutput(vae.decode(samples["samples"]))
+
+
 CORE_NODES = [CLIPLoader, CLIPTextEncode, VAELoader, UNETLoader, LoraLoaderModelOnly, CreateVideo, SaveVideo,
-              PreviewImage, PreviewAny, PrimitiveStringMultiline, LoadImage, LoadVideo, GetVideoComponents]
+              PreviewImage, PreviewAny, PrimitiveStringMultiline, LoadImage, LoadVideo, GetVideoComponents,
+              EmptyARVideoLatent, ARVideoI2V, RandomNoise, BasicGuider, ManualSigmas, SamplerCustomAdvanced, VAEDecode]
 FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}
 
 # The core nodes as an older host declares them. The example workflows are saved in that shape (what ComfyUI 0.3.64's
@@ -374,11 +541,24 @@ OLDER = {V0_33_0: {"CreateVideo": CreateVideo_before_0_33, "SaveVideo": SaveVide
                    "PreviewAny": PreviewAny_before_0_33, "GetVideoComponents": GetVideoComponents_before_0_33}}
 
 
+# {version: the core nodes it added (hosts before it have none of them)}
+ADDED = {V0_33_0: {"EmptyARVideoLatent", "ARVideoI2V", "ManualSigmas"}}
+
+
 def core_nodes(host: tuple[int, ...] = NEWEST) -> list[type]:
     """The fake core nodes as ComfyUI `host` (a version tuple) declares them."""
     later = [v for v in sorted(OLDER) if host < v]
     older = OLDER[later[0]] if later else {}
-    return [older.get(c.__name__, c) for c in CORE_NODES]
+    absent = {name for v, names in ADDED.items() if host < v for name in names}
+    return [older.get(c.__name__, c) for c in CORE_NODES if c.__name__ not in absent]
 
 
 WORKFLOW_HOST = V0_3_64  # the shape the example workflows are saved in
+
+
+def saved_shape() -> list[type]:
+    """The core nodes as the example workflows are saved: WORKFLOW_HOST's shape, plus the newest host's nodes that host
+    lacks (core's AR video nodes; a workflow using them names the version it needs in extra.sdvg_needs)."""
+    old = core_nodes(WORKFLOW_HOST)
+    have = {c.GET_SCHEMA().node_id for c in old}
+    return old + [c for c in core_nodes(NEWEST) if c.GET_SCHEMA().node_id not in have]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ...models.wan import CausalWan, KVCache
-from ..given import GivenEncoding
+from ...given.latents import GivenEncoding
 from ..schedule import StepPlan, self_forcing_plan, self_forcing_strength_plan, timestep_tensor
 from ..state import GenerationSpec, GenerationState
 from ..tally import Tally

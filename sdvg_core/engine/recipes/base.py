@@ -110,7 +110,7 @@ class Recipe(Protocol):
 
     @property
     def given_encoding(self) -> Any:
-        """How this recipe encodes a start image or an extension (engine/given.py GivenEncoding)."""
+        """How this recipe encodes a start image or an extension (given/latents.py GivenEncoding)."""
 
     def validate(self, spec: GenerationSpec) -> None:
         """Raise ValueError, before any work, when the spec cannot run with this recipe."""

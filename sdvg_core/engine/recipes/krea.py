@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ...models.wan import CausalWan, KVCache
-from ..given import GivenEncoding
+from ...given.latents import GivenEncoding
 from ..keys import AnchorKey
 from ..memo import Hold
 from ..schedule import StepPlan, krea_plan, krea_strength_plan, timestep_tensor

@@ -97,6 +97,10 @@ Model = _make_type("MODEL")
 Vae = _make_type("VAE")
 Clip = _make_type("CLIP")
 Video = _make_type("VIDEO")
+Sampler = _make_type("SAMPLER")
+Sigmas = _make_type("SIGMAS")
+Noise = _make_type("NOISE")
+Guider = _make_type("GUIDER")
 AnyType = _make_type("*")
 
 def _input_dict(inputs: list) -> dict:

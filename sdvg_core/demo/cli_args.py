@@ -16,7 +16,7 @@ import torch
 
 from ..engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name
 from ..engine.state import GenerationSpec, PromptConditioning
-from .drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND
+from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND
 
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
 TINY_SIZE = (96, 64)
@@ -27,7 +27,9 @@ REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
 # The engine and the recipes have no limit of their own; this catches a typo before a run of hours starts.
 MAX_BLOCKS = 10_000
 USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own convention)
-INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT, the shell's convention)
+INPUT_UNREADABLE = 3  # the demo's exit status when the input video could not be read mid-run (the blocks before stay)
+INTERRUPTED = 128 + signal.SIGINT  # 130: exit status after Ctrl-C (128 + the signal, the shell's convention)
+TERMINATED = 128 + signal.SIGTERM  # 143: after SIGTERM (kill, timeout, systemd, docker stop), handled as Ctrl-C
 PROBE_PREFIX = ".sdvg-write-probe-"  # the file the output-folder check creates and removes at once
 
 
@@ -40,6 +42,28 @@ def add_recipe_args(p: argparse.ArgumentParser) -> None:
                    help="the drafter's own recipe (default: --recipe; a LongLive drafter: longlive)")
     p.add_argument("--target-recipe", type=recipe_arg, default=None,
                    help="the target's own recipe (default: --recipe)")
+
+
+def add_compile_arg(p: argparse.ArgumentParser) -> None:
+    """--compile [BACKEND]: build the DiTs with CausalWan(compile=...) (the demo, sdvg_eval, the benchmarks)."""
+    p.add_argument("--compile", nargs="?", const=True, default=False, metavar="BACKEND",
+                   help="torch.compile each DiT's whole transformer block (inductor; or name another torch.compile "
+                        "backend, e.g. aot_eager). The first blocks run slower while it compiles; the report says "
+                        "\"compiled\": true and which models")
+
+
+def compile_problem(compile: bool | str | None) -> str | None:
+    """A --compile backend torch.compile does not know (None: fine, or no --compile)."""
+    if not isinstance(compile, str):
+        return None
+    import torch._dynamo  # only when a backend is named: importing dynamo takes a second
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if compile not in known:
+        return (f"--compile {compile}: not a torch.compile backend on this torch (torch._dynamo.list_backends(): "
+                f"{', '.join(b for b in ('inductor', 'aot_eager', 'eager', 'cudagraphs') if b in known)}, ...); leave "
+                f"the name out for inductor")
+    return None
 
 
 def add_drafter_kind_args(p: argparse.ArgumentParser, default_kind: str | None) -> None:
@@ -115,15 +139,35 @@ def output_folder_problem(folder: str | os.PathLike, flag: str = "--out") -> str
     return None
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be: the command lines end the same way (the committed
+    work kept, one message), with exit status TERMINATED."""
+
+
+def raise_for(signum: int, frame=None) -> None:
+    """The signal handler of both stop signals: Ctrl-C's KeyboardInterrupt, or Terminated for SIGTERM."""
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def stopped_by(exc: BaseException) -> tuple[str, int]:
+    """(what stopped the command, its exit status) for the exception a stop signal raised."""
+    return ("terminated (SIGTERM)", TERMINATED) if isinstance(exc, Terminated) else ("interrupted", INTERRUPTED)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextmanager
-def ctrl_c_raises() -> Iterator[None]:
-    """Inside this block Ctrl-C (SIGINT) raises KeyboardInterrupt even where the process started with SIGINT ignored
-    (a script's background job inherits that, and Python then keeps it); the previous handler comes back after."""
+def stop_signals_raise() -> Iterator[None]:
+    """Inside this block Ctrl-C (SIGINT) raises KeyboardInterrupt and SIGTERM raises Terminated, even where the
+    process started with SIGINT ignored (a script's background job inherits that, and Python then keeps it); the
+    previous handlers come back after."""
     if threading.current_thread() is not threading.main_thread():  # handlers can be set in the main thread only
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = {s: signal.signal(s, raise_for) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -7,7 +7,7 @@ GenerationSession.encode_v2v` / `setup_start_frame`; pinned by the pixels_tiny f
 - a start image is repeated 1 + (context_frames - 1) * 4 times (9 for Krea's 3 context frames) and encoded like a
   clip, giving `context_frames` latent frames that seed the cache.
 Pixels are in the VAE's [-1, 1] range, layout B C T H W; latents come back in the DiT's B F C h w layout. Reading
-and fitting files to the run's size is `io/pixels_in.py`'s job; this module never changes the aspect.
+and fitting files to the run's size is `given/read.py`'s job; this module never changes the aspect.
 """
 from __future__ import annotations
 

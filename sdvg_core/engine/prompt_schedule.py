@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from ..engine.prompts import PromptConditioning, PromptSchedule, ScheduleEntry
+from .prompts import PromptConditioning, PromptSchedule, ScheduleEntry
 
 LINE = re.compile(r"^\s*(\d+)\s*:\s*(.*?)\s*$")
 
