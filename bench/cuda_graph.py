@@ -174,7 +174,7 @@ def dry_run(models, latent_hw: tuple[int, int]) -> dict:
 
 
 def markdown(d: dict) -> str:
-    lines = [f"CUDA graph phase ({d['label']}):"]
+    lines = [f"CUDA graph phase ({d['label']}):" + (f" skipped: {d['skipped']}" if "skipped" in d else "")]
     for role in ("drafter", "target"):
         r = d.get(role, {})
         if "error" in r:
