@@ -14,7 +14,12 @@ The real run (one H200 or H100, within `--budget-s`, 8 minutes by default, model
    blocks, forced / accepted / rejected, under a dispatch-mode counter of device crossings and host reads, plus the
    syncs CUDA itself reports; once with ImageReward's PIL preprocessing, once with the tensor path)
    -> DIR/traffic.json, DIR/traffic.md;
-5. with a ComfyUI checkout (--comfyui or COMFYUI_DIR), the peer ratio: tests/comfy_peer_probe.py on CUDA at the
+5. the CUDA graph phase (bench/cuda_graph.py; UNVERIFIED, never run on a GPU; in the time the budget has left,
+   skipped with a note under GRAPH_MIN_S): each DiT's steady-state Krea block
+   call captured as a torch.cuda.CUDAGraph with static input, output and KV buffers, replayed against eager (max
+   |diff|), replayed again for the next block (new context rebuilt into the same KV buffer, new latents copied into
+   the same input), eager against replay times -> DIR/cuda-graph.json;
+6. with a ComfyUI checkout (--comfyui or COMFYUI_DIR), the peer ratio: tests/comfy_peer_probe.py on CUDA at the
    real 1.3B size (30 layers, 832x480) -> DIR/peer.json; and the Dynamic VRAM phase: an SDVG generation through the
    MODEL input loaded by ComfyUI's own loader (0.33: ModelPatcherDynamic on NVIDIA), every load_models_gpu and
    free_memory call recorded (tests/comfy_dynamic_vram_run.py) -> DIR/dynamic-vram.json; UNVERIFIED: this phase
@@ -23,13 +28,14 @@ The real run (one H200 or H100, within `--budget-s`, 8 minutes by default, model
    MODEL from core's loader (Dynamic VRAM on NVIDIA), the model compiler's and CUDA graphs' switches as SDVG's model
    calls saw them and after, the graphs a model opened while SDVG sampled, core's noise rule on CUDA
    (tests/comfy_ar_gpu_run.py) -> DIR/ar-sampler.json; UNVERIFIED likewise;
-6. DIR/gpu-check.json and DIR/gpu-check.md: everything above, the phase times and the dry-run estimate beside them.
+7. DIR/gpu-check.json and DIR/gpu-check.md: everything above, the phase times and the dry-run estimate beside them.
 
 The dry run builds all four models at full size on the meta device (no memory), runs every call the plan makes
 there (each DiT forward shape, text encode, VAE decode and encode, ImageReward's towers) to check output shapes
 and count FLOPs, counts the calls of every configuration with the real engine on tiny models (VAE and scorer
 replaced by shape-correct stand-ins: decisions are fixed patterns, so the calls do not depend on their values),
-and prints the plan, the estimated peak memory and the estimated time on the named GPU (bench/gpu_model.py: an
+makes the CUDA graph phase's block calls on the meta models (shapes, and the same static input tensors from call to
+call), and prints the plan, the estimated peak memory and the estimated time on the named GPU (bench/gpu_model.py: an
 explicit FLOP / bandwidth model, an estimate). It exits 1 when the peak does not fit the GPU or the time exceeds
 the budget.
 """
@@ -54,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_scale as bs  # noqa: E402
+import cuda_graph  # noqa: E402
 import traffic  # noqa: E402
 from gpu_model import (  # noqa: E402
     CPU_INIT_PARAMS_PER_S, ENGINE_S_PER_BLOCK, FIRST_CALL_S, GPUS, MEMORY_EFFICIENCY, STARTUP_S,
@@ -87,6 +94,9 @@ TRAFFIC_PREPROCESSING = ("pil", "tensor")
 # the dispatch mode's Python work per aten op, as a factor on an unobserved run: measured 1.23-1.25x on the tiny
 # bench models (CPU, 5 blocks, many short ops: the worst case); full-size kernels run longer, so 1.5 is a margin
 TRAFFIC_OVERHEAD = 1.5
+# the CUDA graph phase runs in what the budget has left after the measured phases (the dry run estimates it at
+# ~9 s for the 1.3B and 14B block calls on an H100; it is not in the budgeted total), when at least this is left
+GRAPH_MIN_S = 20.0
 # the docs/vram.md rows: (role, recipe) per DiT call, then the VAE decode and the scorer
 MEMORY_ROWS = (("target", "krea"), ("drafter", "krea"), ("target", "self_forcing"), ("drafter", "self_forcing"))
 
@@ -238,6 +248,7 @@ class Measured:
     flops: dict
     checks: list[dict]
     seconds: float
+    cuda_graph: dict | None = None  # the CUDA graph phase's block calls on the meta models (cuda_graph.dry_run)
 
 
 def measure_plan(plan: Plan, log=print) -> Measured:
@@ -282,8 +293,12 @@ def measure_plan(plan: Plan, log=print) -> Measured:
                        "tflops": flops[c].flops / 1e12, "note": flops[c].detail})
     log(f"meta forwards of every call class in {time.perf_counter() - t2:.1f} s: "
         f"{sum(x['ok'] for x in checks)}/{len(checks)} shapes (and layer extrapolations) as expected")
+    t3 = time.perf_counter()
+    graph = cuda_graph.dry_run(meta, spec.latent_hw)
+    log(f"CUDA graph phase's block calls on meta in {time.perf_counter() - t3:.1f} s: static inputs reused: "
+        f"{all(graph[r]['ok'] for r in ('drafter', 'target'))}")
     return Measured(meta, weights, params, setup, per_config, warm, mem_rows, micro, flops, checks,
-                    time.perf_counter() - t0)
+                    time.perf_counter() - t0, graph)
 
 
 def price_plan(plan: Plan, m: Measured) -> dict:
@@ -302,6 +317,8 @@ def price_plan(plan: Plan, m: Measured) -> dict:
     mem_s = sum(unit_s[c] * _units_per_call(c, spec) for cs in m.mem_rows.values() for c in cs)
     traffic_s = (len(TRAFFIC_PREPROCESSING) * TRAFFIC_OVERHEAD * TRAFFIC_BLOCKS / plan.blocks *
                  cfg_s.get("sdvg", max(cfg_s.values())))
+    graph_s = sum(unit_s.get(CallClass("denoise", role, spec.frames_per_block, cuda_graph.CONTEXT_FRAMES), 0.0) *
+                  cuda_graph.CALLS_PER_ROLE for role in ("drafter", "target"))
     phases = {"build": build_s, "warm-up": warm_s, "benchmark rounds": plan.rounds * round_s,
               "memory table": mem_s, "traffic": traffic_s, "peer probe": PEER_S if plan.peer else 0.0}
     total_s = sum(phases.values())
@@ -310,7 +327,8 @@ def price_plan(plan: Plan, m: Measured) -> dict:
     table_peak, table_rows = memory_table_peak(setup, weights)
     peak = max(bench_mem["bench_peak_bytes"], table_peak)
     ok_mem, ok_time = fits(peak, plan.gpu), total_s <= BUDGET_S
-    shapes_ok = all(x["ok"] for x in m.checks)
+    shapes_ok = all(x["ok"] for x in m.checks) and (m.cuda_graph is None or all(
+        m.cuda_graph[r]["ok"] for r in ("drafter", "target")))
     shares = {cid: bs.shares(u, {c: m.flops[c].flops for c in u}) for cid, u in m.per_config.items()}
     scale = setup.scale
     return {
@@ -327,10 +345,12 @@ def price_plan(plan: Plan, m: Measured) -> dict:
         "estimated_unit_s": {c.label: unit_s[c] for c in sorted(classes)},
         "estimated_config_s": cfg_s, "full_size_flop_shares": shares,
         "estimated_phase_s": phases, "estimated_total_s": total_s,
+        # run in the time the budget has left after the others (real_run skips it otherwise): not in the total
+        "optional_phase_s": {"cuda graph": graph_s},
         "memory": {"bench": bench_mem, "memory_table_peak_bytes": table_peak, "memory_table": table_rows,
                    "estimated_peak_bytes": peak, "limit_bytes": int(plan.gpu.memory_bytes * USABLE_MEMORY_FRACTION)},
         "fits_memory": ok_mem, "fits_budget": ok_time, "ok": ok_mem and ok_time and shapes_ok,
-        "dry_run_s": m.seconds,
+        "cuda_graph": m.cuda_graph, "dry_run_s": m.seconds,
     }
 
 
@@ -373,7 +393,10 @@ def dry_run_markdown(e: dict) -> str:
              f"expected. Not checked on meta: {'; '.join(e['not_checked_on_meta'])}.", "",
              "| phase | estimated s |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in e["estimated_phase_s"].items()]
-    lines += [f"| **total** (budget {e['budget_s']:.0f} s) | **{e['estimated_total_s']:.1f}** |", "",
+    lines += [f"| **total** (budget {e['budget_s']:.0f} s) | **{e['estimated_total_s']:.1f}** |"]
+    lines += [f"| {k} (UNVERIFIED; in the time left, not in the total) | {v:.1f} |"
+              for k, v in e.get("optional_phase_s", {}).items()]
+    lines += ["",
               f"Estimated peak {m['estimated_peak_bytes'] / GIB:.1f} GiB (benchmark "
               f"{m['bench']['bench_peak_bytes'] / GIB:.1f} GiB: weights "
               f"{sum(m['bench']['weights_bytes'].values()) / GIB:.1f} + memo {m['bench']['memo_bytes'] / GIB:.1f} + "
@@ -388,6 +411,8 @@ def dry_run_markdown(e: dict) -> str:
     for cid, s in e["estimated_config_s"].items():
         sh = e["full_size_flop_shares"][cid]
         lines.append(f"| {cid} | {s:.1f} | {bs._shares(sh)} |")
+    if e.get("cuda_graph"):
+        lines += ["", cuda_graph.markdown(e["cuda_graph"]).rstrip()]
     return "\n".join(lines) + "\n"
 
 
@@ -609,6 +634,20 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
     (out / "traffic.md").write_text(traffic_md)
     save()
 
+    t = time.perf_counter()
+    left = BUDGET_S - (t - t_start) - (PEER_S if a.comfyui else 0.0)  # the peer probe keeps its share
+    if not cuda:
+        graph_doc = {"label": cuda_graph.LABEL, "skipped": "not on CUDA"}
+    elif left < GRAPH_MIN_S:
+        graph_doc = {"label": cuda_graph.LABEL, "skipped": f"{left:.0f} s of the budget left"}
+    else:
+        graph_doc = cuda_graph.phase(setup.models, setup.spec.latent_hw)
+    doc["phase_s"]["cuda graph"] = time.perf_counter() - t
+    doc["cuda_graph"] = graph_doc
+    (out / "cuda-graph.json").write_text(json.dumps(graph_doc, indent=1))
+    graph_md = cuda_graph.markdown(graph_doc)
+    save()
+
     peer_md = "Peer ratio: not run (no ComfyUI checkout: --comfyui or COMFYUI_DIR).\n"
     if a.comfyui and cuda:
         del setup
@@ -640,7 +679,8 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
     save()
     md = [f"# GPU check on {doc['gpu']} (torch {doc['torch']}, CUDA {doc['cuda']}): measured, size {plan.size}",
           f"command: `./dev.sh gpu-check {' '.join(a.argv)}`; total {doc['total_s']:.0f} s (budget {BUDGET_S:.0f} s); "
-          "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in doc["phase_s"].items()), "", bench_md, mem_md, traffic_md, peer_md]
+          "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in doc["phase_s"].items()), "", bench_md, mem_md, traffic_md,
+          graph_md, peer_md]
     (out / "gpu-check.md").write_text("\n".join(md))
     print("\n".join(md))
     return 0

@@ -28,19 +28,32 @@ DECLINED = {
     "attention_sub_quad": "--use-quad-cross-attention / no-SDPA fallback: chunked, slower than SDPA",
     "attention_split": "--use-split-cross-attention: sliced, slower than SDPA",
 }
+# routed kernels that take no mask: flash-attn has none (ComfyUI logs a warning and falls back to SDPA on every masked
+# call), so SDVG gives them only its unmasked calls and runs a masked one (a KV cache span still filling) on SDPA
+NO_MASK = {"attention_flash"}
 # where a ComfyUI MODEL carries its own choice (0.33's Model Attention Backend node, ModelPatcher.set_model_optimized_attention)
 OVERRIDE_KEY = "optimized_attention_override"
 _WARNED: set[str] = set()
 
 
-def comfy_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+def comfy_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                     transformer_options: dict | None = None) -> torch.Tensor:
     """ComfyUI's `optimized_attention` (per its launch flags, or the MODEL's own override when `transformer_options`
-    carries one) on q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; looked up at call time."""
+    carries one) on q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; looked up at call time. `mask`: CausalWan's
+    additive [1, 1, 1, Sk] mask of a KV span's empty slots (every ComfyUI backend takes it as `mask`: applied, or
+    handed to PyTorch SDPA)."""
     from comfy.ldm.modules import attention as comfy_attn
 
     extra = {"transformer_options": transformer_options} if transformer_options else {}
+    if mask is not None:
+        extra["mask"] = mask
     return comfy_attn.optimized_attention(q, k, v, q.shape[1], skip_reshape=True, **extra)
+
+
+def comfy_attention_unmasked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """`comfy_attention` for a kernel that takes no mask (NO_MASK): no `mask` keyword, so CausalWan never gives it a
+    masked call."""
+    return comfy_attention(q, k, v)
 
 
 def chosen_backend() -> str | None:
@@ -78,10 +91,11 @@ def host_attention(model: Any = None) -> Callable | None:
         return None
     options = (getattr(model, "model_options", None) or {}).get("transformer_options") or {}
     if OVERRIDE_KEY not in options:
-        return comfy_attention
+        return comfy_attention_unmasked if chosen_backend() in NO_MASK else comfy_attention
 
-    def model_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return comfy_attention(q, k, v, options)
+    def model_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        mask: torch.Tensor | None = None) -> torch.Tensor:
+        return comfy_attention(q, k, v, mask, options)
 
     model_attention.__name__ = "comfy_attention_model_override"
     return model_attention

@@ -58,6 +58,7 @@ def test_dry_run_plan_fits_gpu_and_budget(measured, gpu):
     assert e["memory"]["estimated_peak_bytes"] <= e["memory"]["limit_bytes"]
     assert set(e["estimated_phase_s"]) == {"build", "warm-up", "benchmark rounds", "memory table", "traffic",
                                           "peer probe"}
+    assert 0 < e["optional_phase_s"]["cuda graph"] < gc_.GRAPH_MIN_S  # in the time left, when enough is left
     assert e["plan"]["width"] == 832 and e["plan"]["height"] == 480 and e["plan"]["rounds"] == 3
     # the configurations' estimated times are ordered as their work is
     t = e["estimated_config_s"]
@@ -96,8 +97,8 @@ def test_real_run_writes_its_files_on_a_cpu(tmp_path):
     """The real run's code end to end (tiny models on the CPU: benchmark, memory table, summary)."""
     out = tmp_path / "check"
     assert gc_.main(["--size", "tiny", "--device", "cpu", "--rounds", "1", "--blocks", "3", "--out", str(out)]) == 0
-    for name in ("bench.json", "bench.md", "memory.json", "memory.md", "traffic.json", "traffic.md", "gpu-check.json",
-                 "gpu-check.md"):
+    for name in ("bench.json", "bench.md", "memory.json", "memory.md", "traffic.json", "traffic.md", "cuda-graph.json",
+                 "gpu-check.json", "gpu-check.md"):
         assert (out / name).exists(), name
     doc = json.loads((out / "gpu-check.json").read_text())
     assert [r["id"] for r in doc["bench"]["rows"]] == list(bs.CONFIGS)
@@ -111,6 +112,8 @@ def test_real_run_writes_its_files_on_a_cpu(tmp_path):
     assert [r["preprocessing"] for r in doc["traffic"]["runs"]] == ["pil", "tensor"]
     assert "Host-device traffic per block, measured" in (out / "traffic.md").read_text()
     assert "Peer ratio: not run" in (out / "gpu-check.md").read_text()
+    assert "CUDA graph phase (UNVERIFIED" in (out / "gpu-check.md").read_text()
+    assert doc["cuda_graph"]["skipped"] == "not on CUDA"  # a CPU has no CUDA graph: test_cuda_graph_phase_runs_... below
 
 
 def test_gpu_model_is_roofline():
@@ -133,6 +136,60 @@ def test_dynamic_vram_phase_is_labelled_unverified():
     assert "UNVERIFIED" in md and "ModelPatcherDynamic (dynamic True)" in md and "1 load calls, 2 free calls" in md
     assert "largest pins_required 1.00 GiB" in md and "memo registered True holding 2.00 GiB" in md
     assert "failed: boom" in gc_.dynamic_vram_markdown({"error": "boom"})
+
+
+# ------------------------------------------------------------------------------------------- the CUDA graph phase
+cg = importlib.import_module("cuda_graph")
+
+
+def test_dry_run_makes_the_cuda_graph_block_calls_at_full_size_on_meta(measured):
+    """The phase's block calls on the 1.3B and 14B meta models (shapes only; a value read would raise there): the
+    flow's shape, and the same static input tensors (latents, timestep, KV buffer, write index, RoPE grids) from call
+    to call, what a CUDA graph replay reads."""
+    g = measured.cuda_graph
+    assert g["label"].startswith("UNVERIFIED")
+    for role in ("drafter", "target"):
+        assert g[role]["output_shape"] == [1, 3, 16, 60, 104] and g[role]["ok"], g[role]
+        assert set(g[role]["static_inputs_reused"]) >= {"x", "t", "k0", "v0", "index", "rope_cos", "rope_sin"}
+    assert "static inputs reused: True" in gc_.dry_run_markdown(gc_.price_plan(_plan(), measured))
+
+
+class CPUGraph:
+    """A stand-in for torch.cuda.CUDAGraph on the CPU: `capture(fn)` runs it once and keeps its output; `replay()`
+    runs it again into that output (what a graph's replay does with its static buffers)."""
+
+    def capture(self, fn):
+        self.fn = fn
+        self.out = fn()
+        return self.out
+
+    def replay(self):
+        self.out.copy_(self.fn())
+
+
+class StaleGraph(CPUGraph):
+    """A graph whose replay does not follow its inputs (what a call reading non-static data would give)."""
+
+    def replay(self):
+        pass
+
+
+def test_cuda_graph_phase_runs_on_the_cpu_with_a_stand_in_graph(tmp_path):
+    """The phase's code on the tiny models: the block call's static inputs, replay against eager, the next block
+    (context rebuilt into the same KV buffer, new latents in the same input); a replay that ignores its inputs is
+    caught by the next block's diff."""
+    from sdvg_core import tiny_models
+
+    m = tiny_models(seed=0, workdir=tmp_path)
+    doc = cg.phase(m, (4, 4), graph_cls=CPUGraph, sync=lambda: None)
+    for role in ("drafter", "target"):
+        r = doc[role]
+        assert "error" not in r, r
+        assert r["static"]["ok"] and r["max_abs_diff"] == 0.0 and r["max_abs_diff_next_block"] == 0.0
+        assert r["output_scale"] > 0 and r["eager_median_s"] > 0
+    assert "replay vs eager" in cg.markdown(doc)
+    stale = cg.capture_and_replay(cg.block_call(m.drafter, (4, 4)), graph_cls=StaleGraph, sync=lambda: None)
+    assert stale["max_abs_diff"] == 0.0 and stale["max_abs_diff_next_block"] > 1e-3
 
 
 def test_ar_sampler_phase_is_labelled_unverified():

@@ -1,4 +1,5 @@
-"""CausalWan hot path: fp32 RoPE tables, injectable attention, cached modulation casts, no host syncs, compile."""
+"""CausalWan hot path: fp32 RoPE tables, injectable attention, cached modulation casts, no host syncs (the whole-block
+compile: tests/test_compile.py; the static-shape cache: tests/test_static_kv.py)."""
 from __future__ import annotations
 
 import pytest
@@ -110,27 +111,6 @@ def test_forward_makes_no_host_sync(monkeypatch):
     run.forward(x, torch.full((1, 3), 700.0), text, kv=kv, frame_offset=3)
 
 
-def test_regional_compile_compiles_each_region_once_for_all_layers():
-    """compile=<backend>: the same outputs, and 3 graphs for every layer, cache length and frame offset."""
-    from torch._dynamo.utils import counters
-
-    torch._dynamo.reset()
-    counters.clear()
-    cfg, net, ctx, x = _setup()
-    ref, run = CausalWan(net, cfg), CausalWan(net, cfg, compile="eager")
-    text = run.encode_text(ctx)
-    kv_a, kv_b = _kv(cfg), _kv(cfg)
-    for j in range(3):  # growing cache: key lengths 6..18 tokens
-        t = torch.full((1, 3), 700.0)
-        a = run.forward(x, t, text, kv=kv_a, frame_offset=3 * j).flow
-        b = ref.forward(x, t, text, kv=kv_b, frame_offset=3 * j).flow
-        assert (a - b).abs().max().item() < 1e-6
-        kv_a = run.forward(x, t * 0, text, kv=kv_a, commit=True, frame_offset=3 * j).kv
-        kv_b = ref.forward(x, t * 0, text, kv=kv_b, commit=True, frame_offset=3 * j).kv
-    assert counters["stats"]["unique_graphs"] == 3
-    torch._dynamo.reset()
-
-
 @pytest.mark.parametrize("exact", [True, False])
 def test_block_mask_path_still_masks(exact):
     """The training-time full-sequence path (the only masked one) keeps block 0 blind to block 1."""
@@ -146,14 +126,22 @@ def test_block_mask_path_still_masks(exact):
     assert torch.equal(a[:, :3], b[:, :3]) and not torch.equal(a[:, 3:], b[:, 3:])
 
 
-def test_timestep_sinusoids_are_copied_to_the_device_once_per_value():
-    """A recipe's few CPU timestep tensors: one device sinusoid each, reused by later calls (no H2D copy)."""
+def test_timestep_sinusoids_are_made_once_per_timestep_tensor():
+    """The recipes' timesteps come from `timestep_tensor` (one shared tensor per value and shape): one device sinusoid
+    each, reused by later calls with neither a host-to-device copy nor a read of the timestep's value."""
+    from sdvg_core.engine.schedule import timestep_tensor
+
     cfg, net, ctx, x = _setup()
     run = CausalWan(net, cfg)
     text = run.encode_text(ctx)
     for _ in range(2):
         for t in (700.0, 500.0):
-            run.forward(x, torch.full((1, 3), t), text)
+            run.forward(x, timestep_tensor(t, 1, 3), text)
     assert len(run._sin_cache) == 2
-    a = run._sinusoid(torch.full((1, 3), 700.0))
-    assert a is run._sinusoid(torch.full((1, 3), 700.0)) and a is not run._sinusoid(torch.full((1, 3), 701.0))
+    assert timestep_tensor(700.0, 1, 3) is timestep_tensor(700, 1, 3)
+    a = run._sinusoid(timestep_tensor(700.0, 1, 3))
+    assert a is run._sinusoid(timestep_tensor(700.0, 1, 3)) and a is not run._sinusoid(timestep_tensor(701.0, 1, 3))
+    fresh = torch.full((1, 3), 700.0)  # another tensor of the same value: its own entry, the same numbers
+    assert torch.equal(run._sinusoid(fresh), a) and len(run._sin_cache) == 4
+    fresh.fill_(500.0)  # modified in place: never the stale entry
+    assert torch.equal(run._sinusoid(fresh), run._sinusoid(timestep_tensor(500.0, 1, 3)))

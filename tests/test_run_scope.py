@@ -197,18 +197,20 @@ def test_reuse_within_one_execution_is_a_fresh_run(models):
 
 
 def test_memory_estimate_counts_what_the_generation_holds():
-    """The estimate's peak is the largest phase plus what is held through every phase; a recipe that keeps its
-    cache between blocks (Self-Forcing) holds it, Krea does not; recipes state their own needs."""
+    """The estimate's peak is the largest phase plus what is held through every phase: each model's KV buffer is
+    held for the run (one per run and model, reused by every block: Krea's rebuild writes into it too), Self-Forcing's
+    the size of the whole video; recipes state their own needs."""
     spec = GenerationSpec(PromptConditioning.make("p", torch.zeros(1, 4, 4096)), 832, 480, 9, 0)
     dits = [(PRESETS["wan2.1-t2v-14b"], torch.bfloat16), (PRESETS["wan2.1-t2v-1.3b"], torch.bfloat16)]
     vae = VAE_PRESETS["wan2.1-vae"]
     krea = estimate_for_spec(spec, KreaRecipe(), dits, vae, torch.bfloat16)
     mixed = estimate_for_spec(spec, [KreaRecipe(), SelfForcingRecipe()], dits, vae, torch.bfloat16)
     t, d = krea.dits
-    assert krea.held == t.text_kv + d.text_kv + 2 * krea.vae_cache + krea.draft_pixels
-    assert krea.peak == t.weights + t.activations + t.kv + krea.held
-    assert mixed.dits[1].kv_held and not mixed.dits[0].kv_held
-    assert mixed.held == krea.held - d.kv * 0 + mixed.dits[1].kv  # the drafter's whole-video cache is held
+    assert krea.held == t.text_kv + d.text_kv + t.kv + d.kv + 2 * krea.vae_cache + krea.draft_pixels
+    assert krea.peak == t.weights + t.activations + krea.held
+    assert mixed.dits[1].kv_held and mixed.dits[0].kv_held
+    assert mixed.held == krea.held - d.kv + mixed.dits[1].kv  # the drafter's whole-video cache instead of its window
+    assert mixed.dits[1].kv == d.kv * 27 // 6  # 27 latent frames against Krea's 6
     assert krea.host_pixels == 12 * 3 * 480 * 832 * 2  # Krea's 9-frame anchor history lies in the newest block
     assert KreaRecipe().query_frames(3) == 3 and KreaRecipe(context_frames=5).query_frames(3) == 5
 

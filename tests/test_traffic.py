@@ -93,3 +93,41 @@ def test_a_cuda_generation_crosses_devices(tmp_path):
     for run in doc["runs"]:
         assert all(b["copies"].get("to device", 0) >= 1 for b in run["per_block"])
         assert run["cuda_reported_syncs"] is not None
+
+
+@pytest.mark.parametrize("name", ["krea", "self_forcing", "longlive", "longlive_infinity"])
+def test_the_block_loop_reads_no_value_between_its_model_calls(tmp_path, name):
+    """Graph readiness (issue 33 item 3): every recipe, both roles (a forced, an accepted and two rejected blocks: the
+    drafter's and the target's calls in one block), a prompt switch (a recache): between a block's first and last
+    model call nothing reads a tensor's value back to Python, on any device (a CPU run shows what would be a sync on a
+    GPU): no .item()/float()/bool(), equal, nonzero, .tolist(), .numpy(), .cpu(); the router's scoring apart."""
+    from sdvg_core.engine.prompts import PromptSchedule
+    from sdvg_core.engine.recipes import recipe_by_name
+
+    m = tiny_models(seed=0, workdir=tmp_path)
+    first = PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32))
+    other = PromptConditioning.make("another prompt", demo_embeddings("another prompt", 32))
+    spec = GenerationSpec(PromptSchedule.of([(0, first), (3, other)]), 32, 32, 4, 7)
+    engine = Engine(m.target, m.vae, m.drafter, m.scorer, EngineConfig(recipe=recipe_by_name(name)))
+    blocks, _ = traffic.measure_block_reads(engine, spec, FixedPattern((False, True, False, False)))
+    assert [b["decision"] for b in blocks] == ["forced", "accepted", "rejected", "rejected"]
+    assert all(b["model_calls"] >= 4 for b in blocks)
+    assert [b["sites"] for b in blocks] == [{}] * 4 and [b["reads"] for b in blocks] == [0] * 4
+    assert blocks[2]["score_reads"] >= 1 and blocks[3]["score_reads"] >= 1  # the router reads inside the block
+
+
+def test_the_block_read_counter_sees_python_level_reads():
+    """The tracer itself: a read between two model calls is counted on the host too (any_device), the Python-level
+    ones (.tolist, .numpy) included, attributed to the calling site; reads outside the calls are apart."""
+    counter = traffic.TrafficCounter(any_device=True)
+    x = torch.arange(4.0)
+    with counter:
+        x.tolist()  # before the block's first call
+        counter.calls.append((0, counter.tick(), counter.tick()))
+        float(x[1]), x.numpy(), x.nonzero(), x.tolist()
+        counter.calls.append((0, counter.tick(), counter.tick()))
+    (block,) = counter.block_reads(1)
+    site = "tests/test_traffic.py:test_the_block_read_counter_sees_python_level_reads"
+    assert block["reads"] == 4 and block["reads_outside_calls"] == 1 and block["model_calls"] == 2
+    assert block["sites"] == {f"{site} _local_scalar_dense": 1, f"{site} numpy": 1, f"{site} nonzero": 1,
+                              f"{site} tolist": 1}

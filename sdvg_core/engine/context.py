@@ -30,6 +30,11 @@ class ContextServices:
         self.vae_key, self.decode_rule = vae_key, decode_rule
         self.tracer, self.callbacks = tracer, callbacks
         self.kv_copies = kv_copies
+        self._run_kv: dict[tuple, KVCache] = {}  # this run's KV buffers (their first empty view), by owner and layout
+
+    def release_run(self) -> None:
+        """The generation ended: drop its KV buffers (device memory; the memo keeps clones, not these)."""
+        self._run_kv.clear()
 
     def _interrupt(self) -> None:
         if self.callbacks.interrupt is not None:
@@ -64,7 +69,7 @@ class ContextServices:
         window, sink, rope = layout
 
         def start(part: Tally) -> KVCache:
-            kv = self.empty_kv(runner, state.spec, window, sink=sink, rope=rope)
+            kv = self.run_kv(runner, recipe, state.spec, layout)
             return kv if prefix is None else prefix(kv, part)
 
         return self.memos.extend(lambda j: self.kv_key(runner, recipe, state, j), b, f"{role}_kv", tally,
@@ -90,6 +95,29 @@ class ContextServices:
         return KVCache.empty(runner.cfg, batch=1, window_frames=window, tokens_per_frame=runner.cfg.tokens_per_frame(h, w),
                              device=runner.device, dtype=runner.dtype, sink_frames=sink, rope=rope,
                              copies=self.kv_copies)
+
+    def run_kv(self, runner: CausalWan, recipe, spec: GenerationSpec, layout: tuple[int, int, str]) -> KVCache:
+        """An empty view of this run's KV buffer for (runner, recipe, layout): allocated once, at the recipe's largest
+        size (its window: LongLive's sink + window, Krea's context + block, the whole video with its given frames for
+        Self-Forcing), when the run first needs it, then reused by every block: no new KV storage after that, and
+        the same storage for every call (static inputs of a compiled block or a CUDA graph). The views of it an
+        earlier block made go stale as their slots are rewritten (kv_cache.py), so a memo never reads them."""
+        window, sink, rope = layout
+        key = (id(runner), runner.key, recipe, window, sink, rope, spec.latent_hw)
+        first = self._run_kv.get(key)
+        if first is None:
+            first = self._run_kv[key] = self.empty_kv(runner, spec, window, sink=sink, rope=rope)
+        return KVCache.on(first.buffer)
+
+    def rebuilt_kv(self, role: str, runner: CausalWan, recipe, state: GenerationState, b: int, tally: Tally,
+                   layout: tuple[int, int, str], rebuild: Callable[[KVCache, Tally], KVCache]) -> KVCache:
+        """Block b's context for a recipe that rebuilds it every block (Krea): `rebuild(empty view, part)` into this
+        run's buffer, or, memoised (a re-queue), the memo's clone of it restored into that buffer (a copy of the
+        context frames, not a forward). The memo keeps a clone because the run's buffer is the next block's."""
+        empty = self.run_kv(runner, recipe, state.spec, layout)
+        return self.memos.snapshotted(self.kv_key(runner, recipe, state, b), f"{role}_kv", tally,
+                                      lambda part: rebuild(empty, part), snapshot=KVCache.clone,
+                                      restore=lambda kv: kv.restore_into(empty.buffer))
 
     def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
                         state: GenerationState, frame_offset: int, kv: KVCache | KVWrite, tally: Tally,

@@ -161,6 +161,7 @@ class Engine:
     def release_run(self) -> int:
         """The generation ended: drop what it held outside the memo's budget (returns the bytes released)."""
         self.given.close()
+        self.services.release_run()
         return self.memo.release_run()
 
     def stopped(self, state: GenerationState) -> GenerationState:

@@ -451,6 +451,23 @@ class Memoiser:
             tally.counted.add(key)
         return value
 
+    def snapshotted(self, key: Hashable, label: str, tally: Tally, compute: Callable[[Tally], Any], *,
+                    snapshot: Callable[[Any], Any], restore: Callable[[Any], Any]) -> Any:
+        """`memoised` for a result that lives in storage the run overwrites (a KV view of the run's buffer): the memo
+        keeps `snapshot(value)` (when its budget can), and a reuse returns `restore(snapshot)` (put back into that
+        storage). Cost and credit as `memoised`."""
+        entry = self.memo.get(key)
+        if entry is not None:
+            self._reused(key, label, entry, tally)
+            return restore(entry.value)
+        part = tally.part()
+        value = compute(part)
+        tally.include(part)
+        if self.memo.keeps(value.nbytes):
+            self.memo.put(key, Entry(snapshot(value), {k: n for k, n in part.cost.items() if n}), tally.run_id)
+        tally.counted.add(key)
+        return value
+
     def _reused(self, key: Hashable, label: str, entry: Entry, tally: Tally) -> None:
         tally.reuse(label, self.memo.origin(key))
         self._credit(key, entry, tally)

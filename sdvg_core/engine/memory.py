@@ -43,8 +43,9 @@ class MemoryRefused(ValueError):
 class DiTMemory:
     """One DiT's needs beside its weights: its KV window, text K/V and one layer's activations at the peak.
 
-    `kv_held`: the recipe keeps the cache between blocks (Self-Forcing, LongLive), so it stays on the device
-    while the other models run; a recipe that rebuilds it per block (Krea) needs it only during its own calls.
+    `kv_held`: the cache stays on the device between blocks, while the other models run: every recipe now (one
+    KV buffer per run and model, reused by every block, Krea's per-block rebuild included: ContextServices.run_kv);
+    False only for an estimate of a cache made and dropped within a model's own calls.
     """
 
     name: str
@@ -224,7 +225,7 @@ def estimate_for_spec(spec, recipe, dits: list[tuple[WanDiTConfig, torch.dtype]]
     return estimate_generation(dits=dits, vae=vae, vae_dtype=vae_dtype, height=spec.height, width=spec.width,
                                window_frames=[r.window_frames(F, spec.num_latent_frames) for r in recipes],
                                frames_per_block=F, context_frames=[_largest_call(r, spec) for r in recipes],
-                               kv_held=[not r.rebuilds_context_every_block for r in recipes],
+                               kv_held=True,  # every recipe's buffer lives for the run (context.run_kv)
                                vae_weight_bytes=vae_weight_bytes, held_pixel_frames=held_blocks * tc * F)
 
 

@@ -7,7 +7,7 @@ so x0 = x_t - sigma v.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import torch
 
@@ -32,16 +32,45 @@ class FlowMatchSchedule:
         sigmas = self.shift * s / (1 + (self.shift - 1) * s)
         return sigmas * n, sigmas
 
+    @property
+    def values(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The table as Python floats (the float32 values exactly), read once per (shift, length) per process: the
+        lookups below do no tensor work, so a block's loop reads no tensor for its schedule."""
+        return _table_values(self.shift, self.num_train_timesteps)
+
     def warp(self, nominal: tuple[float, ...]) -> tuple[float, ...]:
         """Map nominal steps (1000 = pure noise) onto the shifted table: t = table_t[N - n], with t[N] = 0."""
-        t_table, _ = self.table
-        extended = torch.cat([t_table, torch.zeros(1)])
-        return tuple(float(extended[self.num_train_timesteps - int(n)]) for n in nominal)
+        t_table, _ = self.values
+        return tuple(0.0 if int(n) == 0 else t_table[self.num_train_timesteps - int(n)] for n in nominal)
 
     def sigma(self, t: float) -> float:
-        """sigma of the table entry whose timestep is nearest t (so t = 0 maps to the last entry, ~0.005)."""
-        t_table, sigmas = self.table
-        return float(sigmas[torch.argmin((t_table - t).abs())])
+        """sigma of the table entry whose timestep is nearest t (so t = 0 maps to the last entry, ~0.005): the first
+        nearest, as argmin over |table - t| in float32 picks it."""
+        t_table, sigmas = self.values
+        return sigmas[_nearest(t_table, float(t))]
+
+
+@lru_cache(maxsize=None)
+def _table_values(shift: float, n: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    t_table, sigmas = FlowMatchSchedule(shift, n).table
+    return tuple(t_table.tolist()), tuple(sigmas.tolist())
+
+
+@lru_cache(maxsize=1024)
+def _nearest(table: tuple[float, ...], t: float) -> int:
+    """Index of the first entry nearest t, distances taken in float32 as the reference's argmin does."""
+    import struct
+
+    def f32(x: float) -> float:
+        return struct.unpack("f", struct.pack("f", x))[0]
+
+    tt = f32(t)
+    best, best_d = 0, float("inf")
+    for i, v in enumerate(table):
+        d = abs(f32(v - tt))
+        if d < best_d:
+            best, best_d = i, d
+    return best
 
 
 @dataclass(frozen=True)
@@ -78,8 +107,15 @@ def self_forcing_plan(schedule: FlowMatchSchedule = FlowMatchSchedule()) -> Step
 
 def krea_plan(num_steps: int = 5, strength: float = 1.0, schedule: FlowMatchSchedule = FlowMatchSchedule()) -> StepPlan:
     """Krea realtime server: linspace(1000*strength, 0, num_steps) truncated to ints, warped (default 5 calls)."""
-    nominal = torch.linspace(NUM_TRAIN_TIMESTEPS * strength, 0, num_steps).to(torch.int64).tolist()
-    return StepPlan(f"krea_{num_steps}", schedule.warp(tuple(nominal)), commit_clean=False, schedule=schedule)
+    return StepPlan(f"krea_{num_steps}", schedule.warp(_krea_nominal(num_steps, strength)), commit_clean=False,
+                    schedule=schedule)
+
+
+@lru_cache(maxsize=256)
+def _krea_nominal(num_steps: int, strength: float) -> tuple[int, ...]:
+    """linspace(1000 * strength, 0, num_steps) in float32, truncated: read once per (steps, strength) per process
+    (a recipe's plan is made for every block; its steps then come without a tensor read)."""
+    return tuple(torch.linspace(NUM_TRAIN_TIMESTEPS * strength, 0, num_steps).to(torch.int64).tolist())
 
 
 def check_strength(strength: float) -> float:
@@ -145,5 +181,12 @@ def add_noise(x0: torch.Tensor, eps: torch.Tensor, sigma: float) -> torch.Tensor
 
 
 def timestep_tensor(t: float, batch: int, frames: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Per-frame timestep [B, F] in float32, the shape and dtype both references pass to the model."""
+    """Per-frame timestep [B, F] in float32, the shape and dtype both references pass to the model. One tensor per
+    (value, shape, device), made once and shared (never modify it): a model keeps its sinusoids by tensor, so a
+    block's calls neither read a timestep back nor copy one to the device again."""
+    return _timestep_tensor(float(t), batch, frames, str(torch.device(device)))
+
+
+@lru_cache(maxsize=256)
+def _timestep_tensor(t: float, batch: int, frames: int, device: str) -> torch.Tensor:
     return torch.full((batch, frames), t, dtype=torch.float32, device=device)

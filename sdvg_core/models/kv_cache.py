@@ -12,9 +12,15 @@ a `KVWrite` plan that a forward opens, writes layer by layer and, for a commit, 
 - `rewrite(n, keep_sink)`: the view's newest n frames recomputed in place (LongLive's recache at a prompt switch);
 - `evict(n)`: drop the oldest n window frames (logical only: no data moves).
 
-Attention reads the occupied slots in physical order (a prefix of the buffer, or all of it once full), with no
-copy: with RoPE baked into the keys the order does not change the function. In the `slot` RoPE mode (LongLive's
-infinity variant) keys are stored un-rotated and rotated by their LOGICAL slot index at every call.
+A forward writes and attends through device data of a fixed shape (`OpenKVWrite.inputs`, static shapes for
+torch.compile and CUDA graphs): the call's keys/values go to the token positions of a `write index`, and attention
+reads a fixed `span` of the buffer (its whole capacity once the window filled; while it fills, the smallest of
+capacity, capacity/2, capacity/4... frames that holds the occupied slots, so a whole-video cache does not attend
+to its empty future) with the empty slots masked out by an additive mask (None when every slot of the span is
+occupied). Both live in buffers made once per buffer and call shape and refilled in place, so a different block
+changes data, never shapes. Physical order does not change the function with RoPE baked into the keys; in the
+`slot` RoPE mode (LongLive's infinity variant) keys are stored un-rotated and rotated by their LOGICAL slot index
+at every call (the runner fills that table per call, `OpenKVWrite.slot_positions`).
 
 Views never read stale data (docs/design.md §3.2): each slot carries the write clock of its last write, a view
 records the clocks of its slots, and reading a view one of whose slots was overwritten since raises
@@ -31,6 +37,18 @@ import torch
 from .wan_config import WanDiTConfig
 
 ROPE_MODES = ("baked", "slot")  # keys stored after RoPE at their write position / un-rotated, rotated by slot
+MASKED = float("-inf")  # additive attention mask of an empty slot (0 for an occupied one)
+
+
+def attention_span(extent: int, capacity: int) -> int:
+    """Frame slots attention reads when the occupied slots end at slot `extent`: the smallest of capacity,
+    ceil(capacity / 2), ceil(capacity / 4)... that holds them. A bounded set of shapes per buffer (at most
+    log2(capacity) + 1: one graph each under torch.compile), at most twice the occupied slots' work, and the whole
+    buffer once the window is full (a windowed cache's steady state is one shape)."""
+    span = capacity
+    while span > 1 and -(-span // 2) >= extent:
+        span = -(-span // 2)
+    return span
 
 
 class StaleKVError(RuntimeError):
@@ -54,14 +72,31 @@ class TextKV:
 
 @dataclass
 class KVCopyStats:
-    """Counts the cached data KV views copy (forks on a branch switch): an instrumentation hook a caller installs on
-    the caches it makes (`KVCache.empty(copies=...)`, `Engine(kv_copies=...)`); every fork of them counts here."""
+    """Counts the cached data KV views copy (forks on a branch switch; restores of a memoised snapshot into a run's
+    buffer): an instrumentation hook a caller installs on the caches it makes (`KVCache.empty(copies=...)`,
+    `Engine(kv_copies=...)`); every fork and restore of them counts here."""
 
     forks: int = 0
     fork_bytes: int = 0
+    restores: int = 0
+    restore_bytes: int = 0
 
     def reset(self) -> None:
-        self.forks = self.fork_bytes = 0
+        self.forks = self.fork_bytes = self.restores = self.restore_bytes = 0
+
+
+@dataclass(frozen=True)
+class KVInputs:
+    """What one call's layers read from the cache, as device data of a fixed shape per call shape: the buffer
+    token positions its new keys/values go to (`index` [W] int64, the call's tokens from `skip` on), the tokens
+    attention reads (`span`: a prefix of the buffer) and the additive mask of that span's empty slots
+    ([1, 1, 1, span] in the buffer's dtype; None when every slot of the span is occupied). The tensors are the
+    buffer's, refilled in place by every call of that shape (what a CUDA graph replays)."""
+
+    index: torch.Tensor
+    skip: int
+    span: int
+    mask: torch.Tensor | None
 
 
 class _KVBuffer:
@@ -79,6 +114,8 @@ class _KVBuffer:
         self.stamps = [0] * (k[0].shape[2] // tokens_per_frame)
         self.clock = 0
         self.frontier = 0
+        self._static: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}  # (W, span) -> (index, mask)
+        self._arange: torch.Tensor | None = None  # token positions 0..capacity-1 on the device (index source)
 
     @property
     def capacity(self) -> int:
@@ -96,6 +133,18 @@ class _KVBuffer:
         """An empty buffer of the same shape, sink, RoPE mode and copy counter."""
         return _KVBuffer([torch.zeros_like(t) for t in self.k], [torch.zeros_like(t) for t in self.v],
                          self.tokens_per_frame, self.sink_frames, self.rope, self.copies)
+
+    def static(self, written: int, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(write index [written], mask [1, 1, 1, span], positions 0..capacity-1) on the buffer's device, made once
+        per call shape and refilled in place by each call (their storage never changes: CUDA-graph inputs)."""
+        k = self.k[0]
+        if self._arange is None:
+            self._arange = torch.arange(self.capacity, dtype=torch.long, device=k.device)
+        hit = self._static.get((written, span))
+        if hit is None:
+            hit = self._static[(written, span)] = (torch.zeros(written, dtype=torch.long, device=k.device),
+                                                   torch.zeros(1, 1, 1, span, dtype=k.dtype, device=k.device))
+        return hit[0], hit[1], self._arange
 
     def stamp(self, slots: tuple[int, ...]) -> int:
         """A new write clock value, recorded on `slots` (physical frame slots about to be written)."""
@@ -328,22 +377,54 @@ class KVCache:
         if hit is not None and hit.buffer.frontier == hit.serial:
             return hit
         buf = self.buffer.like()
+        view = self._copy_slots(buf, reads)
+        if buf.copies is not None:
+            buf.copies.forks += 1
+            buf.copies.fork_bytes += self._slot_bytes(len(reads))
+        self._forks.clear()
+        self._forks[key] = view
+        return view
+
+    def restore_into(self, buffer: _KVBuffer) -> "KVCache":
+        """This view copied into `buffer` (one of the same layout: a run's own buffer), compacted as a fork lays it
+        out, as that buffer's newest view: a memoised snapshot put back where the run's calls write and attend, so
+        a run keeps one KV storage whatever it reuses. Views of `buffer` whose slots it overwrites go stale."""
+        src = self.buffer
+        if (buffer.capacity, buffer.tokens_per_frame, buffer.sink_frames, buffer.rope) != \
+                (src.capacity, src.tokens_per_frame, src.sink_frames, src.rope):
+            raise ValueError("a KV view is restored only into a buffer of its own layout")
+        reads = tuple(range(self.frames))
+        self._require(reads, "a KV restore")
+        view = self._copy_slots(buffer, reads)
+        if buffer.copies is not None:
+            buffer.copies.restores += 1
+            buffer.copies.restore_bytes += self._slot_bytes(len(reads))
+        return view
+
+    def _slot_bytes(self, n: int) -> int:
+        """Bytes of n frame slots' keys and values over every layer."""
         tpf = self.tokens_per_frame
-        # compacted: logical slot i at physical slot i (sink first, then the window from ring start 0)
+        return n * tpf * sum(t.shape[0] * t.shape[1] * t.shape[3] * t.element_size() for t in self.buffer.k + self.buffer.v)
+
+    def _copy_slots(self, buf: _KVBuffer, reads: tuple[int, ...]) -> "KVCache":
+        """This view's layout on `buf`, compacted (logical slot i at physical slot i: sink first, then the window from
+        ring start 0), holding copies of the logical slots `reads` (the others about to be written); the view is
+        `buf`'s newest (a commit on it)."""
+        tpf = self.tokens_per_frame
         for src, dst, n in _runs([(self.physical(i), i) for i in reads]):
             for a, b in zip(self.buffer.k + self.buffer.v, buf.k + buf.v):
                 b[:, :, dst * tpf:(dst + n) * tpf] = a[:, :, src * tpf:(src + n) * tpf]
         clock = buf.stamp(reads)
         kept = set(reads)
         stamps = tuple(clock if i in kept else 0 for i in range(self.frames))
-        if buf.copies is not None:
-            buf.copies.forks += 1
-            buf.copies.fork_bytes += len(reads) * tpf * sum(t.shape[0] * t.shape[1] * t.shape[3] * t.element_size()
-                                                             for t in buf.k + buf.v)
-        view = KVCache(buf, self.sink_len, 0, self.ring_len, self.frame_ids, stamps, 0)
-        self._forks.clear()
-        self._forks[key] = view
-        return view
+        buf.frontier += 1
+        return KVCache(buf, self.sink_len, 0, self.ring_len, self.frame_ids, stamps, buf.frontier)
+
+    @staticmethod
+    def on(buffer: _KVBuffer) -> "KVCache":
+        """An empty view of an existing buffer, its newest: a run reuses its buffer for a new history (every earlier
+        view of it goes stale as the new one's frames overwrite their slots)."""
+        return KVCache(buffer, serial=buffer.frontier)
 
 
 @dataclass(frozen=True)
@@ -405,9 +486,9 @@ class KVWrite:
 
 
 class OpenKVWrite:
-    """A call in progress: `write` a layer's new keys/values, then `keys`/`values` are what the layer attends to
-    (the occupied slots in physical order: a prefix of the buffer, read in place); `commit` returns the view that
-    includes the written frames."""
+    """A call in progress. The forward writes and attends through `inputs()` (device data of a fixed shape: write
+    index, span, mask); `write` / `keys` / `values` do the same on the host's terms (tests, traces: the occupied
+    slots in physical order); `commit` returns the view that includes the written frames."""
 
     def __init__(self, base: KVCache, plan: _Plan):
         buf = base.buffer
@@ -417,8 +498,8 @@ class OpenKVWrite:
         phys = [result.physical(i) for i in range(len(plan.frame_ids))]
         n = len(phys)
         key_slots = sorted(phys)  # attended in physical order
-        # the occupied slots are a prefix of the buffer (or all of it) whenever views only grow by append / rewrite:
-        # attention reads them in place; after an explicit `evict`, a partial window is gathered (a copy)
+        # the occupied slots are a prefix of the buffer (or all of it) whenever views only grow by append / rewrite;
+        # after an explicit `evict`, a partial window: `keys` gathers it (a copy), the forward masks the holes
         self._gather = None if key_slots == list(range(n)) else result._token_index(tuple(key_slots))
         self.key_tokens = n * tpf
         written = plan.written
@@ -431,11 +512,35 @@ class OpenKVWrite:
         logical_of = {p: i for i, p in enumerate(phys)}
         self.key_positions = tuple(logical_of[p] for p in key_slots)
         self.query_positions = tuple(range(n - plan.frames, n))
+        # what attention reads: a span of the buffer's slots from 0, its empty slots masked (kv_cache docstring)
+        self.span_frames = attention_span(max(phys) + 1, buf.frames)
+        self.masked = key_slots != list(range(self.span_frames))
+        self._occupied = [(p * tpf, (p + c) * tpf) for p, _, c in _runs([(p, p) for p in key_slots])]
+        # slot RoPE: the logical index each physical slot of the span is rotated by (0 for an empty, masked slot)
+        self.slot_positions = tuple(logical_of.get(p, 0) for p in range(self.span_frames))
         self._result = result
 
     @property
     def rope(self) -> str:
         return self.buffer.rope
+
+    @property
+    def span(self) -> int:
+        """Tokens attention reads: the first `span` of the buffer."""
+        return self.span_frames * self.tokens_per_frame
+
+    def inputs(self) -> KVInputs:
+        """This call's write index and mask, written in place into the buffer's static tensors of its shape (device
+        copies and fills only: no host data crosses, no new storage after a shape's first call)."""
+        written = sum(b - a for a, b, _ in self.runs)
+        index, mask, positions = self.buffer.static(written, self.span)
+        for a, b, c in self.runs:
+            index[c:c + (b - a)].copy_(positions[a:b])
+        if self.masked:
+            mask.fill_(MASKED)
+            for a, b in self._occupied:
+                mask[..., a:b].fill_(0.0)
+        return KVInputs(index, self.skip * self.tokens_per_frame, self.span, mask if self.masked else None)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store one layer's new keys/values [B, heads, call tokens, head_dim] (the written frames' part)."""
@@ -445,6 +550,7 @@ class OpenKVWrite:
             self.buffer.v[layer][:, :, a:b] = v[:, :, off + c:off + c + (b - a)]
 
     def keys(self, layer: int) -> torch.Tensor:
+        """The occupied slots' keys in physical order (in place when they are a prefix of the buffer)."""
         t = self.buffer.k[layer]
         return t[:, :, :self.key_tokens] if self._gather is None else t.index_select(2, self._gather)
 

@@ -12,7 +12,9 @@ per-frame timestep modulation; no text padding mask.
 """
 from __future__ import annotations
 
+import logging
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,12 +22,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .kv_cache import KVCache, KVWrite, OpenKVWrite, StaleKVError, TextKV  # noqa: F401  (StaleKVError re-exported)
+from .kv_cache import KVCache, KVInputs, KVWrite, OpenKVWrite, StaleKVError, TextKV  # noqa: F401  (re-exported)
 from .wan_config import WanDiTConfig
 # the shared numerics (also importable from here, as tests and hosts do)
 from .wan_numerics import (  # noqa: F401
     SINUSOID_CACHE_ENTRIES, AttentionFn, Interrupt, RopeCosSin, RopeTables, apply_rope_real, attention, rope_angles,
-    rope_rows, sinusoidal_embedding,
+    register_attention, rope_rows, sinusoidal_embedding, takes_mask,
 )
 
 # ---------------------------------------------------------------------------------------------------------
@@ -138,10 +140,7 @@ def block_qkv(block: nn.Module, x_res: torch.Tensor, shift: torch.Tensor, scale:
               tpf: int, heads: int, dtype: torch.dtype, rotate_k: bool = True
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Self-attention inputs of one block: x_res [B, S, dim] fp32 -> q (RoPE'd), k (RoPE'd unless rotate_k is False:
-    a slot-RoPE cache rotates its keys at attention time), v, each [B, N, S, D] in dtype.
-
-    A static-shape region (S fixed per recipe): what `compile=True` compiles, once for every block.
-    """
+    a slot-RoPE cache rotates its keys at attention time), v, each [B, N, S, D] in dtype."""
     b, s, _ = x_res.shape
     sa = block.self_attn
     h = _modulate(block.norm1(x_res), shift, scale, tpf).to(dtype)  # [B, S, dim]
@@ -152,25 +151,96 @@ def block_qkv(block: nn.Module, x_res: torch.Tensor, shift: torch.Tensor, scale:
     return apply_rope_real(q, rope).transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
-def block_cross_query(block: nn.Module, x_res: torch.Tensor, y_self: torch.Tensor, gate: torch.Tensor, tpf: int,
-                      heads: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Self-attention output projection + gated residual, then the cross-attention query [B, N, S, D].
+@dataclass(frozen=True)
+class BlockCall:
+    """What every layer of one model call shares (made once per call, before the layers): the call's shape, its
+    RoPE tables (static buffers refilled per call), the cache's device inputs (`KVInputs`: write index, span,
+    mask; None without a cache), the slot-RoPE key tables, and the attention kernel for its (un)masked calls."""
 
-    Returns (x_res after self-attention [B, S, dim] fp32, q). Static shapes: compiled with `compile=True`.
-    """
-    b, s, _ = x_res.shape
-    x_res = x_res + _gate(block.self_attn.o(y_self), gate, tpf)
+    tpf: int
+    heads: int
+    dtype: torch.dtype
+    rope: RopeCosSin  # [S, D/2] each
+    kv: KVInputs | None
+    key_rope: RopeCosSin | None  # [span, D/2] each: a slot-RoPE cache's keys rotated by logical slot
+    attend: Callable
+
+
+def wan_block(block: nn.Module, x_res: torch.Tensor, e0: torch.Tensor, modulation: torch.Tensor, call: BlockCall,
+              k_buf: torch.Tensor | None, v_buf: torch.Tensor | None, text_k: torch.Tensor, text_v: torch.Tensor,
+              keys_only: bool = False, hook: Hook | None = None, layer: int = 0) -> torch.Tensor:
+    """One transformer layer on the residual stream x_res [B, S, dim] (float32): modulated q/k/v + RoPE, the keys/
+    values written into the cache buffers k_buf/v_buf [B, N, capacity, D] at the call's write index, self-attention
+    over the cache's fixed span (empty slots masked), cross-attention to the text K/V [B, N, L, D], modulated FFN.
+    `keys_only`: stop after the cache write (a commit's last layer). Every shape is fixed per call shape and the
+    cache's positions are data, so `torch.compile(fullgraph=True)` of this one function serves every layer and
+    every block (CausalWan(compile=...)); `hook` (eager only) sees the intermediate outputs."""
+    kv, tpf, n, dt = call.kv, call.tpf, call.heads, call.dtype
+    sh1, sc1, g1, sh2, sc2, g2 = (e0 + modulation[:, None]).unbind(2)  # [B, F, dim] each
+    q, k, v = block_qkv(block, x_res, sh1, sc1, call.rope, tpf, n, dt, call.key_rope is None)  # [B, N, S, D] each
+    if kv is not None:
+        k_buf[:, :, kv.index] = k[:, :, kv.skip:]  # in place: the call's written frames
+        v_buf[:, :, kv.index] = v[:, :, kv.skip:]
+    if keys_only:  # (reads neither the span nor the mask: one graph per write shape)
+        return x_res
+    mask = None
+    if kv is not None:
+        k, v, mask = k_buf[:, :, :kv.span], v_buf[:, :, :kv.span], kv.mask
+        if call.key_rope is not None:  # cached keys are un-rotated: rotate every slot by its logical index
+            k = apply_rope_real(k.transpose(1, 2), call.key_rope).transpose(1, 2)
+    y = call.attend(q, k, v, mask)  # [B, S, N*D]
+    if hook is not None:
+        hook(f"block{layer}_self_attn_out", block.self_attn.o(y))
+    x_res = x_res + _gate(block.self_attn.o(y), g1, tpf)
     ca = block.cross_attn
-    hc = x_res.to(dtype) if isinstance(block.norm3, nn.Identity) else block.norm3(x_res).to(dtype)
-    return x_res, ca.norm_q(ca.q(hc)).view(b, s, heads, -1).transpose(1, 2)
+    hc = x_res.to(dt) if isinstance(block.norm3, nn.Identity) else block.norm3(x_res).to(dt)
+    qc = ca.norm_q(ca.q(hc)).view(x_res.shape[0], x_res.shape[1], n, -1).transpose(1, 2)  # [B, N, S, D]
+    yc = call.attend(qc, text_k, text_v, None)  # [B, S, N*D]
+    if hook is not None:
+        hook(f"block{layer}_cross_attn_out", block.cross_attn.o(yc))
+    x_res = x_res + ca.o(yc).float()
+    h = _modulate(block.norm2(x_res), sh2, sc2, tpf).to(dt)
+    x_res = x_res + _gate(block.ffn(h), g2, tpf)
+    if hook is not None:
+        hook(f"block{layer}_out", x_res)
+    return x_res
 
 
-def block_ffn(block: nn.Module, x_res: torch.Tensor, y_cross: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor,
-              gate: torch.Tensor, tpf: int, dtype: torch.dtype) -> torch.Tensor:
-    """Cross-attention output projection + residual, then the modulated, gated FFN; x_res [B, S, dim] fp32."""
-    x_res = x_res + block.cross_attn.o(y_cross).float()
-    h = _modulate(block.norm2(x_res), shift, scale, tpf).to(dtype)
-    return x_res + _gate(block.ffn(h), gate, tpf)
+# Shape variants a compiled block keeps (torch's own default is 8 per function, and fullgraph=True fails past it):
+# one per call shape (query tokens, attended span, masked or not, written tokens, keys only). A windowed cache
+# makes a handful; a whole-video cache adds one span per doubling of the video (kv_cache.attention_span), ~2 per
+# doubling with the commit's keys-only variant: 64 covers a 2^16-block video.
+COMPILE_VARIANTS = 64
+
+
+def _warn_variants() -> None:
+    """Once per process: a compiled block met more call shapes than it keeps (COMPILE_VARIANTS over every model and
+    size of the process); those calls run eagerly, with the same result."""
+    if not _WARNED:
+        _WARNED.append(True)
+        logging.getLogger("SDVG").warning(
+            "SDVG: the compiled transformer block reached %d shape variants in this process; further new call "
+            "shapes run uncompiled (same results, slower)", COMPILE_VARIANTS)
+
+
+_WARNED: list[bool] = []
+
+
+class _Attend:
+    """The attention of a call: the runner's kernel for unmasked calls and for masked ones when it takes a mask,
+    PyTorch SDPA (`attention`) for masked calls otherwise. A kernel other than `attention` runs as one opaque op
+    (`host_attention_op`) inside a compiled block, so whatever it does (sage, flash, xformers) is not traced."""
+
+    def __init__(self, fn: AttentionFn, opaque: bool):
+        self.fn, self.masked_ok = fn, takes_mask(fn)
+        self.slot = register_attention(fn) if opaque and fn is not attention else None
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        if self.fn is attention or (mask is not None and not self.masked_ok):
+            return attention(q, k, v, mask)
+        if self.slot is not None:
+            return torch.ops.sdvg.host_attention(q, k, v, mask, self.slot)
+        return self.fn(q, k, v) if mask is None else self.fn(q, k, v, mask=mask)
 
 
 class CausalWan:
@@ -178,10 +248,14 @@ class CausalWan:
 
     The residual stream and the timestep modulation are kept in float32 (as the official Wan code does);
     every submodule gets its input in `dtype`. Hot-path options:
-    - attention_fn: the attention kernel (default PyTorch SDPA; ComfyUI hosts pass `optimized_attention`).
-    - compile: `torch.compile` the three static-shape regions of a block (attention itself stays eager, as
-      its key length grows with the cache); compiled once per block shape, reused by every layer.
-    RoPE tables (`rope`, float32 cos/sin built once per table size) are shared by every call and layer.
+    - attention_fn: the attention kernel (default PyTorch SDPA; ComfyUI hosts pass `optimized_attention`); a call
+      whose cache span has empty slots gives it `mask=` if it takes one, else runs on SDPA (`_Attend`).
+    - compile: `torch.compile(fullgraph=True)` of the whole transformer layer (`wan_block`: q/k/v, RoPE, the KV
+      write, self-attention over the cache, cross-attention, FFN; True = inductor, a string names another backend).
+      The cache's positions are device data, so one compiled function serves every layer and every block: one
+      graph per call shape (kv_cache.attention_span), counted by torch._dynamo.utils.counters (tests/test_hotpath).
+    RoPE tables (`rope`, float32 cos/sin built once per table size) are shared by every call and layer; a call's
+    grids are written into static buffers (`RopeTables.into`).
     """
 
     def __init__(self, net: nn.Module, cfg: WanDiTConfig, dtype: torch.dtype | None = None,
@@ -197,12 +271,16 @@ class CausalWan:
         self.compile = compile
         self.rope = RopeTables(cfg, self.device)
         self._mods: dict[int, tuple[tuple, torch.Tensor, torch.Tensor]] = {}  # id(param) -> (stamp, fp32 copy, param)
-        self._sin_cache: dict[tuple, torch.Tensor] = {}  # CPU timestep values -> device sinusoids
-        self._regions = (block_qkv, block_cross_query, block_ffn)
+        self._sin_cache: dict[int, tuple[torch.Tensor, int, torch.Tensor]] = {}  # id(t) -> (t, version, sinusoids)
+        self._block: Callable = wan_block
         if compile:  # True: inductor; a string names another torch.compile backend (tests use "eager")
             backend = "inductor" if compile is True else str(compile)
-            self._regions = tuple(torch.compile(fn, dynamic=False, backend=backend) for fn in self._regions)
+            self._block = torch.compile(wan_block, fullgraph=True, dynamic=False, backend=backend)
+        self._attends: dict[int, tuple[AttentionFn, _Attend]] = {}  # id(attention_fn) -> its adapter
         self.calls = 0  # forward calls made (counted work)
+        # the distinct layer call shapes made (query tokens, attended span, masked, written tokens, query-only tokens,
+        # slot RoPE, keys only: a cache-only call's last layer): a compiled block makes at most one graph per entry
+        self.call_shapes: set[tuple] = set()
 
     # -- per-prompt ----------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -239,18 +317,19 @@ class CausalWan:
             raise ValueError(f"RoPE frame positions {frame_offset}..{frame_offset + frames - 1} are negative")
 
     def _sinusoid(self, t: torch.Tensor) -> torch.Tensor:
-        """Timestep sinusoids [B*F, freq_dim]: float64 on the CPU (no fp64 GPU kernels), copied to the device once
-        per distinct CPU timestep tensor value (a recipe has a handful), so later calls make no host-to-device copy
-        (a pageable copy waits for the GPU queue)."""
-        if t.device.type != "cpu":
-            return sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(self.dtype)
-        key = (tuple(t.shape), t.dtype, t.detach().contiguous().numpy().tobytes())  # CPU bytes: no device sync
-        hit = self._sin_cache.get(key)
-        if hit is None:
-            if len(self._sin_cache) >= SINUSOID_CACHE_ENTRIES:
-                self._sin_cache.clear()
-            hit = self._sin_cache[key] = sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(self.device, self.dtype)
-        return hit
+        """Timestep sinusoids [B*F, freq_dim] in the compute dtype on the device: float64 where t lives (a CPU
+        timestep: on the CPU, Wan's precision whatever the device), made once per timestep tensor (keyed by the
+        tensor itself: the recipes pass `schedule.timestep_tensor`'s, one per value), so later calls neither copy
+        host data to the device nor read the timestep's value."""
+        version = 0 if t.is_inference() else t._version
+        hit = self._sin_cache.get(id(t))
+        if hit is not None and hit[0] is t and hit[1] == version:
+            return hit[2]
+        if len(self._sin_cache) >= SINUSOID_CACHE_ENTRIES:
+            self._sin_cache.clear()
+        emb = sinusoidal_embedding(self.cfg.freq_dim, t.flatten()).to(self.device, self.dtype)
+        self._sin_cache[id(t)] = (t, version, emb)  # holding t keeps its id from being reused while cached
+        return emb
 
     def _embed_time(self, t: torch.Tensor, hook: Hook | None) -> tuple[torch.Tensor, torch.Tensor]:
         """t [B, F] -> e [B, F, dim] (head) and e0 [B, F, 6, dim] (blocks), both float32."""
@@ -272,7 +351,8 @@ class CausalWan:
         if hook:
             hook("patch_embedding_out", p)
         grid = tuple(p.shape[2:])
-        return p.flatten(2).transpose(1, 2).float(), grid  # [B, S, dim]
+        tokens = p.flatten(2).transpose(1, 2).float()  # [B, S, dim]
+        return tokens.reshape(-1).view(tokens.shape), grid  # row-major strides, as every layer's output (one graph)
 
     def _unpatchify(self, y: torch.Tensor, grid: tuple[int, int, int]) -> torch.Tensor:
         """Head output [B, S, pt*ph*pw*C] (c fastest) -> [B, F, C, H, W]."""
@@ -328,9 +408,10 @@ class CausalWan:
 
         - kv=None: the frames attend to each other only.
         - kv a view: the frames are appended to it (`KVCache.append`: the oldest window frames evicted when the
-          window is full) and attend to sink + window + themselves (no mask); kv a `KVWrite` plan: that write
-          (e.g. `rewrite`, a recache). With commit=True the returned view includes the written frames (a KV
-          rebuild or Self-Forcing's clean commit); otherwise they are scratch and the returned view is the input's.
+          window is full) and attend to sink + window + themselves (read over the cache's fixed span, its empty
+          slots masked: kv_cache.py); kv a `KVWrite` plan: that write (e.g. `rewrite`, a recache). With
+          commit=True the returned view includes the written frames (a KV rebuild or Self-Forcing's clean commit);
+          otherwise they are scratch and the returned view is the input's.
         RoPE time positions are frame_offset .. frame_offset + F - 1 (absolute or window-relative: the caller's
         recipe decides), or, for a `slot` RoPE cache, the logical slot indices of queries and cached keys.
         `interrupt()` is called before every transformer layer; when it raises, nothing is committed (the slots
@@ -344,47 +425,50 @@ class CausalWan:
         self._check_positions(f, frame_offset)
         e, e0 = self._embed_time(t, hook)
         write = self._open(kv, f, h * w, frame_offset)
-        slot = write is not None and write.rope == "slot"
-        rope = self.rope.at(write.query_positions if slot else tuple(range(frame_offset, frame_offset + f)), h, w)
-        key_rope = self.rope.at(write.key_positions, h, w) if slot else None
+        call = self._call(write, f, h, w, frame_offset)
         x_res = tokens
         blocks = self.net.blocks
-        for i, block in enumerate(blocks):
-            if interrupt is not None:
-                interrupt()
-            # only the cache wanted: the last block's keys/values are written, its outputs feed nothing
-            x_res = self._block(i, block, x_res, e0, rope, key_rope, write, text, h * w, hook,
-                                keys_only=not want_output and i == len(blocks) - 1)
+        kvi = call.kv
+        written = (0, 0, False) if kvi is None else (kvi.index.shape[0], kvi.skip, call.key_rope is not None)
+        read = (None, False) if kvi is None else (kvi.span, kvi.mask is not None)
+        if want_output or len(blocks) > 1:
+            self.call_shapes.add((tokens.shape[1],) + read + written + (False,))
+        if not want_output:  # the last layer only writes: its graph reads no span
+            self.call_shapes.add((tokens.shape[1], None, False) + written + (True,))
+        layer = self._block if hook is None else wan_block
+        with torch._dynamo.config.patch(recompile_limit=COMPILE_VARIANTS) if self.compile else nullcontext():
+            for i, block in enumerate(blocks):
+                if interrupt is not None:
+                    interrupt()
+                k_buf, v_buf = (None, None) if write is None else (write.buffer.k[i], write.buffer.v[i])
+                # only the cache wanted: the last block's keys/values are written, its outputs feed nothing
+                args = (block, x_res, e0, self._param(block.modulation), call, k_buf, v_buf, text.k[i], text.v[i],
+                        not want_output and i == len(blocks) - 1)
+                try:
+                    x_res = layer(*args, hook=hook, layer=i)
+                except torch._dynamo.exc.FailOnRecompileLimitHit:  # raised before the layer ran: nothing written
+                    _warn_variants()
+                    x_res = wan_block(*args, hook=hook, layer=i)
         new_kv = None if write is None else write.commit() if commit else kv.base if isinstance(kv, KVWrite) else kv
         return ForwardOutput(self._head(x_res, e, grid, hook) if want_output else None, new_kv)
 
-    def _block(self, i: int, block: nn.Module, x_res: torch.Tensor, e0: torch.Tensor, rope: RopeCosSin,
-               key_rope: RopeCosSin | None, write: OpenKVWrite | None, text: TextKV, tpf: int, hook: Hook | None,
-               keys_only: bool = False) -> torch.Tensor:
-        """One transformer block on the residual stream [B, S, dim] (float32): self-attention over the cache (its
-        keys/values written first), cross-attention to the text, FFN. `keys_only`: stop after the cache write."""
-        qkv_fn, cross_fn, ffn_fn = self._regions if hook is None else (block_qkv, block_cross_query, block_ffn)
-        n, dt, attend = self.cfg.num_heads, self.dtype, self.attention_fn
-        sh1, sc1, g1, sh2, sc2, g2 = (e0 + self._param(block.modulation)[:, None]).unbind(2)  # [B, F, dim] each
-        q, k, v = qkv_fn(block, x_res, sh1, sc1, rope, tpf, n, dt, key_rope is None)  # [B, N, S, D] each
-        if write is not None:
-            write.write(i, k, v)
-            k, v = write.keys(i), write.values(i)
-            if key_rope is not None:  # cached keys are un-rotated: rotate every occupied slot by its logical index
-                k = apply_rope_real(k.transpose(1, 2), key_rope).transpose(1, 2)
-        if keys_only:
-            return x_res
-        y = attend(q, k, v)  # [B, S, N*D]
-        if hook:
-            hook(f"block{i}_self_attn_out", block.self_attn.o(y))
-        x_res, qc = cross_fn(block, x_res, y, g1, tpf, n, dt)
-        yc = attend(qc, text.k[i], text.v[i])  # [B, S, N*D]
-        if hook:
-            hook(f"block{i}_cross_attn_out", block.cross_attn.o(yc))
-        x_res = ffn_fn(block, x_res, yc, sh2, sc2, g2, tpf, dt)
-        if hook:
-            hook(f"block{i}_out", x_res)
-        return x_res
+    def _call(self, write: OpenKVWrite | None, f: int, h: int, w: int, frame_offset: int) -> BlockCall:
+        """What every layer of the call shares: RoPE grids (static buffers), the cache's device inputs, the kernel.
+        A slot-RoPE cache positions the queries by their logical slots and rotates each key slot by its own."""
+        slot = write is not None and write.rope == "slot"
+        positions = write.query_positions if slot else tuple(range(frame_offset, frame_offset + f))
+        rope = self.rope.into("query", positions, h, w)
+        key_rope = self.rope.into("keys", write.slot_positions, h, w) if slot else None
+        return BlockCall(h * w, self.cfg.num_heads, self.dtype, rope, None if write is None else write.inputs(),
+                         key_rope, self._attend())
+
+    def _attend(self) -> _Attend:
+        """The adapter of the current `attention_fn` (made once per kernel; a host may swap the kernel)."""
+        fn = self.attention_fn
+        hit = self._attends.get(id(fn))
+        if hit is None or hit[0] is not fn:
+            hit = self._attends[id(fn)] = (fn, _Attend(fn, opaque=bool(self.compile)))
+        return hit[1]
 
 
 

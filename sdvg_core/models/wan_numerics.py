@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import inspect
+import itertools
+import sys
+import types
+import weakref
+
 import torch
 import torch.nn.functional as F
 
@@ -71,6 +77,7 @@ class RopeTables:
         self.cfg, self.device = cfg, device
         self._axes: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None  # (cos, sin) per axis
         self._index: dict[tuple[int, ...], torch.Tensor] = {}  # device gathers of non-consecutive positions
+        self._static: dict[tuple, RopeCosSin] = {}  # (name, frames, h, w) -> buffers `into` refills in place
 
     @property
     def rows(self) -> int:
@@ -113,17 +120,102 @@ class RopeTables:
         (ct, st), (ch, sh), (cw, sw) = self._tables(max(max(positions) + 1, h, w))
         return RopeCosSin(self._grid(ct, ch, cw, positions, h, w), self._grid(st, sh, sw, positions, h, w))
 
+    def into(self, name: str, positions: tuple[int, ...], h: int, w: int) -> RopeCosSin:
+        """`at(positions, h, w)` written in place into the buffers kept for `name` and this grid shape (made once):
+        a call's tables keep one storage from call to call (static inputs of a compiled block or a CUDA graph),
+        filled by device copies from the per-axis tables, one per run of consecutive positions."""
+        (ct, st), (ch, sh), (cw, sw) = self._tables(max(max(positions) + 1, h, w))
+        frames, key = len(positions), (name, len(positions), h, w)
+        out = self._static.get(key)
+        if out is None or out.cos.dtype != ct.dtype:
+            pairs = ct.shape[1] + ch.shape[1] + cw.shape[1]
+            out = self._static[key] = RopeCosSin(*(torch.empty(frames * h * w, pairs, dtype=ct.dtype, device=ct.device)
+                                                    for _ in range(2)))
+        nt, nh = ct.shape[1], ch.shape[1]
+        for dst, (ft, fh, fw) in ((out.cos, (ct, ch, cw)), (out.sin, (st, sh, sw))):
+            grid = dst.view(frames, h, w, -1)  # [F, h, w, D/2]
+            grid[..., nt:nt + nh].copy_(fh[None, :h, None, :])  # broadcast over frames and columns
+            grid[..., nt + nh:].copy_(fw[None, None, :w, :])
+            j = 0
+            while j < frames:  # a run of consecutive positions: one copy
+                n = 1
+                while j + n < frames and positions[j + n] == positions[j] + n:
+                    n += 1
+                grid[j:j + n, ..., :nt].copy_(ft[positions[j]:positions[j] + n, None, None, :])
+                j += n
+        return out
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Softmax attention, q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; 1/sqrt(D) scale, no dropout, no mask."""
-    out = F.scaled_dot_product_attention(q, k, v)  # [B, N, Sq, D]
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax attention, q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]; 1/sqrt(D) scale, no dropout; `mask`:
+    None, or an additive [1, 1, 1, Sk] (0 for a key to attend, -inf for an empty cache slot)."""
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, N, Sq, D]
     return out.transpose(1, 2).flatten(2)
 
 
-# An attention kernel: q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D], unmasked, 1/sqrt(D) scale. The default
-# is `attention` (PyTorch SDPA); a host may inject its own (ComfyUI's optimized_attention: sage/flash/xformers).
-AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# An attention kernel: q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D], 1/sqrt(D) scale. The default is
+# `attention` (PyTorch SDPA); a host may inject its own (ComfyUI's optimized_attention: sage/flash/xformers). A call
+# whose cache span has empty slots passes `mask=` (additive, [1, 1, 1, Sk]) to a kernel that takes a `mask` keyword
+# (`takes_mask`); a kernel that does not is never given a masked call (CausalWan uses `attention` for those).
+AttentionFn = Callable[..., torch.Tensor]
 Interrupt = Callable[[], None]
 # Distinct timestep tensors whose device sinusoids are kept (a recipe uses ~5 steps x a few shapes; bounded so
 # per-frame schedules cannot grow it without limit).
 SINUSOID_CACHE_ENTRIES = 64
+
+
+def takes_mask(fn: Callable) -> bool:
+    """Whether an attention kernel accepts the `mask` keyword (ComfyUI's optimized_attention does: every backend
+    either applies it or falls back to PyTorch SDPA with it)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "mask" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+# Host attention kernels a compiled block calls as one opaque op, by slot number (the graph holds the number, the
+# kernel is looked up when the op runs; weak: a kernel nobody holds any more is dropped). The op and this registry
+# are process-wide: ComfyUI loads the pack under its own package name beside any other copy of sdvg_core, and a
+# torch.library op is one per process, so every copy registers into, and the op reads from, the same table.
+_REGISTRY = "_sdvg_host_attention_kernels"
+
+
+def _kernels() -> types.ModuleType:
+    table = sys.modules.get(_REGISTRY)
+    if table is None:
+        table = types.ModuleType(_REGISTRY, "SDVG: host attention kernels by slot (models/wan_numerics.py)")
+        table.kernels, table.slots = weakref.WeakValueDictionary(), itertools.count()
+        sys.modules[_REGISTRY] = table
+    return table
+
+
+def register_attention(fn: Callable) -> int:
+    """The slot `host_attention_op` finds `fn` under (the same slot for the same function object)."""
+    table = _kernels()
+    for slot, known in list(table.kernels.items()):
+        if known is fn:
+            return slot
+    slot = next(table.slots)
+    table.kernels[slot] = fn
+    return slot
+
+
+def _host_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    slot: int) -> torch.Tensor:
+    """A host's attention kernel (registered at `slot`) on q [B, N, Sq, D], k/v [B, N, Sk, D] -> [B, Sq, N*D]: one
+    op to torch.compile (the kernel itself, e.g. ComfyUI's sage or flash path, is never traced)."""
+    fn = _kernels().kernels[slot]
+    out = fn(q, k, v) if mask is None else fn(q, k, v, mask=mask)
+    return out.clone() if any(out is t for t in (q, k, v)) else out
+
+
+def _host_attention_shape(q, k, v, mask, slot):
+    b, n, s, d = q.shape
+    return q.new_empty(b, s, n * d)
+
+
+if not hasattr(torch.ops.sdvg, "host_attention"):  # defined once per process, whichever copy comes first
+    torch.library.custom_op("sdvg::host_attention", _host_attention, mutates_args=()).register_fake(
+        _host_attention_shape)
+host_attention_op = torch.ops.sdvg.host_attention

@@ -41,6 +41,18 @@ class ContextHost(Protocol):
                  rope: str = "baked") -> KVCache:
         """A fresh cache on the runner's device holding `window_frames` latent frames, the first `sink` a sink."""
 
+    def run_kv(self, runner: CausalWan, recipe: "Recipe", spec: GenerationSpec,
+               layout: tuple[int, int, str]) -> KVCache:
+        """An empty view of this run's one KV buffer for (runner, recipe, layout: window frames, sink frames, RoPE
+        mode), allocated at its first use in the run and reused by every later block (views of it that a later
+        write overwrites go stale)."""
+
+    def rebuilt_kv(self, role: str, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int,
+                   tally: Tally, layout: tuple[int, int, str],
+                   rebuild: Callable[[KVCache, Tally], KVCache]) -> KVCache:
+        """Block b's context rebuilt into the run's buffer (`rebuild(empty view of it, part)`), or a memoised
+        snapshot of it restored there; the memo keeps a clone (the run's buffer is overwritten by the next block)."""
+
     def extend_kv(self, role: str, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int, tally: Tally,
                   layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache],
                   prefix: Callable[[KVCache, Tally], KVCache] | None = None) -> KVCache:

@@ -16,7 +16,7 @@ from ...models.wan import CausalWan, KVCache
 from ...given.latents import GivenEncoding
 from ..keys import AnchorKey
 from ..memo import Hold
-from ..schedule import StepPlan, krea_plan, krea_strength_plan
+from ..schedule import StepPlan, krea_plan, krea_strength_plan, timestep_tensor
 from ..state import GenerationSpec, GenerationState
 from ..tally import Tally
 from .base import ContextHost
@@ -77,21 +77,20 @@ class KreaRecipe:
                 tally: Tally) -> tuple[KVCache, int]:
         """The KV cache `runner` needs to generate block b, and the block's RoPE frame offset (window-relative)."""
         spec = state.spec
-        window = self.window_frames(spec.frames_per_block, spec.num_latent_frames)
+        layout = (self.window_frames(spec.frames_per_block, spec.num_latent_frames), 0, "baked")
         given = host.given_latents(state, self)  # start image / extension latents, or None
         if b == 0 and given is None:
-            return host.empty_kv(runner, spec, window), 0
+            return host.run_kv(runner, self, spec, layout), 0
 
-        def rebuild(part: Tally) -> KVCache:  # for re-runs only: a block uses its context at once
+        def rebuild(empty: KVCache, part: Tally) -> KVCache:  # into the run's buffer (a re-run restores the memo's)
             ctx = self._context_latents(host, state, b, part, runner.device, given)  # [1, ctx, C, h, w]
             host.trace(f"{role}/block{b}/context", ctx)
-            kv = host.context_forward(role, runner, ctx, torch.zeros(1, ctx.shape[1]), state, 0,
-                                      host.empty_kv(runner, spec, window), part)
+            kv = host.context_forward(role, runner, ctx, timestep_tensor(0.0, 1, ctx.shape[1]), state, 0, empty, part)
             if host.tracing:
                 host.trace_kv(f"{role}/block{b}/recompute/kv", kv)
             return kv
 
-        return host.memoised(host.kv_key(runner, self, state, b), f"{role}_kv", tally, rebuild), self.context_frames
+        return host.rebuilt_kv(role, runner, self, state, b, tally, layout, rebuild), self.context_frames
 
     def _context_latents(self, host: ContextHost, state: GenerationState, b: int, tally: Tally,
                          device: torch.device, given: torch.Tensor | None = None) -> torch.Tensor:
