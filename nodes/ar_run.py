@@ -155,8 +155,10 @@ class ARRun:
         drafter = o.sdvg_drafter if o.sdvg_drafter is not None else (
             host_comfy_model(o.drafter, "drafter") if o.drafter is not None and o.policy != "target_only" else None)
         with engine_errors(WHAT):
+            # the sampler gives latents (core's VAE Decode decodes them): a block is decoded only to score a draft
             config = EngineConfig(recipe=with_plan(recipe_by_name(CORE_AR_RECIPE), plan), decode_rule=o.decode_rule,
-                                  drafter_recipe=with_plan(recipe_by_name(o.drafter_recipe), plan))
+                                  drafter_recipe=with_plan(recipe_by_name(o.drafter_recipe), plan),
+                                  decode_committed=False)
             emb = fit_text_len(self.conditioning(), target.runner.cfg.text_len)
             prompt = PromptSchedule.one(PromptConditioning.make(o.prompt.strip(), emb))
             seed = int(self.extra_args.get("seed", 0) or 0)

@@ -234,6 +234,8 @@ def test_target_only_equals_the_engine_on_cores_terms(env):
     assert comfy.samplers.CALLS == []  # the guider was never called as a model: SDVG ran the layers
     report = json.loads(ex.values["report"][2])
     assert [b["decision"] for b in report["blocks"]] == ["forced"] * 3 and report["drafter_forwards"] == 0
+    # the sampler gives latents (core's VAE Decode decodes them): with no draft to score, SDVG decodes nothing
+    assert [b["work"].get("vae_decode_frames", 0) for b in report["blocks"]] == [0, 0, 0]
 
 
 def test_the_first_step_starts_from_the_noise_core_hands_the_sampler(env):
@@ -276,6 +278,8 @@ def test_with_a_drafter_the_blocks_are_the_engines_on_the_same_noise(env):
     report = json.loads(ex.values["report"][2])
     assert [b["producer"] for b in report["blocks"]] == ["target", "drafter", "drafter"]
     assert report["drafter_forwards"] > 0
+    # decoded only to score: draft 1 after block 0 (decoded then), draft 2 (its decode is the accepted one's)
+    assert [b["work"].get("vae_decode_frames", 0) for b in report["blocks"]] == [0, 6, 3]
 
 
 def test_a_start_image_from_ar_video_i2v_starts_the_video(env):

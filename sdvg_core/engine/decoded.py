@@ -158,8 +158,10 @@ class PixelStore:
         return self.memos.peek(key)
 
     def commit(self, state: GenerationState, latents: torch.Tensor, lineage: str, draft: DecodeEntry | None,
-               tally: Tally) -> torch.Tensor:
-        """Decode (or take the accepted draft's decode of) the block being committed after `state`."""
+               tally: Tally, decode: bool = True) -> torch.Tensor | None:
+        """Decode (or take the accepted draft's decode of, or recall) the block being committed after `state`; with
+        `decode` False a block that would need a fresh decode is left undecoded (None): `cache_after` and
+        `committed_pixels` decode it when something reads it."""
         if draft is not None:  # the draft's decode is the committed one: no second decode
             return self.store(lineage, draft, state.spec, tally)
         key, cache_key = self._pixels_key(lineage), self._cache_key(lineage)
@@ -168,6 +170,8 @@ class PixelStore:
                                   hold_again=((1, self.HEAD), (0, self._pixels_hold(state.spec))))
         if found is not None:
             return found[0]
+        if not decode:
+            return None
         # without the decoder cache after it, decode again: the head moves on block by block and a later decode
         # never walks back to the start of the video
         entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))

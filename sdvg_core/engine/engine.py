@@ -66,6 +66,10 @@ class EngineConfig:
     sync_timing: bool = False  # synchronise CUDA around each phase so per-phase seconds are GPU-true (costs speed)
     drafter_recipe: Recipe | None = None  # None: `recipe`
     target_recipe: Recipe | None = None  # None: `recipe`
+    # decode each block as it is committed (the output, previews and recipes read its pixels); False where only
+    # latents leave the run (ComfyUI's AR sampler, whose VAE Decode comes after): a committed block is then decoded
+    # only when a later draft's decode or a recipe needs its pixels or the decoder cache after it
+    decode_committed: bool = True
 
     def recipe_for(self, role: str) -> Recipe:
         if role not in ROLES:
@@ -251,13 +255,13 @@ class Engine:
         lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
         draft = self.pixels.draft_decode(self.memo_keys.draft_decode(state)) if accepted and p.frames is not None else None
         with tally.phase("decode"):  # decoded now: anchors, previews and the output need it anyway
-            pixels = self.pixels.commit(state, latents, lineage, draft, tally)
+            pixels = self.pixels.commit(state, latents, lineage, draft, tally, decode=self.config.decode_committed)
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
                              frame_scores=tuple(p.frame_scores or ()),  # block 0 also carries the given encode
                              account=p.account + tally.account() + self.given.start_account(state, b),
                              lineage=lineage, run_id=self.run_id)
         if self.callbacks.progress is not None:
-            preview = to_image(pixels[:, :, -1:])[0]
+            preview = None if pixels is None else to_image(pixels[:, :, -1:])[0]
             self.callbacks.progress(ProgressEvent("block", b, state.spec.num_blocks, producer, preview=preview, record=record))
         return state.commit(record)
 
