@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """SDVG Sampler (AR video) against core's own Sampler AR Video, in a real ComfyUI (0.33+; in-process, its python).
 
-    $COMFYUI_PYTHON tests/comfy_ar_probe.py $COMFYUI_DIR <repo> WORKDIR
+    $COMFYUI_PYTHON tests/comfy_ar_probe.py $COMFYUI_DIR <repo> WORKDIR [--rounds N]
 
 A tiny random Wan 2.1 T2V network written as a safetensors file whose metadata `config` holds
 {"transformer": {"causal_ar": true}} is loaded by core's own loader (comfy.sd.load_diffusion_model: model class
@@ -12,6 +12,10 @@ WAN21_CausalAR, network CausalWanModel); a full-width random Wan 2.1 VAE by comf
   LATENTs, text-to-video and from a start image (AR Video I2V);
 - with a drafter (a second causal_ar network, SDVG's policies draft_only and sdvg with a tiny ImageReward): SDVG's
   sampler LATENT vs the SDVG engine run directly on the same hosted models with core's noise rule (`ComfyARNoise`).
+
+`--rounds N` (a benchmark, not a test): then N interleaved rounds of the text-to-video sampling, core's sampler then
+SDVG's target-only with SDVG's cache emptied first (every block computed), as `t2v_rounds` (seconds) and
+`t2v_time_ratio` (SDVG / core per round); the first calls (`t2v_seconds`) include one-off set-up on both sides.
 
 Prints one JSON line; on a host without core's AR nodes: {"skipped": why}.
 """
@@ -25,6 +29,7 @@ import time
 import comfy_probe_env
 
 COMFY, REPO, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+ROUNDS = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 0
 comfy_probe_env.start(COMFY)
 import torch  # noqa: E402
 
@@ -109,6 +114,17 @@ def main() -> dict:
         out["t2v_max_abs_diff"] = float((ours - theirs).abs().max())
         out["t2v_scale"] = float(theirs.abs().max())
         out["t2v_seconds"] = {"core": round(t1 - t0, 2), "sdvg": round(t2 - t1, 2)}
+        rounds = []
+        for _ in range(ROUNDS):
+            nodes.shared_memo.MEMO.clear()
+            a = time.perf_counter()
+            sample(target, core, latent)
+            b = time.perf_counter()
+            sample(target, sdvg(), latent)
+            rounds.append({"core": round(b - a, 4), "sdvg": round(time.perf_counter() - b, 4)})
+        if rounds:
+            out["t2v_rounds"] = rounds
+            out["t2v_time_ratio"] = [round(r["sdvg"] / r["core"], 3) for r in rounds]
         # from a start image (AR Video I2V: the start latent on a clone of the MODEL)
         image = torch.rand(1, H + 16, W + 16, 3, generator=torch.Generator().manual_seed(5))
         i2v_model, i2v_latent = ar.ARVideoI2V.execute(target, vae, image, W, H, I2V_LENGTH, 1).args
