@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +23,9 @@ from sdvg_core.engine.tally import Tally
 from sdvg_core.models.kv_cache import KVCopyStats, KVWrite
 from sdvg_core.models.wan import KVCache, WanDiT, build_random
 from sdvg_core.models.wan_config import PRESETS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_compile import FreeDecodeVAE  # noqa: E402  (the benchmark's free-decode VAE: black frames, real shapes)
 
 TOL = 1e-4  # the fixture's own harness differs from causal_wan_tiny by 1.3e-6; real bugs are >= 1e-2
 
@@ -394,27 +399,13 @@ def test_append_cache_recipes_match_slow_reference(case):
 # Length: 400 blocks, RoPE past Wan's 1024-row table, flat cost per block
 # ---------------------------------------------------------------------------------------------------------
 
-class NoDecodeVAE(WanVAE):
-    """The tiny VAE's shapes with a free decode (black frames): these tests measure the DiT's cache, and decoding
-    400 blocks would take most of their time."""
-
-    def decode_stream(self, z_chunk, cache=None, rule="standard", interrupt=None):
-        cache = self.empty_decoder_cache(rule) if cache is None else cache
-        t = z_chunk.shape[2]
-        frames = self.config.pixel_frames(t, includes_first=cache.frames_consumed == 0)
-        b, _, _, h, w = z_chunk.shape
-        scale = 2 ** (len(self.config.dim_mult) - 1)
-        return (torch.zeros(b, 3, frames, h * scale, w * scale),
-                type(cache)(cache.histories, cache.frames_consumed + t, cache.rule))
-
-
 def _tiny_engine(recipe, blocks: int, seed: int = 0):
     cfg = PRESETS["tiny"]
     runner = CausalWan(build_random(cfg, seed=seed), cfg, key=f"tiny-dit-{seed}")
     emb = torch.randn(1, 7, cfg.text_dim, generator=torch.Generator().manual_seed(seed))
     spec = GenerationSpec(PromptConditioning.make("a long video", emb), 48, 32, blocks, seed=seed)
     vae = random_vae(seed)
-    vae.__class__ = NoDecodeVAE
+    FreeDecodeVAE.install(vae)  # these tests measure the DiT's cache; decoding 400 blocks would take most of their time
     return Engine(runner, vae, config=EngineConfig(recipe=recipe), kv_copies=KVCopyStats()), spec
 
 
