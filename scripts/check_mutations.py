@@ -381,6 +381,15 @@ MUTATIONS = [
     Mutation("I10", PIXEL_INPUT, "a recipe's lowest strength not asked of its plan (Self-Forcing at 0.1 passes)",
              "            recipe.strength_plan(strength)\n", "            pass\n",
              tests=("tests/test_pixels_cli.py::test_unusable_pixel_input_is_refused_before_any_model_loads",)),
+    # a committed block decoded only when something reads it (EngineConfig.decode_committed=False: the AR sampler)
+    Mutation("C1", PIXELS, "decode_committed ignored: every committed block decoded at its commit",
+             "        if not decode:\n            return None\n", "", tests=("tests/test_lazy_decode.py",)),
+    Mutation("C2", PIXELS, "a draft continues the decoder cache of the block before the last committed one",
+             "        for k in range(start + 1, b + 1):", "        for k in range(start + 1, b):",
+             tests=("tests/test_lazy_decode.py",)),
+    Mutation("C3", "nodes/ar_run.py", "the AR sampler decodes every committed block (core's VAE Decode does it after)",
+             "decode_committed=False)", "decode_committed=True)",
+             tests=("tests/test_ar_sampler.py::test_target_only_equals_the_engine_on_cores_terms",)),
 ]
 
 
