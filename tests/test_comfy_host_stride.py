@@ -18,6 +18,8 @@ from test_comfy_host import (COMFYUI_DIR, EMB_4096, SMALL, reports, root, server
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
 REPO = Path(__file__).resolve().parents[1]
 BACKEND = "cudagraphs"  # one of the real TorchCompileModel's two options; a CPU server runs its graphs eager
+# what the pip build 0.12.1's TorchCompileModel logs when its own torch.compile call fails (every mode, torch 2.14)
+HOST_COMPILE_FAILED = "gracefully skipping compilation"
 
 
 def test_stride_policy_and_torch_compile_model_on_the_real_host(server):
@@ -40,6 +42,13 @@ def test_stride_policy_and_torch_compile_model_on_the_real_host(server):
     assert rep["policy"].startswith("stride k=2")
     assert [b["producer"] for b in rep["blocks"]] == ["target" if b % 2 == 0 else "drafter" for b in range(n)]
     assert all(b["work"]["scored_frames"] == 0 for b in rep["blocks"])
+    if HOST_COMPILE_FAILED in Path(server.log.name).read_text():
+        # the host's own TorchCompileModel failed and handed the MODEL on without its compile request: SDVG must
+        # then say the target ran eager, not claim a compile that was never asked of it
+        assert rep["compiled"] is False and rep["compiled_models"] == {}
+        pytest.xfail("host bug: this build's TorchCompileModel passes torch.compile both `mode` and `options` "
+                     "(\"Either mode or options can be specified\"), logs that it skips compilation and returns the "
+                     "MODEL unchanged; SDVG's report says not compiled")
     assert rep["compiled"] is True and rep["compiled_models"] == {"target": BACKEND}
     assert rep["meta"]["target"].endswith(", compiled")
     print(f"\nstride_k2 + TorchCompileModel({BACKEND}): decisions {[b['decision'] for b in rep['blocks']]}, "
