@@ -136,6 +136,32 @@ def test_model_parity(scorer, golden, meta):
         assert value <= ATOL, name
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@torch.inference_mode()
+def test_the_prepared_text_mask_gives_the_same_bits_as_transformers_own(scorer, golden, meta, monkeypatch, dtype):
+    """The text encoder's mask prepared as 4D (no padding check read back to the host) against transformers building it
+    from the 2D token mask: the same [CLS] features to the bit, for a padded and for an unpadded prompt."""
+    import copy
+
+    import sdvg_core.models.reward as reward
+
+    if not reward.TEXT_MASK_PREPARED_4D:
+        pytest.skip("this transformers (4.x) builds BLIP's text mask without a read; the 2D mask is passed as before")
+    model = copy.deepcopy(scorer.model).to(dtype)
+    n = len(meta["images"])
+    vit = model.encode_image(normalize_pixels(golden["pixel_values_u8"]).to(dtype))  # [N, tokens, D]
+    padded = scorer.text_inputs(meta["prompts"][0])
+    assert int(padded.attention_mask.sum()) < padded.attention_mask.shape[1]  # the prompt is padded
+    unpadded = type(padded)(padded.input_ids, torch.ones_like(padded.attention_mask))
+    for t in (padded, unpadded):
+        ids, mask = t.input_ids.expand(n, -1), t.attention_mask.expand(n, -1)
+        prepared = model.encode_text(ids, mask, vit)
+        monkeypatch.setattr(reward, "TEXT_MASK_PREPARED_4D", False)
+        theirs = model.encode_text(ids, mask, vit)
+        monkeypatch.setattr(reward, "TEXT_MASK_PREPARED_4D", True)
+        assert prepared.dtype == dtype and torch.equal(prepared, theirs)
+
+
 def test_frames_parity_and_batching(scorer, golden, meta):
     prompt = meta["prompts"][meta["frames_prompt_index"]]
     n = meta["frames"]["n"]

@@ -116,6 +116,20 @@ def test_the_block_loop_reads_no_value_between_its_model_calls(tmp_path, name):
     assert blocks[2]["score_reads"] >= 1 and blocks[3]["score_reads"] >= 1  # the router reads inside the block
 
 
+def test_the_routers_tensor_path_reads_only_the_scores(tmp_path):
+    """ImageReward's tensor path keeps the frames on the device and its text mask prepared (transformers 5 would read
+    whether the prompt is padded): scoring a rejected draft reads one value set back, the scores."""
+    from sdvg_core.engine.recipes import recipe_by_name
+
+    m = tiny_models(seed=0, workdir=tmp_path)
+    m.scorer.preprocessing = "tensor"
+    spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 32, 32, 4, 7)
+    engine = Engine(m.target, m.vae, m.drafter, m.scorer, EngineConfig(recipe=recipe_by_name("krea")))
+    blocks, _ = traffic.measure_block_reads(engine, spec, FixedPattern((False, True, False, False)))
+    assert [b["decision"] for b in blocks] == ["forced", "accepted", "rejected", "rejected"]
+    assert [b["score_reads"] for b in blocks] == [0, 0, 1, 1] and [b["reads"] for b in blocks] == [0] * 4
+
+
 def test_the_block_read_counter_sees_python_level_reads():
     """The tracer itself: a read between two model calls is counted on the host too (any_device), the Python-level
     ones (.tolist, .numpy) included, attributed to the calling site; reads outside the calls are apart."""

@@ -89,6 +89,8 @@ class ImageRewardModel(nn.Module):
     def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     image_embeds: torch.Tensor) -> torch.Tensor:
         """Token ids [B, T] + mask [B, T] cross-attending to image tokens [B, 197, D] -> [CLS] feature [B, H]."""
+        if TEXT_MASK_PREPARED_4D:
+            attention_mask = additive_text_mask(attention_mask, image_embeds.dtype)  # [B, 1, 1, T]
         out = self.blip.text_encoder(input_ids=input_ids, attention_mask=attention_mask,
                                      encoder_hidden_states=image_embeds)
         return out.last_hidden_state[:, 0, :]  # [B, H]
@@ -108,6 +110,30 @@ class ImageRewardModel(nn.Module):
         """Normalised pixels [B, 3, 224, 224] + tokens [B, T] -> normalised reward [B] float32."""
         feature = self.encode_text(input_ids, attention_mask, self.encode_image(pixel_values))  # [B, H]
         return (self.head_output(feature) - self.cfg.reward_mean) / self.cfg.reward_std  # [B]
+
+
+def _text_mask_prepared_4d() -> bool:
+    """Whether this transformers builds BLIP's text mask with `masking_utils` (5.x), which takes a prepared 4D mask
+    as it is; 4.x's `get_extended_attention_mask` takes only a 2D or 3D one (and reads no value)."""
+    try:
+        from transformers.models.blip import modeling_blip_text
+    except ImportError:
+        return False
+    return hasattr(modeling_blip_text, "create_bidirectional_mask")
+
+
+# transformers 5's 2D -> 4D text mask checks whether any token is padded (`padding_mask.all()`): a value read back to
+# the host inside the router, a sync on a GPU. The prepared mask below is the one its eager path builds, so a frame's
+# reward is the same bits (tests/test_reward.py), and routing reads only the scores.
+TEXT_MASK_PREPARED_4D = _text_mask_prepared_4d()
+
+
+def additive_text_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Token mask [B, T] (1 keep, 0 padding) -> additive mask [B, 1, 1, T] in the attention's dtype: 0 where kept, the
+    dtype's lowest value where padded (transformers' eager mask; broadcast over the query positions)."""
+    keep = attention_mask.to(torch.bool)[:, None, None, :]  # [B, 1, 1, T]
+    zero = torch.zeros((), dtype=dtype, device=attention_mask.device)
+    return torch.where(keep, zero, torch.finfo(dtype).min)
 
 
 def empty_model(cfg: ImageRewardConfig) -> ImageRewardModel:
