@@ -86,10 +86,11 @@ class ImageRewardModel(nn.Module):
         """[B, 3, 224, 224] normalised -> [B, 197, D] ViT tokens after the final LayerNorm."""
         return self.blip.vision_model(pixel_values=pixel_values).last_hidden_state
 
-    def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                     image_embeds: torch.Tensor) -> torch.Tensor:
-        """Token ids [B, T] + mask [B, T] cross-attending to image tokens [B, 197, D] -> [CLS] feature [B, H]."""
-        if TEXT_MASK_PREPARED_4D:
+        """Token ids [B, T] + mask [B, T] (None: no padding) cross-attending to image tokens [B, 197, D] -> [CLS]
+        feature [B, H]."""
+        if TEXT_MASK_PREPARED_4D and attention_mask is not None:
             attention_mask = additive_text_mask(attention_mask, image_embeds.dtype)  # [B, 1, 1, T]
         out = self.blip.text_encoder(input_ids=input_ids, attention_mask=attention_mask,
                                      encoder_hidden_states=image_embeds)
