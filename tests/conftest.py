@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -42,3 +46,23 @@ def _deterministic_cpu():
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True, warn_only=True)
     yield
+
+
+def wait_for(proc: subprocess.Popen, ready: Callable[[], bool], what: str, hang_s: float,
+             output: Callable[[], str] = lambda: "") -> None:
+    """Wait until `ready()` while the child runs (a stop signal is then sent at a known point). A hang guard, not a
+    speed check: after `hang_s` the child is killed and the test fails as hung; a child that ends first fails with
+    its `output()`."""
+    settled = threading.Event()
+
+    def watch():
+        while not ready() and proc.poll() is None:
+            time.sleep(0.05)
+        settled.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    if not settled.wait(hang_s):
+        proc.kill()
+        pytest.fail(f"hung: no {what} within {hang_s:g} s (the child was killed)")
+    if not ready():
+        pytest.fail(f"the child ended before {what}:\n{output()[-3000:]}")

@@ -11,12 +11,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import wait_for
 from sdvg_core import save_embeddings
 from sdvg_core.demo.cli import main
 from sdvg_core.io.prompt_width import text_width
@@ -155,12 +155,9 @@ def _stopped_mid_run(tmp_path: Path, send, extra: list[str] = (), blocks: int = 
     err: list[bytes] = []
     reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(1), b"")), daemon=True)
     reader.start()
-    t0 = time.monotonic()
     committed = re.compile(rb"block (\d+) -> ")
-    while not any(int(m) >= SIGINT_AFTER_BLOCK for m in committed.findall(b"".join(err))):
-        assert proc.poll() is None, b"".join(err).decode()[-3000:]
-        assert time.monotonic() - t0 < RUN_TIMEOUT, "the demo did not reach the block before the signal"
-        time.sleep(0.05)
+    wait_for(proc, lambda: any(int(m) >= SIGINT_AFTER_BLOCK for m in committed.findall(b"".join(err))),
+             f"commit of block {SIGINT_AFTER_BLOCK}", RUN_TIMEOUT, lambda: b"".join(err).decode())
     send(proc)
     stdout = proc.stdout.read().decode()
     rc = proc.wait(timeout=RUN_TIMEOUT)
@@ -209,3 +206,19 @@ def test_sigterm_during_video_to_video_is_handled_as_ctrl_c_and_the_file_is_whol
     assert report["num_blocks"] == k and report["pixels"]["mode"] == "video_to_video"
     assert report["meta"]["interrupted_at_block"] == m[1] and (out / "report.png").is_file()
     assert "acceptance blocks 1..N-1" in stdout
+
+
+def test_the_hang_guard_kills_a_stuck_child_and_reports_one_that_ended():
+    """conftest.wait_for: a child that never gets ready is killed and the test fails as hung; a child that ends first
+    fails with its output; a ready one passes."""
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(pytest.fail.Exception, match="hung: no signal within 0.5 s"):
+        wait_for(stuck, lambda: False, "signal", 0.5)
+    assert stuck.wait(timeout=10) != 0  # killed, not left running
+    ended = subprocess.Popen([sys.executable, "-c", "print('bye')"], stdout=subprocess.PIPE, text=True)
+    with pytest.raises(pytest.fail.Exception, match="ended before signal:\nbye"):
+        wait_for(ended, lambda: False, "signal", 60, lambda: ended.stdout.read())
+    ready = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    wait_for(ready, lambda: True, "signal", 60)
+    ready.kill()
+    ready.wait()

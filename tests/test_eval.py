@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import wait_for
 from sdvg_eval.config import PAPER_CONFIGS, parse_config, parse_configs
 from sdvg_eval.records import read_rows
 from sdvg_core import DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
@@ -80,11 +80,8 @@ def _data_rows(path: Path) -> int:
 def _run_killed(cmd: list[str], out: Path, kill: callable, after_rows: int) -> None:
     """Start a sweep, call kill(proc) once `after_rows` rows are on disk, wait for the process to end."""
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    t0 = time.monotonic()
-    while _data_rows(out / "rows.csv") < after_rows:
-        assert proc.poll() is None, f"sweep ended before the kill:\n{proc.stdout.read()}"
-        assert time.monotonic() - t0 < RUN_TIMEOUT, "sweep too slow"
-        time.sleep(0.05)
+    wait_for(proc, lambda: _data_rows(out / "rows.csv") >= after_rows, f"{after_rows} row(s) before the kill",
+             RUN_TIMEOUT, lambda: proc.stdout.read())
     kill(proc)
     log = proc.communicate(timeout=RUN_TIMEOUT)[0]
     return proc.returncode, log

@@ -7,9 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from conftest import wait_for
 from sdvg_eval.eval import main
 from sdvg_eval.records import read_rows
 from test_demo_edges import sigint_ignored_at_start
@@ -37,11 +37,7 @@ def test_ctrl_c_keeps_the_rows_and_the_same_command_resumes(tmp_path):
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True,
                             preexec_fn=sigint_ignored_at_start)
-    t0 = time.monotonic()
-    while len(read_rows(out / "rows.csv")) < 1:
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
-        assert time.monotonic() - t0 < RUN_TIMEOUT
-        time.sleep(0.05)
+    wait_for(proc, lambda: len(read_rows(out / "rows.csv")) >= 1, "first row", RUN_TIMEOUT, lambda: proc.stderr.read())
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=RUN_TIMEOUT)
     assert proc.returncode == 130, err[-3000:]
