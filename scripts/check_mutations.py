@@ -383,7 +383,7 @@ MUTATIONS = [
              tests=("tests/test_pixels_cli.py::test_unusable_pixel_input_is_refused_before_any_model_loads",)),
     # a committed block decoded only when something reads it (EngineConfig.decode_committed=False: the AR sampler)
     Mutation("C1", PIXELS, "decode_committed ignored: every committed block decoded at its commit",
-             "        if not decode:\n            return None\n", "", tests=("tests/test_lazy_decode.py",)),
+             "        if not self.decode_on_commit:\n            return None\n", "", tests=("tests/test_lazy_decode.py",)),
     Mutation("C2", PIXELS, "a draft continues the decoder cache of the block before the last committed one",
              "        for k in range(start + 1, b + 1):", "        for k in range(start + 1, b):",
              tests=("tests/test_lazy_decode.py",)),

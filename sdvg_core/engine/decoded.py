@@ -47,10 +47,13 @@ class PixelStore:
     PIXELS_SLOT = "pixels"
 
     def __init__(self, vae, vae_key: str, rule: str, memos: Memoiser, interrupt: Callable[[], Callable[[], None] | None],
-                 history_frames: int = 0):
+                 history_frames: int = 0, decode_on_commit: bool = True):
         self.vae, self.vae_key, self.rule, self.memos = vae, vae_key, rule, memos
         self._interrupt = interrupt  # returns the host's current interrupt callback (or None)
         self.history_frames = history_frames  # decoded pixel frames the recipes read back
+        # False: a committed block needing a fresh decode is left undecoded until something reads it (EngineConfig's
+        # decode_committed: only latents leave the run)
+        self.decode_on_commit = decode_on_commit
 
     def held_blocks(self, spec: GenerationSpec) -> int:
         """Committed blocks whose pixels are held (see `held_pixel_blocks`)."""
@@ -153,24 +156,21 @@ class PixelStore:
 
         return self.memos.memoised(key, "draft_decode", tally, compute, hold=self.DRAFT)
 
-    def draft_decode(self, key: DraftDecodeKey) -> DecodeEntry | None:
-        """The draft's decode memoised under `key`, if it is there (the commit of an accepted draft reuses it)."""
-        return self.memos.peek(key)
-
-    def commit(self, state: GenerationState, latents: torch.Tensor, lineage: str, draft: DecodeEntry | None,
-               tally: Tally, decode: bool = True) -> torch.Tensor | None:
-        """Decode (or take the accepted draft's decode of, or recall) the block being committed after `state`; with
-        `decode` False a block that would need a fresh decode is left undecoded (None): `cache_after` and
-        `committed_pixels` decode it when something reads it."""
-        if draft is not None:  # the draft's decode is the committed one: no second decode
-            return self.store(lineage, draft, state.spec, tally)
+    def commit(self, state: GenerationState, latents: torch.Tensor, lineage: str, draft: DraftDecodeKey | None,
+               tally: Tally) -> torch.Tensor | None:
+        """Decode (or take the accepted draft's decode, memoised under `draft`, or recall) the block being committed
+        after `state`; without `decode_on_commit` a block that would need a fresh decode is left undecoded (None):
+        `cache_after` and `committed_pixels` decode it when something reads it."""
+        entry = None if draft is None else self.memos.peek(draft)
+        if entry is not None:  # the draft's decode is the committed one: no second decode
+            return self.store(lineage, entry, state.spec, tally)
         key, cache_key = self._pixels_key(lineage), self._cache_key(lineage)
         # kept from an earlier run (a fresh run decodes it); the next block decodes on from its cache
         found = self.memos.recall((key, cache_key), "pixels", tally,
                                   hold_again=((1, self.HEAD), (0, self._pixels_hold(state.spec))))
         if found is not None:
             return found[0]
-        if not decode:
+        if not self.decode_on_commit:
             return None
         # without the decoder cache after it, decode again: the head moves on block by block and a later decode
         # never walks back to the start of the video

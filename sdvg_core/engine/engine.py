@@ -132,8 +132,8 @@ class Engine:
         self.callbacks = Callbacks()
         self._auto_run = uuid.uuid4().hex  # this engine's run id when the host gives none (a new one per start)
         history = max(r.pixel_history(vae.config.temporal_compression) for r in self.recipes.values())
-        self.pixels = PixelStore(vae, self.keys["vae"], config.decode_rule, self.memos,
-                                 lambda: self.callbacks.interrupt, history_frames=history)
+        self.pixels = PixelStore(vae, self.keys["vae"], config.decode_rule, self.memos, lambda: self.callbacks.interrupt,
+                                 history_frames=history, decode_on_commit=config.decode_committed)
         self.services = ContextServices(self.memos, vae, self.pixels, self.keys["vae"], config.decode_rule,
                                         tracer, self.callbacks, kv_copies)
         self.given = GivenPixels(vae, self.keys["vae"], self.memos, self.recipes, lambda: self.callbacks.interrupt)
@@ -167,10 +167,6 @@ class Engine:
         self.given.close()
         self.services.release_run()
         return self.memo.release_run()
-
-    def stopped(self, state: GenerationState) -> GenerationState:
-        """The state, ended where a video-to-video input ran out (the report's `stopped`), else unchanged."""
-        return self.given.stopped(state, self._tally())
 
     # ------------------------------------------------------------------------------------------ operations
     def draft(self, state: GenerationState) -> GenerationState:
@@ -253,9 +249,9 @@ class Engine:
         # no device memory; recipes copy the few frames they read back (the hash below reads the CPU bytes anyway)
         latents = latents.to("cpu")
         lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
-        draft = self.pixels.draft_decode(self.memo_keys.draft_decode(state)) if accepted and p.frames is not None else None
-        with tally.phase("decode"):  # decoded now: anchors, previews and the output need it anyway
-            pixels = self.pixels.commit(state, latents, lineage, draft, tally, decode=self.config.decode_committed)
+        draft = self.memo_keys.draft_decode(state) if accepted and p.frames is not None else None
+        with tally.phase("decode"):  # the accepted draft's decode, else decoded now (unless decode_committed is off)
+            pixels = self.pixels.commit(state, latents, lineage, draft, tally)
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
                              frame_scores=tuple(p.frame_scores or ()),  # block 0 also carries the given encode
                              account=p.account + tally.account() + self.given.start_account(state, b),
