@@ -55,6 +55,7 @@ SCHED, VAE, VIDEO_IN, FIT, VIDEOS, DRIVER = ("sdvg_core/engine/schedule.py", "sd
 X_TESTS = ("tests/test_schedule.py", "tests/test_vae_encode.py", "tests/test_pixels_in.py",
            "tests/test_pixels_reference.py")
 PRE_TESTS = ("tests/test_reward_tensor_path.py",)
+KV_TESTS = ("tests/test_static_kv.py", "tests/test_kv_cache.py", "tests/test_longlive.py")
 POLICY, ENGINE, STATE, KEYS, PIXELS = ("sdvg_core/engine/policy.py", "sdvg_core/engine/engine.py",
                                        "sdvg_core/engine/state.py", "sdvg_core/engine/keys.py", "sdvg_core/engine/decoded.py")
 WORK, NOISE, PROMPTS = "sdvg_core/engine/work.py", "sdvg_core/engine/noise.py", "sdvg_core/engine/prompts.py"
@@ -381,6 +382,14 @@ MUTATIONS = [
     Mutation("I10", PIXEL_INPUT, "a recipe's lowest strength not asked of its plan (Self-Forcing at 0.1 passes)",
              "            recipe.strength_plan(strength)\n", "            pass\n",
              tests=("tests/test_pixels_cli.py::test_unusable_pixel_input_is_refused_before_any_model_loads",)),
+    # the static-shape KV (issue 33): the span attention reads, the mask of its empty slots, where new keys go
+    Mutation("C4", KV, "attention reads one frame slot short of the newest occupied one",
+             "attention_span(max(phys) + 1, buf.frames)", "attention_span(max(phys), buf.frames)", tests=KV_TESTS),
+    Mutation("C5", KV, "the span's empty slots are not masked (attention reads stale or zero keys)",
+             "            mask.fill_(MASKED)\n", "            mask.fill_(0.0)\n", tests=KV_TESTS),
+    Mutation("C6", KV, "new keys written one frame slot later than their place",
+             "self.runs = [(p * tpf, (p + c) * tpf, j * tpf)", "self.runs = [((p + 1) * tpf, (p + c + 1) * tpf, j * tpf)",
+             tests=KV_TESTS),
     # a committed block decoded only when something reads it (EngineConfig.decode_committed=False: the AR sampler)
     Mutation("C1", PIXELS, "decode_committed ignored: every committed block decoded at its commit",
              "        if not self.decode_on_commit:\n            return None\n", "", tests=("tests/test_lazy_decode.py",)),
