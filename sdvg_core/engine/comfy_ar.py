@@ -145,16 +145,8 @@ def start(engine, spec: GenerationSpec, start_latents: torch.Tensor | None = Non
 
 def generate(engine, spec: GenerationSpec, policy, start_latents: torch.Tensor | None = None,
              on_block: Callable[[object, GenerationState], None] | None = None) -> GenerationState:
-    """Every block of `spec` (after the start latents), as Engine.generate; what the run held is released at the end."""
-    state = start(engine, spec, start_latents)
-    try:
-        while not state.done:
-            state = engine.route(state, policy)
-            if on_block is not None:
-                on_block(engine, state)
-    finally:
-        engine.release_run()
-    return state
+    """Every block of `spec` (after the start latents): Engine.generate from `start`'s state."""
+    return engine.generate(spec, policy, on_block, state=start(engine, spec, start_latents))
 
 
 def video_latents(state: GenerationState, start_latents: torch.Tensor | None = None) -> torch.Tensor:

@@ -261,11 +261,12 @@ class Engine:
             self.callbacks.progress(ProgressEvent("block", b, state.spec.num_blocks, producer, preview=preview, record=record))
         return state.commit(record)
 
-    def generate(self, spec: GenerationSpec, policy: Policy,
-                 on_block: Callable[["Engine", GenerationState], None] | None = None) -> GenerationState:
+    def generate(self, spec: GenerationSpec, policy: Policy, on_block: Callable[["Engine", GenerationState], None]
+                 | None = None, state: GenerationState | None = None) -> GenerationState:
         """Run every block; `on_block(engine, state)` after each commit (e.g. write the block's frames: a long
-        video need not sit in memory). What the generation held is released at the end."""
-        state = self.start(spec)
+        video need not sit in memory). `state`: `spec` started another way (comfy_ar.start), else `start(spec)`.
+        What the generation held is released at the end."""
+        state = self.start(spec) if state is None else state
         try:
             while not state.done:
                 committed = len(state.blocks)
