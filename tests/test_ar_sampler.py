@@ -80,6 +80,20 @@ def test_the_cli_takes_cores_noise_rule():
         parse_args(["--noise", "other"])
 
 
+def test_cores_noise_rule_offsets_a_start_image_by_its_latent_frame():
+    """As ARVideoI2V's start latent takes the video's first latent frame, a start image shifts block 0's slice of the
+    whole-video noise by one frame; an extension or text-to-video does not."""
+    from sdvg_core import GenerationSpec, PixelInput, PromptConditioning
+    from sdvg_core.engine.noise import noise_source
+
+    frames = torch.rand(20, 32, 48, 3)
+    def spec(pixels):
+        return GenerationSpec(PromptConditioning.make("p", torch.zeros(1, 4, 8)), 48, 32, 2, 1, pixels=pixels)
+    firsts = [noise_source("comfy_ar", spec(p), 16, 3).first_frame
+              for p in (PixelInput.start_image(frames), PixelInput.extend(frames), None)]
+    assert firsts == [1, 0, 0] and noise_source("seeded", spec(None), 16, 3) is None
+
+
 # ------------------------------------------------------------------------------------------------ sigmas and recipes
 def test_a_plan_of_given_sigmas_is_self_forcings_own_at_its_sigmas():
     from sdvg_core.demo.tiny import tiny_models

@@ -12,7 +12,6 @@ sigmas (`sigma_plan`), a recipe running it (`with_plan`), the start latent as gi
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Sequence
@@ -20,6 +19,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..given.latents import GivenLatents
+from .prompts import tensor_digest
 from .recipes import RECIPE_NAMES, recipe_by_name
 from .schedule import NUM_TRAIN_TIMESTEPS, StepPlan
 from .state import GenerationSpec, GenerationState
@@ -114,8 +114,7 @@ def pixel_length(latent_frames: int) -> int:
 
 def latent_digest(latents: torch.Tensor) -> str:
     """Names a start latent in the root lineage: another start image shares no cached result."""
-    data = latents.detach().to("cpu", torch.float32).contiguous()
-    return hashlib.blake2b(f"{tuple(data.shape)}".encode() + data.numpy().tobytes(), digest_size=16).hexdigest()
+    return tensor_digest(latents.to(torch.float32))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ from typing import Callable
 
 import torch
 
+from ..given.request import StartImage
+from .prompts import tensor_digest
+
 
 @dataclass(frozen=True)
 class BlockNoise:
@@ -95,9 +98,7 @@ class ComfyARNoise:
 
     def __post_init__(self):
         if self.video is not None and not self.video_digest:
-            data = self.video.detach().to("cpu", torch.float32).contiguous()
-            digest = hashlib.blake2b(data.numpy().tobytes(), digest_size=16).hexdigest()
-            object.__setattr__(self, "video_digest", digest)
+            object.__setattr__(self, "video_digest", tensor_digest(self.video.to(torch.float32)))
 
     @property
     def key(self) -> str:
@@ -140,7 +141,7 @@ def noise_source(name: str, spec, channels: int, num_renoise: int, device: str =
         raise ValueError(f"noise must be one of {NOISE_SOURCES}, got {name!r}")
     if name == "seeded":
         return None
-    start = spec.pixels is not None and spec.pixels.mode == "start_image"
+    start = spec.pixels is not None and spec.pixels.kind is StartImage
     return ComfyARNoise(channels=channels, num_renoise=num_renoise, device=str(device), first_frame=1 if start else 0)
 
 
