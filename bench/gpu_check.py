@@ -52,7 +52,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -579,6 +579,15 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
     def save() -> None:
         (out / "gpu-check.json").write_text(json.dumps(doc, indent=1, default=str))
 
+    def phase(name: str, key: str, run: Callable[[], Any], file: str | None = None) -> Any:
+        """Run one phase: its seconds in phase_s[name], its result in doc[key] and in <file>.json (key's name)."""
+        t = time.perf_counter()
+        result = run()
+        doc["phase_s"][name] = time.perf_counter() - t
+        doc[key] = result
+        (out / f"{file or key.replace('_', '-')}.json").write_text(json.dumps(result, indent=1))
+        return result
+
     args = bs.parse_args(["--size", plan.size, "--device", plan.device, "--rounds", str(plan.rounds), "--blocks",
                           str(plan.blocks), "--configs", ",".join(c.id for c in plan.configs),
                           "--drafter-recipe", plan.drafter_recipe, "--target-recipe", plan.target_recipe,
@@ -613,23 +622,16 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
         "rows": [{k: v for k, v in r.items() if k not in ("per_block",)} for r in bench_doc["rows"]]}
     save()
 
-    t = time.perf_counter()
     gc.collect()
-    mem_rows = measure_memory_table(setup, weights, computed_rows)
-    doc["phase_s"]["memory table"] = time.perf_counter() - t
-    doc["memory_table"] = mem_rows
+    mem_rows = phase("memory table", "memory_table", lambda: measure_memory_table(setup, weights, computed_rows),
+                     file="memory")
     mem_md = memory_markdown(mem_rows, f"{doc['gpu']}, " + ("torch.cuda.max_memory_allocated" if cuda else
                                                             "process RSS high-water mark, coarse"),
                             f"{setup.scale.width}x{setup.scale.height}")
-    (out / "memory.json").write_text(json.dumps(mem_rows, indent=1))
     (out / "memory.md").write_text(mem_md)
     save()
 
-    t = time.perf_counter()
-    traffic_doc = measure_traffic(setup)
-    doc["phase_s"]["traffic"] = time.perf_counter() - t
-    doc["traffic"] = traffic_doc
-    (out / "traffic.json").write_text(json.dumps(traffic_doc, indent=1))
+    traffic_doc = phase("traffic", "traffic", lambda: measure_traffic(setup))
     traffic_md = "\n".join(traffic.markdown(d, doc["gpu"]) for d in traffic_doc["runs"])
     (out / "traffic.md").write_text(traffic_md)
     save()
@@ -653,27 +655,16 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
         del setup
         gc.collect()
         torch.cuda.empty_cache()
-        t = time.perf_counter()
-        left = BUDGET_S - (time.perf_counter() - t_start)
-        peer = run_peer(a.comfyui, left)
-        doc["phase_s"]["peer probe"] = time.perf_counter() - t
-        doc["peer"] = peer
-        (out / "peer.json").write_text(json.dumps(peer, indent=1))
+        peer = phase("peer probe", "peer", lambda: run_peer(a.comfyui, BUDGET_S - (time.perf_counter() - t_start)))
         peer_md = ("Peer ratio (pack CausalWan / ComfyUI WanModel.forward, CUDA, real 1.3B, 4,680 tokens): " +
                    (f"fp32 {peer['fp32_time_ratio']:.2f}x (max diff {peer['fp32_max_diff']:.2e}), bf16 "
                     f"{peer['bf16_time_ratio']:.2f}x (max diff {peer['bf16_max_diff']:.3g} at scale "
                     f"{peer['bf16_scale']:.3g})" if "error" not in peer else f"failed: {peer['error'][-500:]}") + "\n")
-        t = time.perf_counter()
-        dyn = run_dynamic_vram(a.comfyui, BUDGET_S - (time.perf_counter() - t_start))
-        doc["phase_s"]["dynamic vram"] = time.perf_counter() - t
-        doc["dynamic_vram"] = dyn
-        (out / "dynamic-vram.json").write_text(json.dumps(dyn, indent=1))
+        dyn = phase("dynamic vram", "dynamic_vram",
+                    lambda: run_dynamic_vram(a.comfyui, BUDGET_S - (time.perf_counter() - t_start)))
         peer_md += dynamic_vram_markdown(dyn)
-        t = time.perf_counter()
-        ars = run_ar_sampler(a.comfyui, BUDGET_S - (time.perf_counter() - t_start))
-        doc["phase_s"]["ar sampler"] = time.perf_counter() - t
-        doc["ar_sampler"] = ars
-        (out / "ar-sampler.json").write_text(json.dumps(ars, indent=1))
+        ars = phase("ar sampler", "ar_sampler",
+                    lambda: run_ar_sampler(a.comfyui, BUDGET_S - (time.perf_counter() - t_start)))
         peer_md += ar_sampler_markdown(ars)
     doc["total_s"] = time.perf_counter() - t_start
     save()
