@@ -47,6 +47,7 @@ from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.models.kv_cache import KVCache, attention_span  # noqa: E402
 from sdvg_core.models.wan import (ForwardOutput, _gate, _modulate, attention, block_qkv, build_random,  # noqa: E402
                                   wan_block)
+from sdvg_core.models.dtypes import DTYPES as ALL_DTYPES  # noqa: E402
 from sdvg_core.models.wan_config import PRESETS  # noqa: E402
 
 RECIPES = ("krea", "self_forcing", "longlive", "longlive_infinity")
@@ -54,7 +55,7 @@ ROLES = ("drafter", "target")
 TIMING_LAYERS = 2  # issue 33's CPU setting: the 1.3B widths, 2 layers
 TIMING_HW = (30, 52)  # latent grid: 15 x 26 patches = 390 tokens per frame, 1,170 per 3-frame block
 CONTEXT_FRAMES = 3  # Krea's kv_cache_num_frames
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {k: ALL_DTYPES[k] for k in ("fp32", "bf16")}  # the dtypes this benchmark compares
 VARIANTS = ("eager", "whole_block", "regional")
 
 

@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdvg_core.models.wan_config import WanDiTConfig  # noqa: E402
 from sdvg_core.engine.engine import Engine, EngineConfig  # noqa: E402
-from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern, StridePolicy, TargetOnly  # noqa: E402
+from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern  # noqa: E402
+from sdvg_core.engine.policy_names import policy_by_name  # noqa: E402
 from sdvg_core.engine.report import build_report, compiled_line, compiled_models, reference_forwards  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
 from sdvg_core.demo.cli_args import add_compile_arg  # noqa: E402
@@ -136,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     run(models, GenerationSpec(spec.prompt, SIZE[0], SIZE[1], BLOCKS, seed=7), FixedPattern(PATTERNS["reference ~73% (6/8)"]))
 
     ref_name = "reference algorithm, ~73% (6/8)"
-    jobs = {"target-only": (TargetOnly(), True)}
+    jobs = {"target-only": (policy_by_name("target-only"), True)}
     jobs.update({name: (FixedPattern(pattern), True) for name, pattern in PATTERNS.items()})
-    jobs[f"StrideAR k={STRIDE_K} (no scorer)"] = (StridePolicy(STRIDE_K), True)
+    jobs[f"StrideAR k={STRIDE_K} (no scorer)"] = (policy_by_name(f"stride:k={STRIDE_K}"), True)
     jobs[ref_name] = (FixedPattern(PATTERNS["reference ~73% (6/8)"]), False)  # last: checked against the reference
     # repeats are interleaved (round-robin over the patterns) so slow drifts of a shared machine hit all alike
     results: dict[str, dict] = {}

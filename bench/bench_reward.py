@@ -26,7 +26,7 @@ GFLOP_PER_IMAGE = 138.0
 REPO = Path(__file__).resolve().parents[1]
 SHARED_VOCAB = Path(os.environ.get("SDVG_SHARED_DIR", REPO.parent / "shared")) / "data" / "bert-base-uncased-vocab.txt"
 PROMPT = "A golden retriever puppy runs through a sunlit meadow of tall grass, chasing a red ball, slow motion."
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from sdvg_core.models.dtypes import DTYPES  # noqa: E402
 
 
 @dataclass

@@ -14,8 +14,8 @@ Sizes (weights are always seeded random init at these shapes, never read from fi
 - tiny: the demo's tiny models (CI smoke test); same JSON keys.
 
 Configurations (`--configs`, ids): target-only; reference (the reference algorithm, lazy=False, at 6 of 8
-accepted); sdvg (this engine at the same 6 of 8); all-accept; all-reject; stride-2 (the StrideAR baseline: the target
-makes every 2nd block, no scorer; `stride-K` for another K). After one untimed warm-up generation,
+accepted); sdvg (this engine at the same 6 of 8); all-accept; all-reject; stride:k=2 (the StrideAR baseline: the target
+makes every 2nd block, no scorer; `stride:k=K` for another K). After one untimed warm-up generation,
 `--rounds` interleaved rounds run every configuration once each, the order rotated by one per round; min and
 median wall time are reported. On the CPU each run is a forked child of the process that built the models (its
 peak RSS is that run's alone: `ru_maxrss` of the child); on CUDA `torch.cuda.max_memory_allocated` per run and
@@ -59,7 +59,8 @@ from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
 from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig  # noqa: E402
 from sdvg_core.engine.heap import HeapTrimmer  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
-from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern, StridePolicy, TargetOnly  # noqa: E402
+from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern  # noqa: E402
+from sdvg_core.engine.policy_names import parse_policy, policy_by_name  # noqa: E402
 from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name  # noqa: E402
 from sdvg_core.engine.report import compiled_line, compiled_models  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
@@ -97,23 +98,30 @@ class Config:
 
 
 CONFIGS: dict[str, Config] = {c.id: c for c in (
-    Config("target-only", "target-only", True, lambda n: TargetOnly()),
+    Config("target-only", "target-only", True, lambda n: policy_by_name("target-only")),
     Config("reference", "reference algorithm (lazy=False), 6/8", False, lambda n: FixedPattern(pattern(n))),
     Config("sdvg", "this engine, 6/8", True, lambda n: FixedPattern(pattern(n))),
     Config("all-accept", "all-accept", True, lambda n: FixedPattern((False,) + (True,) * (n - 1))),
     Config("all-reject", "all-reject", True, lambda n: FixedPattern((False,) * n)),
 )}
-# StrideAR (SpecAR) as a baseline: `stride-K` runs StridePolicy(K) (the target makes blocks 0, K, 2K, ..., no scorer);
-# `all` runs stride-2 (DEFAULT_STRIDE_K, the k of its published comparison with SDVG); any K is selectable by name.
-STRIDE_ID = "stride-"
+# StrideAR (SpecAR) as a baseline, named in the policy grammar: `stride:k=K` runs StridePolicy(K) (the target makes
+# blocks 0, K, 2K, ..., no scorer); `all` runs k=2 (DEFAULT_STRIDE_K, the k of its published comparison with SDVG).
 
 
-def stride_config(k: int) -> Config:
-    return Config(f"{STRIDE_ID}{k}", f"StrideAR k={k} (target: blocks 0, {k}, {2 * k}, ...; no scorer)", True,
-                  lambda n: StridePolicy(k))
+def stride_config(name: str) -> Config | None:
+    """The configuration of a `stride:k=K` policy name (engine/policy_names), else None."""
+    try:
+        spec = parse_policy(name)
+    except ValueError:
+        return None
+    if spec.kind != "stride":
+        return None
+    k = spec.value
+    return Config(spec.name, f"StrideAR k={k} (target: blocks 0, {k}, {2 * k}, ...; no scorer)", True,
+                  lambda n: spec.policy())
 
 
-CONFIGS[stride_config(DEFAULT_STRIDE_K).id] = stride_config(DEFAULT_STRIDE_K)
+CONFIGS[f"stride:k={DEFAULT_STRIDE_K}"] = stride_config(f"stride:k={DEFAULT_STRIDE_K}")
 
 
 # ----------------------------------------------------------------------------------------------- memory probes
@@ -168,8 +176,8 @@ class Setup:
 
 def engine_config(s: Setup, lazy: bool) -> EngineConfig:
     """The engine settings of a run: each role's recipe, the memo budget, per-phase CUDA sync on CUDA."""
-    return EngineConfig(recipe=s.target_recipe, drafter_recipe=s.drafter_recipe, target_recipe=s.target_recipe,
-                        memo_bytes=s.memo_bytes, lazy=lazy, sync_timing=s.cuda)
+    return EngineConfig.for_run(s.target_recipe, s.drafter_recipe, s.target_recipe, memo_bytes=s.memo_bytes,
+                                lazy=lazy, sync_timing=s.cuda)
 
 
 def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
@@ -591,18 +599,12 @@ def select_configs(spec: str) -> list[Config]:
     if spec == "all":
         return list(CONFIGS.values())
     ids = [x.strip() for x in spec.split(",") if x.strip()]
-    found = {x: CONFIGS.get(x) or _stride_by_id(x) for x in ids}
+    found = {x: CONFIGS.get(x) or stride_config(x) for x in ids}
     bad = [x for x, c in found.items() if c is None]
     if bad or not ids:
-        raise SystemExit(f"--configs: unknown {bad or spec!r}; choose from {', '.join(CONFIGS)}, {STRIDE_ID}K "
+        raise SystemExit(f"--configs: unknown {bad or spec!r}; choose from {', '.join(CONFIGS)}, stride:k=K "
                          f"(K >= 1) or all")
     return [found[x] for x in ids]
-
-
-def _stride_by_id(cid: str) -> Config | None:
-    """`stride-K` for any whole K >= 1, else None."""
-    k = cid[len(STRIDE_ID):] if cid.startswith(STRIDE_ID) else ""
-    return stride_config(int(k)) if k.isdigit() and int(k) >= 1 else None
 
 
 def bench(a: argparse.Namespace, setup: Setup, build_s: float, command: str) -> dict:

@@ -28,12 +28,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sdvg_core import (Engine, EngineConfig, GenerationSpec, KreaRecipe, PixelInput, PromptConditioning,  # noqa: E402
-                       ThresholdPolicy, TieredMemo, VideoWriter, tiny_models)
+                       TieredMemo, VideoWriter, policy_by_name, tiny_models)
 from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
-from sdvg_core.demo.cli_args import TINY_SIZE  # noqa: E402
+from sdvg_core.demo.cli_args import TINY_DEMO_TAU, TINY_SIZE  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 
-TINY_DEMO_TAU = -0.8  # demo/cli.py: lets the tiny scorer both accept and reject
 STRENGTH = 0.7
 WINDOW = 20  # blocks averaged at each end
 FPS = 16
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                          "rss_mb": rss_mb(), "producer": st.blocks[-1].producer})
             t[:] = [now, cpu]
 
-        state = engine.generate(spec, ThresholdPolicy(tau=TINY_DEMO_TAU), on_block=on_block)
+        state = engine.generate(spec, policy_by_name("sdvg", tau=TINY_DEMO_TAU), on_block=on_block)
         writer.close()
     secs, cpu = [r["seconds"] for r in rows], [r["cpu_seconds"] for r in rows]
     n = len(rows)

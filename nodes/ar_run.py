@@ -5,7 +5,6 @@ the report it leaves (report.json / report.png in the output folder, and for SDV
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import time
@@ -20,10 +19,11 @@ import folder_paths
 
 from ..sdvg_core.engine.comfy_ar import (AR_RECIPES, CORE_AR_RECIPE, ARVideo, StartLatentSpec, generate,
                                          latent_digest, sigma_plan, video_latents, with_plan)
-from ..sdvg_core.engine.engine import DECODE_RULES, Engine, EngineConfig, ProgressEvent
+from ..sdvg_core.engine.config import DECODE_RULES, EngineConfig
+from ..sdvg_core.engine.engine import Engine, ProgressEvent
 from ..sdvg_core.engine.noise import ComfyARNoise
 from ..sdvg_core.engine.plot import render_report_plot
-from ..sdvg_core.engine.policy import DraftOnly, TargetOnly
+from ..sdvg_core.engine.policy import Policy
 from ..sdvg_core.engine.prompts import PromptConditioning, PromptSchedule
 from ..sdvg_core.engine.recipes import recipe_by_name
 from ..sdvg_core.engine.report import build_report
@@ -33,13 +33,13 @@ from . import shared_memo
 from .comfy_compiler import compiler_off
 from .comfy_model import host_comfy_model
 from .hosted import DiTHandle, host_vae
-from .run import Session, current_run_id, engine_errors, threshold_policy
+from .run import Session, current_run_id, engine_errors, node_policy
 from .surface import SDVGError
 
 LOG = logging.getLogger("SDVG")
 
 WHAT = "SDVG Sampler (AR video)"
-POLICIES = ["sdvg", "target_only", "draft_only"]
+POLICIES = ["sdvg", "target-only", "draft-only"]  # the core's grammar (older workflows' target_only...: its table)
 KEPT_REPORTS = 8  # finished runs whose report SDVG AR Report can still show (by the latent they made)
 # the same latent, read back after the guider's un-normalising on its device (GPU arithmetic may differ in the last bit)
 MATCH_TOLERANCE = 1e-5
@@ -65,19 +65,23 @@ class AROptions:
     image_reward: Any = None
     node_id: str | None = None  # this node, where the report is shown
 
+    @property
+    def routing(self) -> Policy:
+        """The policy the inputs name (the core's grammar, tau and force_reject_first)."""
+        return node_policy(WHAT, self.policy, self.tau, self.force_reject_first)
+
 
 def check_options(o: AROptions) -> None:
     """Refuse, when the node runs (before any sampling), inputs that cannot make a run."""
-    if o.policy not in POLICIES:
-        raise SDVGError(f"{WHAT}: policy must be one of {POLICIES}, got {o.policy!r}")
+    policy = o.routing
     if o.drafter is not None and o.sdvg_drafter is not None:
         raise SDVGError(f"{WHAT}: both 'drafter' and 'sdvg_drafter' are connected; connect one of them")
-    if o.policy != "target_only" and o.drafter is None and o.sdvg_drafter is None:
+    if policy.uses_drafter and o.drafter is None and o.sdvg_drafter is None:
         raise SDVGError(f"{WHAT}: policy {o.policy} needs a drafter: connect 'drafter' (a MODEL) or 'sdvg_drafter' "
-                        f"(SDVG Load Drafter), or set policy target_only")
-    if o.policy == "sdvg" and o.image_reward is None:
+                        f"(SDVG Load Drafter), or set policy target-only")
+    if policy.uses_scorer and o.image_reward is None:
         raise SDVGError(f"{WHAT}: policy sdvg scores drafts: connect SDVG Load ImageReward to 'image_reward'")
-    if o.policy == "sdvg" and not o.prompt.strip():
+    if policy.uses_scorer and not o.prompt.strip():
         raise SDVGError(f"{WHAT}: ImageReward needs the prompt text: fill 'prompt' with the text you encoded")
     if o.drafter_recipe not in AR_RECIPES:
         raise SDVGError(f"{WHAT}: drafter_recipe must be one of {list(AR_RECIPES)}, got {o.drafter_recipe!r}")
@@ -153,12 +157,12 @@ class ARRun:
             video = ARVideo(x.shape[2], g, o.num_frame_per_block)
         target = host_comfy_model(self.guider.model_patcher, "target")
         drafter = o.sdvg_drafter if o.sdvg_drafter is not None else (
-            host_comfy_model(o.drafter, "drafter") if o.drafter is not None and o.policy != "target_only" else None)
+            host_comfy_model(o.drafter, "drafter") if o.drafter is not None and o.routing.uses_drafter else None)
         with engine_errors(WHAT):
             # the sampler gives latents (core's VAE Decode decodes them): a block is decoded only to score a draft
-            config = EngineConfig(recipe=with_plan(recipe_by_name(CORE_AR_RECIPE), plan), decode_rule=o.decode_rule,
-                                  drafter_recipe=with_plan(recipe_by_name(o.drafter_recipe), plan),
-                                  decode_committed=False)
+            config = EngineConfig.for_run(with_plan(recipe_by_name(CORE_AR_RECIPE), plan),
+                                          with_plan(recipe_by_name(o.drafter_recipe), plan),
+                                          decode_rule=o.decode_rule, decode_committed=False)
             emb = fit_text_len(self.conditioning(), target.runner.cfg.text_len)
             prompt = PromptSchedule.one(PromptConditioning.make(o.prompt.strip(), emb))
             seed = int(self.extra_args.get("seed", 0) or 0)
@@ -171,7 +175,7 @@ class ARRun:
             noise = ComfyARNoise(channels=x.shape[1], num_renoise=plan.num_renoise, device=str(x.device),
                                  first_frame=g, video=x)
             engine = self.engine(session, noise, spec.num_blocks)
-            policy = self.policy()
+            policy = o.routing
             t0 = time.perf_counter()
             try:
                 state = generate(engine, spec, policy, given)
@@ -191,14 +195,6 @@ class ARRun:
         engine.callbacks.progress = functools.partial(self.progress, num_blocks=num_blocks)
         return engine
 
-    def policy(self):
-        o = self.o
-        if o.policy == "target_only":
-            return TargetOnly()
-        if o.policy == "draft_only":
-            return DraftOnly(force_reject_first=o.force_reject_first)
-        return threshold_policy(o.tau, o.force_reject_first)
-
     # ------------------------------------------------------------------------------------------ what the user sees
     def progress(self, ev: ProgressEvent, num_blocks: int) -> None:
         """Each committed block: its decision as text on the running node (and on this node), and core's progress
@@ -206,7 +202,7 @@ class ARRun:
         if ev.kind != "block" or ev.record is None:
             return
         r = ev.record
-        score = "" if r.score is None else f" (min score {r.score:.3f}, tau {self.o.tau:g})"
+        score = "" if r.score is None else f" (min score {r.score:.3f}, tau {self.o.routing.tau:g})"
         self.lines.append(f"block {r.index + 1}/{num_blocks}: {r.decision} -> {r.producer}{score}")
         self.show("\n".join(self.lines[-12:]))
         if self.callback is not None:
@@ -228,18 +224,16 @@ class ARRun:
         meta = {"target": s.target.info, "drafter": s.drafter.info if s.drafter else "-",
                 "image_reward": s.scorer.info if s.scorer else "-", "lineage": state.lineage,
                 "sampler": f"{WHAT}: core's sigmas {[round(float(v), 4) for v in self.sigmas]}, core's noise rule"}
-        report = build_report(state, policy.describe(), s.config.recipe_for("target"), steps, wall_seconds=wall,
+        report = build_report(state, policy, s.config.recipe_for("target"), steps, wall_seconds=wall,
                               meta=meta, run_id=engine.callbacks.run_id, drafter_recipe=s.config.recipe_for("drafter"))
-        tau = self.o.tau if self.o.policy == "sdvg" else None
         out_dir = folder_paths.get_output_directory()
         folder, name, counter, subfolder, _ = folder_paths.get_save_image_path(self.o.filename_prefix, out_dir)
         os.makedirs(folder, exist_ok=True)
         stem = os.path.join(folder, f"{name}_{counter:05}_report")
-        data = json.loads(report.to_json())
-        data.setdefault("tau", tau)
+        text = report.to_json()
         with open(stem + ".json", "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-        plot = render_report_plot(report, tau)
+            f.write(text)
+        plot = render_report_plot(report)
         plot.save(stem + ".png")
         rel = "/".join(p for p in (subfolder.replace(os.sep, "/"), f"{name}_{counter:05}_report") if p)
         paths = f"report: output/{rel}.json and output/{rel}.png"
@@ -247,7 +241,7 @@ class ARRun:
         table = f"{paths}\n{report.table()}"
         self.show(table)
         made = self.base.process_latent_out(out.clone()).to("cpu", torch.float32)
-        _REPORTS.append((made, {"table": table, "json": json.dumps(data, indent=2), "plot": plot}))
+        _REPORTS.append((made, {"table": table, "json": text, "plot": plot}))
         del _REPORTS[:-KEPT_REPORTS]
 
 

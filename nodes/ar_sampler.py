@@ -9,12 +9,13 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..sdvg_core.engine.comfy_ar import AR_RECIPES
-from ..sdvg_core.engine.engine import DECODE_RULES
+from ..sdvg_core.engine.config import DECODE_RULES
 from ..sdvg_core.engine.policy import DEFAULT_TAU
+from ..sdvg_core.engine.policy_names import TAU_SLIDER, PolicyNameError, parse_policy
 from . import shared_memo
 from .outputs import to_image_batch
 from .ar_run import KEPT_REPORTS, POLICIES, WHAT, AROptions, ar_sampler, check_options, report_of
-from .surface import CATEGORY, SDVGError, SDVGModel, SDVGReward
+from .surface import CATEGORY, SDVGError, SDVGModel, SDVGReward, sentence
 
 NODE_ID = "SDVGSamplerARVideo"
 DEFAULT_FRAMES_PER_BLOCK = 3  # Self-Forcing / Causal Forcing chunk-wise (core's widget defaults to 1, frame-wise)
@@ -54,9 +55,9 @@ class SDVGSamplerARVideo(io.ComfyNode):
                                         "for the guider)."),
                 io.Combo.Input("policy", options=POLICIES, default="sdvg",
                                tooltip="sdvg: keep a draft when its min frame score >= tau, else the target redoes "
-                                       "the block. target_only: every block from the guider's MODEL (core's result). "
-                                       "draft_only: every draft kept (block 0 from the target if force_reject_first)."),
-                io.Float.Input("tau", default=DEFAULT_TAU, min=-5.0, max=5.0, step=0.01,
+                                       "the block. target-only: every block from the guider's MODEL (core's result). "
+                                       "draft-only: every draft kept (block 0 from the target if force_reject_first)."),
+                io.Float.Input("tau", default=DEFAULT_TAU, min=TAU_SLIDER[0], max=TAU_SLIDER[1], step=0.01,
                                display_mode=io.NumberDisplay.slider,
                                tooltip="Accept a draft when its min ImageReward >= tau (policy sdvg)."),
                 io.Boolean.Input("force_reject_first", default=True,
@@ -78,6 +79,17 @@ class SDVGSamplerARVideo(io.ComfyNode):
                                        tooltip="for SamplerCustomAdvanced's (or SamplerCustom's) sampler input")],
             hidden=[io.Hidden.unique_id],
         )
+
+    @classmethod
+    def validate_inputs(cls, policy: str = "sdvg") -> bool | str:
+        """The policy in the core's grammar, or a value an older workflow saved (target_only, draft_only: the core's
+        table reads them), which the host's own combo check would refuse."""
+        try:
+            spec = parse_policy(policy)
+        except PolicyNameError as e:
+            return f"{WHAT}: {sentence(e)}"
+        return True if spec.name in POLICIES or spec.kind in POLICIES else (
+            f"{WHAT}: policy {policy!r} is not one of {POLICIES}")
 
     @classmethod
     def execute(cls, num_frame_per_block, vae, prompt="", policy="sdvg", tau=DEFAULT_TAU, force_reject_first=True,

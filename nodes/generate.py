@@ -10,24 +10,20 @@ from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.given.request import VIDEO_MODES, VideoToVideo
-from ..sdvg_core.engine.policy import DEFAULT_TAU, DraftOnly, StridePolicy, TargetOnly
+from ..sdvg_core.engine.policy import DEFAULT_TAU
+from ..sdvg_core.engine.policy_names import TAU_SLIDER, PolicyNameError, parse_policy
 from . import shared_memo
 from .outputs import BlockProgress, finish_outputs, open_video, result_outputs
-from .run import (AUTO, block_steps, engine_errors, need, node_run_id, pixel_input, pixel_inputs, run_inputs, start_run,
-                  threshold_policy)
-from .surface import CATEGORY, SDVGError, show_text
+from .run import (AUTO, block_steps, engine_errors, need, node_policy, node_run_id, pixel_input, pixel_inputs,
+                  prepare_run, run_inputs, start)
+from .surface import CATEGORY, SDVGError, sentence, show_text
 from .video_file import save_inputs
 
-# StrideAR (published as SpecAR) as a baseline: the target makes every k-th block, block 0 included, the drafter the
-# rest, nothing scored. A combo entry per k keeps the node's widgets (and saved workflows) as they were.
+# The node's policies in the core's grammar (sdvg_core/engine/policy_names): SDVG, the two baselines, and StrideAR
+# (published as SpecAR: the target makes every k-th block, block 0 included, the drafter the rest, nothing scored) at
+# three k. A saved workflow's older value (stride_k2, target_only, ...) is read through the core's table of them.
 STRIDE_KS = (2, 3, 4)
-STRIDE_PREFIX = "stride_k"
-POLICIES = ["sdvg", "target_only", "draft_only", *(f"{STRIDE_PREFIX}{k}" for k in STRIDE_KS)]
-
-
-def _stride_k(policy: str) -> int | None:
-    """k of a `stride_kK` policy entry, else None."""
-    return int(policy[len(STRIDE_PREFIX):]) if policy.startswith(STRIDE_PREFIX) else None
+POLICIES = ["sdvg", "target-only", "draft-only", *(f"stride:k={k}" for k in STRIDE_KS)]
 
 
 class SDVGGenerate(io.ComfyNode):
@@ -46,11 +42,11 @@ class SDVGGenerate(io.ComfyNode):
                 io.Combo.Input("policy", options=POLICIES, default="sdvg",
                                tooltip="sdvg: route by tau. target_only: the 14B makes every block (baseline). "
                                        "draft_only: keep every draft (block 0 from the target if force_reject_first). "
-                                       "stride_kK: the StrideAR baseline, no ImageReward: the target makes every K-th "
+                                       "stride:k=K: the StrideAR baseline, no ImageReward: the target makes every K-th "
                                        "block (blocks 0, K, 2K, ...), the drafter the rest, whatever they look like "
-                                       "(stride_k2: target, drafter, target, ...); tau and force_reject_first are "
+                                       "(stride:k=2: target, drafter, target, ...); tau and force_reject_first are "
                                        "not used."),
-                io.Float.Input("tau", default=DEFAULT_TAU, min=-5.0, max=5.0, step=0.01, display_mode=io.NumberDisplay.slider,
+                io.Float.Input("tau", default=DEFAULT_TAU, min=TAU_SLIDER[0], max=TAU_SLIDER[1], step=0.01, display_mode=io.NumberDisplay.slider,
                                tooltip="Accept a draft when its min ImageReward >= tau (policy sdvg)."),
                 io.Boolean.Input("force_reject_first", default=True,
                                  tooltip="Block 0 always comes from the target; its draft is never computed."),
@@ -69,6 +65,16 @@ class SDVGGenerate(io.ComfyNode):
         )
 
     @classmethod
+    def validate_inputs(cls, policy: str = "sdvg") -> bool | str:
+        """The policy in the core's grammar, or a value an older workflow saved (read through the core's table): the
+        host's own check of combo values would refuse those."""
+        try:
+            parse_policy(policy)
+        except PolicyNameError as e:
+            return f"SDVG Generate: {sentence(e)}"
+        return True
+
+    @classmethod
     def execute(cls, target, vae, positive=None, prompt="", width=832, height=480, num_blocks=9, seed=42,
                 policy="sdvg", tau=DEFAULT_TAU, force_reject_first=True, recipe="krea", decode_rule="standard",
                 cache_gb=shared_memo.DEFAULT_CACHE_GB, fresh_run=False, drafter=None, image_reward=None,
@@ -76,40 +82,37 @@ class SDVGGenerate(io.ComfyNode):
                 filename_prefix="", start_image=None, input_video=None, video_mode=VIDEO_MODES[0],
                 strength=VideoToVideo.default_strength, fps=None) -> io.NodeOutput:
         what = "SDVG Generate"
-        if policy not in POLICIES:
-            raise SDVGError(f"{what}: policy must be one of {POLICIES}, got {policy!r}")
+        pol = node_policy(what, policy, tau, force_reject_first)
         pixels = pixel_input(what, start_image, input_video, video_mode, strength, fps)
-        run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
-                        cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe, pixels)
-        k = _stride_k(policy)
-        pol = StridePolicy(k) if k is not None else {
-            "sdvg": lambda: threshold_policy(tau, force_reject_first), "target_only": TargetOnly,
-            "draft_only": lambda: DraftOnly(force_reject_first=bool(force_reject_first))}[policy]()
-        if policy != "target_only":
-            need(run, what, drafter=True, scorer=policy == "sdvg")
+        session, spec = prepare_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe,
+                                    decode_rule, cache_gb, drafter, image_reward, schedule, drafter_recipe,
+                                    target_recipe, pixels)
+        need(what, session, spec, drafter=pol.uses_drafter, scorer=pol.uses_scorer, where=what)
         # fresh_run: a private memo for this call only (nothing taken from or left for other nodes' runs)
         memo = TieredMemo(int(cache_gb * shared_memo.GIB)) if fresh_run else shared_memo.MEMO
-        # the generation is this node's: results another node of the same execution computed count as reused
-        engine = run.session.engine(memo=memo, run_id=node_run_id())
+        # one engine per execution, started once: the generation is this node's (results another node of the same
+        # execution computed count as reused), and a start image is encoded into this run's memo only
+        engine = session.engine(memo=memo, run_id=node_run_id())
         # the bar counts the plan the engine runs (a video-to-video run's: its strength's steps)
-        engine.callbacks.progress = BlockProgress(num_blocks, block_steps(engine, run.state.spec))
-        video = open_video(run, filename_prefix, cls.hidden) if save_video else None
+        engine.callbacks.progress = BlockProgress(num_blocks, block_steps(engine, spec))
         gathered: list = []  # without a file: the output's frames, taken as each block commits (its pixels are held)
-        sink = video.write if video is not None else gathered.append
+        video = None
 
         def on_block(engine, state) -> None:  # after each commit: the new block's frames (block 0's after the given)
             for frames in engine.output_frames(state, len(state.blocks) - 1):
-                sink(frames)
+                (video.write if video is not None else gathered.append)(frames)
 
         t0 = time.perf_counter()
         try:
+            run = start(what, engine, session, spec, pol)
+            video = open_video(run, filename_prefix, cls.hidden) if save_video else None
             with engine_errors(what):
-                state = engine.generate(run.state.spec, pol, on_block=on_block)  # releases what the run held
+                state = engine.generate(spec, pol, on_block=on_block, state=run.state)  # releases what the run held
             if video is not None:
                 video.close()
             if not state.blocks:
                 raise SDVGError(f"{what}: no block was made: {state.stopped}")
-            run = run.with_state(state, tau=float(tau) if policy == "sdvg" else None, policy=pol.describe())
+            run = run.with_state(state)
             wall = time.perf_counter() - t0
             outputs = finish_outputs(run, wall, engine, None if video is not None else torch.cat(gathered), video)
         finally:  # finished or cancelled: the file is closed (playable up to the last block written)

@@ -18,6 +18,8 @@ from ..sdvg_core.engine.memory import dit_memory
 from ..sdvg_core.models.reward import ImageRewardScorer
 from ..sdvg_core.models.vae import WanVAE
 from ..sdvg_core.models.wan import CausalWan
+from ..sdvg_core.io.drafters import drafter_own_recipe
+from ..sdvg_core.models.dtypes import DTYPES
 from ..sdvg_core.models.wan_config import WanDiTConfig
 from . import comfy_memory
 from .attention import host_attention
@@ -25,7 +27,6 @@ from .comfy_compiler import compiler_off
 from .surface import SDVGError
 
 # ------------------------------------------------------------------------------------------------ dtypes
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_OPTIONS = ["auto", *DTYPES]  # the loaders' dtype widgets: auto (per device, below) or one of DTYPES
 
 
@@ -144,7 +145,12 @@ class DiTHandle:
     role: str  # drafter / target
     runner: HostedWan | RunWan
     info: str
-    own_recipe: str | None = None  # the context recipe the model was trained for, when not the pairing's (LongLive)
+    kind: str | None = None  # a drafter's kind (io/drafters.py DRAFTER_KINDS: its own recipe on auto); None: a target
+
+    @property
+    def own_recipe(self) -> str | None:
+        """The context recipe the model was trained for, when not the pairing's (LongLive)."""
+        return drafter_own_recipe(self.kind) if self.kind is not None else None
 
     @property
     def key(self) -> str:

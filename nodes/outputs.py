@@ -119,7 +119,7 @@ def finish_outputs(run: Run, wall: float | None, engine: Engine, frames: torch.T
         frames = engine.frames(run.state) if frames is None else frames
         count = frames.shape[0]
     report = _report(run, wall, engine, count)
-    plot = to_image_batch(render_report_plot(report, run.tau))  # tau = +inf: the plot says why every block is forced
+    plot = to_image_batch(render_report_plot(report))  # the report's tau; +inf: the plot says why every block is forced
     spec = run.state.spec
     head = f"{count} frames at {spec.width}x{spec.height} ({WAN_FPS} fps), seed {spec.seed}"
     if video is not None:

@@ -16,15 +16,16 @@ import torch
 import comfy.model_management as mm
 from comfy_api.latest import io
 
-from ..sdvg_core.engine.engine import DECODE_RULES, Engine, EngineConfig, ProgressEvent
+from ..sdvg_core.engine.config import AUTO, DECODE_RULES, EngineConfig
+from ..sdvg_core.engine.engine import Engine, ProgressEvent
 from ..sdvg_core.engine.memo import TieredMemo
 from ..sdvg_core.engine.memory import MemoryEstimate, check_fits, estimate_for_spec
 from ..sdvg_core.given.request import MODES, VIDEO_MODES, PixelInput, StartImage, VideoToVideo, describe
-from ..sdvg_core.engine.policy import ThresholdPolicy
+from ..sdvg_core.engine.policy import Policy
+from ..sdvg_core.engine.policy_names import PolicyNameError, policy_by_name
 from ..sdvg_core.engine.prompts import PromptSchedule
-from ..sdvg_core.engine.recipes import RECIPE_NAMES, Recipe, recipe_by_name
-from ..sdvg_core.engine.state import GenerationSpec, GenerationState, PromptConditioning
-from ..sdvg_core.demo.cli_args import MAX_BLOCKS
+from ..sdvg_core.engine.recipes import RECIPE_NAMES, recipe_by_name
+from ..sdvg_core.engine.state import MAX_BLOCKS, GenerationSpec, GenerationState, PromptConditioning
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
 from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae
@@ -32,8 +33,7 @@ from .surface import SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
 
-AUTO = "auto"  # a model's recipe: the one its drafter kind was trained for, else `recipe`
-ROLE_RECIPES = [AUTO, *RECIPE_NAMES]
+ROLE_RECIPES = [AUTO, *RECIPE_NAMES]  # a model's recipe: auto (EngineConfig.for_run's rule) or one of the recipes
 STRENGTH_STEP = 0.05  # the strength widget's step (PIXELS_API)
 FPS_MAX = 1000.0  # the fps input's bound (a frame rate no camera reaches)
 
@@ -129,15 +129,14 @@ class Run(tuple):
 
     session: Session
     state: GenerationState
-    tau: float | None = None  # the tau of the last routing decision (for the report plot)
-    policy: str = ""  # description of the routing policy used
+    policy: Policy | None = None  # the policy of the last routing decision (the report's description and tau)
 
-    def __new__(cls, session: Session, state: GenerationState, tau: float | None = None, policy: str = ""):
+    def __new__(cls, session: Session, state: GenerationState, policy: Policy | None = None):
         frames = state.pending.frames if state.pending is not None else None
         return super().__new__(cls, (state,) if frames is None else (state, frames))
 
-    def with_state(self, state: GenerationState, **kw: Any) -> "Run":
-        return Run(self.session, state, kw.get("tau", self.tau), kw.get("policy", self.policy))
+    def with_state(self, state: GenerationState, policy: Policy | None = None) -> "Run":
+        return Run(self.session, state, policy if policy is not None else self.policy)
 
 
 @contextmanager
@@ -216,23 +215,20 @@ def conditioning_embeddings(conditioning: Any) -> tuple[torch.Tensor, str]:
     return cond[:1].float().cpu(), str((extra or {}).get("sdvg_prompt", ""))
 
 
-def _recipe(what: str, name: str, value: str, options: list[str]) -> Recipe:
-    """The recipe a recipe input names (the core registry's names), refused with the input's own name."""
-    try:
-        return recipe_by_name(value)
-    except ValueError as e:
-        raise SDVGError(f"{what}: {name} must be one of {options}, got {value!r} ({e})") from e
-
-
 def engine_config(what: str, recipe: str, drafter_recipe: str, target_recipe: str, decode_rule: str,
                   drafter: DiTHandle | None) -> EngineConfig:
-    """Each model's recipe (its own input, else, on auto, the drafter kind's own, else `recipe`) and the decode rule."""
-    own = drafter.own_recipe if drafter is not None else None
-    drafter_name = drafter_recipe if drafter_recipe != AUTO else (own or recipe)
-    target_name = target_recipe if target_recipe != AUTO else recipe
-    return EngineConfig(recipe=_recipe(what, "recipe", recipe, list(RECIPE_NAMES)), decode_rule=decode_rule,
-                        drafter_recipe=_recipe(what, "drafter_recipe", drafter_name, ROLE_RECIPES),
-                        target_recipe=_recipe(what, "target_recipe", target_name, ROLE_RECIPES))
+    """Each model's recipe (EngineConfig.for_run: its own input, else, on auto, the drafter kind's own, else
+    `recipe`) and the decode rule; a name the core does not know is refused naming the input."""
+    for name, value, options in (("recipe", recipe, list(RECIPE_NAMES)), ("drafter_recipe", drafter_recipe, ROLE_RECIPES),
+                                 ("target_recipe", target_recipe, ROLE_RECIPES)):
+        if value != AUTO or name == "recipe":
+            try:
+                recipe_by_name(value)
+            except ValueError as e:
+                raise SDVGError(f"{what}: {name} must be one of {options}, got {value!r} ({e})") from e
+    with engine_errors(what):
+        return EngineConfig.for_run(recipe, drafter_recipe, target_recipe, drafter.kind if drafter else None,
+                                    decode_rule=decode_rule)
 
 
 def prompt_schedule(what: str, positive, prompt: str, schedule: PromptSchedule | None,
@@ -302,14 +298,13 @@ def pixel_input(what: str, start_image: torch.Tensor | None, input_video: torch.
                              fps=fps if fps else None)
 
 
-def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: int, height: int,
-              num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
-              drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
-              schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO,
-              pixels: PixelInput | None = None) -> Run:
-    """The first state from the inputs: the prompt schedule and the given pixels become part of the spec, each
-    model's recipe part of the engine config, and ComfyUI's reservation is sized for both; the engine refuses what it
-    cannot run (and encodes a start image or a video to extend)."""
+def prepare_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: int, height: int,
+                num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
+                drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
+                schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO,
+                pixels: PixelInput | None = None) -> tuple[Session, GenerationSpec]:
+    """The session and the spec of the inputs, not started yet: the prompt schedule and the given pixels become part
+    of the spec, each model's recipe part of the engine config, and ComfyUI's reservation is sized for both."""
     config = engine_config(what, recipe, drafter_recipe, target_recipe, decode_rule, drafter)
     shared_memo.set_cache_budget(cache_gb)
     with engine_errors(what):
@@ -317,24 +312,35 @@ def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: i
         session = Session(target, drafter, host_vae(vae), image_reward, config)
         spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
         session.reserve(spec)  # size this run's reservation for its window; refuse sizes that cannot fit
-        state = session.engine().start(spec)
-    return Run(session, state)
+    return session, spec
 
 
-def need(run: Run, what: str, drafter: bool = False, scorer: bool = False) -> None:
-    """Refuse, before any work, an operation whose model inputs are missing, naming the input to connect."""
-    s = run.session
-    if drafter and s.drafter is None:
-        raise SDVGError(f"{what}: no drafter; connect SDVG Load Drafter to the 'drafter' input of SDVG Start")
-    if scorer and s.scorer is None:
-        raise SDVGError(f"{what}: no ImageReward; connect SDVG Load ImageReward to the 'image_reward' input of SDVG Start")
-    if scorer and not all(p.text for _, p in run.state.spec.schedule):
-        raise SDVGError(f"{what}: ImageReward needs the prompt text; fill SDVG Start's 'prompt' (the text you encoded)")
+def start(what: str, engine: Engine, session: Session, spec: GenerationSpec, policy: Policy | None = None) -> Run:
+    """The run started once by the engine that goes on to run it: the engine refuses what it cannot run and encodes a
+    start image or a video to extend, into that engine's memo."""
+    with engine_errors(what):
+        return Run(session, engine.start(spec), policy)
 
 
-def threshold_policy(tau: float, force_reject_first: bool) -> ThresholdPolicy:
-    """SDVG's rule: keep a draft when its min frame score >= tau; block 0 from the target unless told otherwise."""
-    return ThresholdPolicy(tau=float(tau), aggregation="min", force_reject_first=bool(force_reject_first))
+def need(what: str, session: Session, spec: GenerationSpec, drafter: bool = False, scorer: bool = False,
+         where: str = "SDVG Start") -> None:
+    """Refuse, before any work, an operation whose model inputs are missing, naming the input to connect (on the node
+    `where`)."""
+    if drafter and session.drafter is None:
+        raise SDVGError(f"{what}: no drafter; connect SDVG Load Drafter to the 'drafter' input of {where}")
+    if scorer and session.scorer is None:
+        raise SDVGError(f"{what}: no ImageReward; connect SDVG Load ImageReward to the 'image_reward' input of {where}")
+    if scorer and not all(p.text for _, p in spec.schedule):
+        raise SDVGError(f"{what}: ImageReward needs the prompt text; fill {where}'s 'prompt' (the text you encoded)")
+
+
+def node_policy(what: str, name: str, tau: float, force_reject_first: bool) -> Policy:
+    """A node's policy widget (the core's grammar; an older workflow's `stride_k2`, ... read through its table), its
+    tau slider (for the kinds that take one) and force_reject_first."""
+    try:
+        return policy_by_name(name, tau=float(tau), force_reject_first=bool(force_reject_first))
+    except PolicyNameError as e:
+        raise SDVGError(f"{what}: {sentence(e)}") from e
 
 
 def block_steps(engine: Engine, spec: GenerationSpec, role: str | None = None) -> int:

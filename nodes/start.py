@@ -5,7 +5,7 @@ from comfy_api.latest import io, ui
 
 from ..sdvg_core.given.request import VIDEO_MODES, VideoToVideo
 from . import shared_memo
-from .run import AUTO, describe_start, pixel_input, pixel_inputs, run_inputs, start_run
+from .run import AUTO, describe_start, pixel_input, pixel_inputs, prepare_run, run_inputs, start
 from .surface import CATEGORY, SDVGState, show_text
 
 
@@ -29,8 +29,10 @@ class SDVGStart(io.ComfyNode):
                 input_video=None, video_mode=VIDEO_MODES[0], strength=VideoToVideo.default_strength, fps=None) -> io.NodeOutput:
         what = "SDVG Start"
         pixels = pixel_input(what, start_image, input_video, video_mode, strength, fps)
-        run = start_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe, decode_rule,
-                        cache_gb, drafter, image_reward, schedule, drafter_recipe, target_recipe, pixels)
+        session, spec = prepare_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe,
+                                    decode_rule, cache_gb, drafter, image_reward, schedule, drafter_recipe,
+                                    target_recipe, pixels)
+        run = start(what, session.engine(), session, spec)
         text = describe_start(run)
         show_text(text)
         return io.NodeOutput(run, ui=ui.PreviewText(text))

@@ -4,8 +4,9 @@ from __future__ import annotations
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.policy import DEFAULT_TAU
+from ..sdvg_core.engine.policy_names import TAU_SLIDER
 from .outputs import StepProgress, image_output
-from .run import Run, block_steps, engine_errors, need, threshold_policy
+from .run import Run, block_steps, engine_errors, need, node_policy
 from .surface import CAT_STEPS, SDVGError, SDVGState, show_text
 
 
@@ -23,7 +24,7 @@ class SDVGDraftBlock(io.ComfyNode):
 
     @classmethod
     def execute(cls, state: Run) -> io.NodeOutput:
-        need(state, "SDVG Draft Block", drafter=True)
+        need("SDVG Draft Block", state.session, state.state.spec, drafter=True)
         engine = state.session.engine()
         engine.callbacks.progress = StepProgress(block_steps(engine, state.state.spec, "drafter"))
         with engine_errors("SDVG Draft Block"):
@@ -69,7 +70,7 @@ class SDVGScoreBlock(io.ComfyNode):
 
     @classmethod
     def execute(cls, state: Run) -> io.NodeOutput:
-        need(state, "SDVG ImageReward Score", scorer=True)
+        need("SDVG ImageReward Score", state.session, state.state.spec, scorer=True)
         with engine_errors("SDVG ImageReward Score"):
             new = state.session.engine().score_draft(state.state)
         scores = new.pending.frame_scores
@@ -93,7 +94,7 @@ class SDVGRoute(io.ComfyNode):
                                 tooltip="the same block after SDVG Draft -> Decode -> Score; evaluated only when the "
                                         "decision needs a score (never for a forced block 0). Unconnected: the "
                                         "route node drafts, decodes and scores itself."),
-                io.Float.Input("tau", default=DEFAULT_TAU, min=-5.0, max=5.0, step=0.01,
+                io.Float.Input("tau", default=DEFAULT_TAU, min=TAU_SLIDER[0], max=TAU_SLIDER[1], step=0.01,
                                display_mode=io.NumberDisplay.slider,
                                tooltip="Quality/speed knob: accept a draft when its min ImageReward >= tau. Higher = more "
                                        "blocks from the 14B (slower, closer to target quality). Paper: -0.7 gives 1.59x."),
@@ -110,11 +111,11 @@ class SDVGRoute(io.ComfyNode):
         # 'scored' is in `lazy` only when connected (None until evaluated); never ask for an unconnected input
         if state is None or state.state.done or "scored" not in lazy or lazy["scored"] is not None:
             return []
-        return ["scored"] if threshold_policy(tau, force_reject_first).needs_score(state.state.next_block) else []
+        return ["scored"] if node_policy("SDVG Route", "sdvg", tau, force_reject_first).needs_score(state.state.next_block) else []
 
     @classmethod
     def execute(cls, state: Run, tau: float, force_reject_first: bool, scored: Run | None = None) -> io.NodeOutput:
-        policy = threshold_policy(tau, force_reject_first)
+        policy = node_policy("SDVG Route", "sdvg", tau, force_reject_first)
         b = state.state.next_block
         base = state.state
         if scored is not None and policy.needs_score(b):
@@ -123,9 +124,9 @@ class SDVGRoute(io.ComfyNode):
                                 f"the SDVG ImageReward Score whose chain starts from the same state as 'state'")
             base = scored.state
         if policy.needs_score(b) and (base.pending is None or base.pending.frame_scores is None):
-            need(state, "SDVG Route", drafter=True, scorer=True)
+            need("SDVG Route", state.session, state.state.spec, drafter=True, scorer=True)
         elif not policy.forced(b):
-            need(state, "SDVG Route", drafter=True)
+            need("SDVG Route", state.session, state.state.spec, drafter=True)
         engine = state.session.engine()
         engine.callbacks.progress = StepProgress(block_steps(engine, state.state.spec))
         with engine_errors("SDVG Route"):
@@ -137,5 +138,5 @@ class SDVGRoute(io.ComfyNode):
         if spec.schedule.switches:  # a schedule: which prompt the block was generated and scored under
             text += f", prompt {spec.segment_of(b)}: {spec.prompt_at(b).text[:60]!r}"
         show_text(text)
-        return io.NodeOutput(state.with_state(new, tau=float(tau), policy=policy.describe()), text,
+        return io.NodeOutput(state.with_state(new, policy), text,
                              ui=ui.PreviewText(text))

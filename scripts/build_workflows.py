@@ -288,7 +288,7 @@ def baseline_workflow(sp: dict) -> dict:
     g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000003")
     m = loaders(g)
     for i, (policy, title, prefix, color) in enumerate((
-            ("target_only", "Target only (14B every block)", "video/target_only", "#8A8"),
+            ("target-only", "Target only (14B every block)", "video/target_only", "#8A8"),
             ("sdvg", "SDVG (tau -0.7)", "video/SDVG", "#88A"))):
         x = 800 + i * 400
         gen = g.node("SDVGGenerate", (x, 0), {"num_blocks": 9, "policy": policy, "tau": -0.7, "fresh_run": True},

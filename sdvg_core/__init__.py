@@ -16,11 +16,11 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # the engine and its configuration
     "Engine": ".engine.engine",
-    "EngineConfig": ".engine.engine",
+    "EngineConfig": ".engine.config",
     "Callbacks": ".engine.engine",
     "ProgressEvent": ".engine.engine",
     "Scorer": ".engine.engine",
-    "DEFAULT_MEMO_BYTES": ".engine.engine",
+    "DEFAULT_MEMO_BYTES": ".engine.config",
     "to_image": ".engine.engine",
     # context recipes
     "KreaRecipe": ".engine.recipes",
@@ -39,6 +39,10 @@ _EXPORTS: dict[str, str] = {
     "StridePolicy": ".engine.policy",
     "aggregate": ".engine.policy",
     "DEFAULT_TAU": ".engine.policy",
+    "policy_by_name": ".engine.policy_names",
+    "parse_policy": ".engine.policy_names",
+    "PolicySpec": ".engine.policy_names",
+    "POLICY_KINDS": ".engine.policy_names",
     # what to generate and what was generated
     "GenerationSpec": ".engine.state",
     "PromptConditioning": ".engine.prompts",
@@ -96,7 +100,7 @@ __all__ = [
     "Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DEFAULT_MEMO_BYTES", "to_image",
     "KreaRecipe", "SelfForcingRecipe", "LongLiveRecipe", "Recipe", "recipe_by_name", "RECIPE_NAMES",
     "Policy", "ThresholdPolicy", "TargetOnly", "DraftOnly", "RandomPolicy", "FixedPattern", "StridePolicy", "aggregate",
-    "DEFAULT_TAU",
+    "DEFAULT_TAU", "policy_by_name", "parse_policy", "PolicySpec", "POLICY_KINDS",
     "GenerationSpec", "PromptConditioning", "PromptSchedule", "GenerationState", "BlockRecord", "PendingBlock",
     "PixelInput", "PixelInputError", "PIXEL_MODES",
     "Memo", "TieredMemo", "BlockNoise", "block_noise", "ComfyARNoise",
@@ -126,13 +130,15 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .demo.tiny import TinyModels, tiny_models
-    from .engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig, ProgressEvent, Scorer, to_image
+    from .engine.config import DEFAULT_MEMO_BYTES, EngineConfig
+    from .engine.engine import Callbacks, Engine, ProgressEvent, Scorer, to_image
     from .engine.memo import Memo, TieredMemo
     from .engine.memory import MemoryRefused, estimate_for_spec
     from .engine.noise import BlockNoise, ComfyARNoise, block_noise
     from .engine.plot import render_report_plot
     from .engine.policy import (DEFAULT_TAU, DraftOnly, FixedPattern, Policy, RandomPolicy, StridePolicy, TargetOnly,
                                 ThresholdPolicy, aggregate)
+    from .engine.policy_names import POLICY_KINDS, PolicySpec, parse_policy, policy_by_name
     from .engine.recipes import RECIPE_NAMES, KreaRecipe, LongLiveRecipe, Recipe, SelfForcingRecipe, recipe_by_name
     from .engine.report import BlockReport, RunReport, build_report
     from .engine.prompts import PromptConditioning, PromptSchedule

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 
-from sdvg_core.engine.policy import DraftOnly, Policy, RandomPolicy, StridePolicy, TargetOnly, ThresholdPolicy
+from sdvg_core.engine.policy import Policy
+from sdvg_core.engine.policy_names import PolicySpec, parse_policy
 
 # The paper's baselines and tau values (docs/design.md §1): target-only, draft-only, block 0 from the target
 # + accept the rest, random routing at SDVG's ~73% acceptance, SDVG at tau -0.7 / -1.5, mean-over-frames.
@@ -27,74 +27,40 @@ PLOT_FILE = "pareto.png"
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """One routing configuration of a sweep, parsed from its name (e.g. `sdvg:-0.7`)."""
+    """One routing configuration of a sweep: its name as given (the rows' label, e.g. `sdvg:-0.7`) and the policy it
+    names in the one grammar (sdvg_core.engine.policy_names)."""
 
     name: str
-    kind: str  # target-only | draft-only | accept-all | random | sdvg | sdvg-mean | stride
-    value: float | None = None  # tau (sdvg, sdvg-mean), the accept rate (random) or k (stride)
+    spec: PolicySpec
+
+    @property
+    def kind(self) -> str:
+        """target-only | draft-only | accept-all | random | sdvg | sdvg-mean | stride"""
+        return self.spec.kind
+
+    @property
+    def value(self) -> float | int | None:
+        """tau (sdvg, sdvg-mean), the accept rate (random) or k (stride); None for the baselines without one."""
+        return self.spec.value
 
     @property
     def needs_drafter(self) -> bool:
-        return self.kind != "target-only"
+        return self.spec.policy().uses_drafter
 
     @property
     def needs_scorer(self) -> bool:
-        return self.kind in CURVE_KINDS and self.value != -math.inf
+        return self.spec.policy().uses_scorer
 
     def policy(self, prompt_id: int, seed: int) -> Policy:
         """The engine policy; `random` is seeded by (seed, prompt id) so every run of the sweep is reproducible."""
-        if self.kind == "target-only":
-            return TargetOnly()
-        if self.kind == "draft-only":
-            return DraftOnly()
-        if self.kind == "accept-all":
-            return DraftOnly(force_reject_first=True)
-        if self.kind == "random":
-            digest = hashlib.blake2b(f"{seed}:{prompt_id}".encode(), digest_size=8).digest()
-            return RandomPolicy(self.value, seed=int.from_bytes(digest, "little"))
-        if self.kind == STRIDE_KIND:
-            return StridePolicy(int(self.value))
-        return ThresholdPolicy(self.value, "min" if self.kind == "sdvg" else "mean")
+        digest = hashlib.blake2b(f"{seed}:{prompt_id}".encode(), digest_size=8).digest()
+        return self.spec.policy(seed=int.from_bytes(digest, "little"))
 
 
 def parse_config(name: str) -> SweepConfig:
-    """`target-only` | `draft-only` | `accept-all` | `random:P` | `sdvg:TAU` | `sdvg-mean:TAU` | `stride:k=K` ->
-    SweepConfig."""
-    kind, _, arg = name.partition(":")
-    if kind in ("target-only", "draft-only", "accept-all"):
-        if arg:
-            raise ValueError(f"config {name!r}: {kind} takes no value")
-        return SweepConfig(name, kind)
-    if kind == STRIDE_KIND:
-        return SweepConfig(name, kind, float(stride_k(name, arg)))
-    if kind not in ("random", *CURVE_KINDS):
-        raise ValueError(f"unknown config {name!r}; use target-only, draft-only, accept-all, random:P, sdvg:TAU, "
-                         f"sdvg-mean:TAU, stride:k=K")
-    try:
-        value = float(arg)
-    except ValueError:
-        raise ValueError(f"config {name!r}: {kind} needs a number after ':' (e.g. {kind}:-0.7)") from None
-    if math.isnan(value):
-        raise ValueError(f"config {name!r}: the value is not a number")
-    if kind == "random" and not 0.0 <= value <= 1.0:
-        raise ValueError(f"config {name!r}: the accept rate must be between 0 and 1")
-    return SweepConfig(name, kind, value)
-
-
-def stride_k(name: str, arg: str) -> int:
-    """K of `stride:k=K`: an integer >= 1 (k=1 is target-only)."""
-    key, eq, value = arg.partition("=")
-    if key.strip() != "k" or not eq:
-        raise ValueError(f"config {name!r}: write the stride as stride:k=K, e.g. stride:k=2 (the target makes blocks "
-                         f"0, K, 2K, ..., the drafter the rest)")
-    try:
-        k = int(value)
-    except ValueError:
-        raise ValueError(f"config {name!r}: k must be a whole number of blocks, e.g. stride:k=2") from None
-    if k < 1:
-        raise ValueError(f"config {name!r}: k must be >= 1 (k=1: the target makes every block; k=2: every other "
-                         f"block, block 0 included), got {k}")
-    return k
+    """A config name in the policy grammar (`target-only`, `sdvg:-0.7` or `sdvg:tau=-0.7`, `random:p=0.73`,
+    `stride:k=2`, ...) -> SweepConfig; the grammar's own message for a bad one."""
+    return SweepConfig(name, parse_policy(name))
 
 
 def parse_configs(names: list[str]) -> list[SweepConfig]:

@@ -32,11 +32,12 @@ from pathlib import Path
 
 import torch
 
-from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES
+from sdvg_core.engine.config import DEFAULT_MEMO_BYTES, EngineConfig
+from sdvg_core.engine.recipes import recipe_spec
 from sdvg_core.engine.state import SIZE_MULTIPLE, PromptSchedule
 from sdvg_core.demo.cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
                                    add_compile_arg, add_drafter_kind_args, add_recipe_args, blocks_problem, compile_problem, stop_signals_raise, stopped_by,
-                                   drafter_own_recipe, output_folder_problem, recipe_problems)
+                                   output_folder_problem, recipe_problems)
 from sdvg_core.io.drafters import drafter_problems
 from sdvg_core.demo.pixel_args import check_request
 from sdvg_core.engine.prompt_schedule import PromptSource, ScheduleError, read_schedule
@@ -296,13 +297,11 @@ def _drafter_flag_problems(a: argparse.Namespace) -> list[str]:
 
 
 def role_recipes(a: argparse.Namespace) -> tuple[str, str]:
-    """(drafter recipe, target recipe): --drafter-recipe / --target-recipe, else --recipe; a drafter file whose kind
-    has its own long-video recipe (LongLive) runs it unless --drafter-recipe says otherwise, as in the demo CLI
-    (demo/cli_args.py drafter_own_recipe)."""
-    drafter = a.drafter_recipe
-    if drafter is None and not a.tiny and a.drafter:
-        drafter = drafter_own_recipe(a.drafter_kind)
-    return drafter or a.recipe, a.target_recipe or a.recipe
+    """(drafter recipe, target recipe) by name: the run's engine config (EngineConfig.for_run: --drafter-recipe /
+    --target-recipe, else --recipe; a drafter file whose kind has its own long-video recipe, LongLive, runs it)."""
+    kind = a.drafter_kind if not a.tiny and a.drafter else None
+    config = EngineConfig.for_run(a.recipe, a.drafter_recipe, a.target_recipe, kind)
+    return recipe_spec(config.recipe_for("drafter")), recipe_spec(config.recipe_for("target"))
 
 
 def sweep_units(a: argparse.Namespace, encoder: Encoder, cache_dir: Path) -> tuple[list[Unit], int]:

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import torch
 
-from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine, EngineConfig
+from sdvg_core.engine.config import DEFAULT_MEMO_BYTES, EngineConfig
+from sdvg_core.engine.engine import Engine
 from sdvg_core.engine.heap import HeapTrimmer
 from sdvg_core.engine.memo import TieredMemo
-from sdvg_core.engine.recipes import recipe_by_name
 from sdvg_core.engine.report import build_report, compile_backend, recipe_label
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning, PromptSchedule
 from sdvg_core.demo.pixel_args import PixelRequest
 from sdvg_core.engine.prompt_schedule import PromptSource
-from sdvg_core.io.model_files import DTYPES  # also the --dtype choices of eval.py
+from sdvg_core.models.dtypes import DTYPES  # also the --dtype choices of eval.py
 
 from .config import parse_config
 from .metrics import MetricOptions, build_metric
@@ -65,9 +65,7 @@ class ModelSetup:
         """The workers' EngineConfig: the target's recipe as both roles' default, the drafter's when it differs
         (the published pairing, Krea for both, stays the one-recipe config it always was)."""
         r = self.role_recipes()
-        return EngineConfig(recipe=recipe_by_name(r["target"]), decode_rule=self.decode_rule,
-                            memo_bytes=self.memo_bytes,
-                            drafter_recipe=recipe_by_name(r["drafter"]) if r["drafter"] != r["target"] else None)
+        return EngineConfig.for_run(r["target"], r["drafter"], decode_rule=self.decode_rule, memo_bytes=self.memo_bytes)
 
     def identity(self) -> dict[str, str]:
         """What makes two runs' rows comparable: model files (path, size, mtime) or tiny seeds, how the drafter
@@ -194,14 +192,14 @@ class UnitRunner:
 
     def _warm_up(self) -> None:
         """One target-only generation of WARMUP_BLOCKS blocks at the sweep's size, on a private memo, discarded."""
-        from sdvg_core.engine.policy import TargetOnly
+        from sdvg_core.engine.policy_names import policy_by_name
         from sdvg_core.io.text import WAN_TEXT_LEN
 
         s = self.setup
         emb = torch.zeros(1, WAN_TEXT_LEN, self.target.cfg.text_dim)  # the prompts' shape (umT5 pads to 512)
         spec = GenerationSpec(PromptConditioning.make("", emb), s.width, s.height, WARMUP_BLOCKS, 0)
         engine = Engine(self.target, self.vae, None, None, self.engine_config, memo=TieredMemo(s.memo_bytes))
-        engine.frames(engine.generate(spec, TargetOnly()))
+        engine.frames(engine.generate(spec, policy_by_name("target-only")))
         self.warmed_up = True
 
     def pid(self) -> int:
@@ -254,7 +252,7 @@ class UnitRunner:
         else:
             frames = engine.frames(state)
         wall = time.perf_counter() - t0
-        rep = build_report(state, policy.describe(), engine.recipe, engine.plan_for(spec).num_steps, wall_seconds=wall,
+        rep = build_report(state, policy, engine.recipe, engine.plan_for(spec).num_steps, wall_seconds=wall,
                            run_id=run_id, drafter_recipe=engine.recipes["drafter"])
         # the paper's record: config, prompt (the prompt's index in the prompt file), vr, time_s, s1..s8, b1..b8
         row: dict = {"config": cfg.name, "prompt": unit.prompt_id, "seed": unit.seed}

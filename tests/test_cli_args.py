@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sdvg_core.demo.cli_args import MAX_BLOCKS, PROBE_PREFIX, blocks_problem, drafter_own_recipe, output_folder_problem
+from sdvg_core.demo.cli_args import PROBE_PREFIX, blocks_problem, output_folder_problem
+from sdvg_core.engine.state import MAX_BLOCKS
+from sdvg_core.io.drafters import drafter_own_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 

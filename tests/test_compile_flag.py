@@ -91,9 +91,9 @@ def test_bench_compile_flag_says_compiled_in_json_and_table(tmp_path):
     bs = importlib.import_module("bench_scale")
     assert bs.parse_args(["--compile"]).compile is True and bs.parse_args([]).compile is False
     out = tmp_path / "b.json"
-    assert bs.main(["--size", "tiny", "--blocks", "2", "--rounds", "1", "--configs", "stride-2", "--isolation", "none",
+    assert bs.main(["--size", "tiny", "--blocks", "2", "--rounds", "1", "--configs", "stride:k=2", "--isolation", "none",
                     "--compile", BACKEND, "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["compiled"] is True and doc["compiled_models"] == {"target": BACKEND, "drafter": BACKEND}
     assert f"compiled: target ({BACKEND}), drafter ({BACKEND})" in out.with_suffix(".md").read_text()
-    assert [r["id"] for r in doc["rows"]] == ["stride-2"] and doc["rows"][0]["decisions"] == ["forced", "accepted"]
+    assert [r["id"] for r in doc["rows"]] == ["stride:k=2"] and doc["rows"][0]["decisions"] == ["forced", "accepted"]

@@ -78,8 +78,10 @@ def test_demo_names_every_bad_file_before_loading(tmp_path, capsys, monkeypatch)
     (["--width", "0"], "--width 0 must be >= 1"),
     (["--height", "-16"], "--height -16 must be >= 1"),
     (["--width", "100"], "--width 100 is not a multiple of 16"),
-    (["--tau", "nan"], "--tau nan is not a number"),
-    (["--accept-rate", "1.5"], "--accept-rate 1.5 must be between 0 and 1"),
+    (["--tau", "nan"], "--tau nan: policy 'sdvg': tau must be a number"),
+    (["--policy", "random:p=1.5"], "accept_rate must be in [0, 1], got 1.5"),
+    (["--policy", "stride:k=0"], "stride k must be an integer >= 1"),
+    (["--policy", "sdvg:tau=-1", "--tau", "-2"], "states tau -1 and tau -2 is also given"),
     (["--drafter-recipe", "longlive:window=2"], "--drafter-recipe longlive:window=2: LongLive window of 2 latent "
                                                 "frames is smaller than a block (3 frames)"),
     (["--recipe", "longlive:sink=12"], "cannot hold its sink (12) plus a block (3)"),

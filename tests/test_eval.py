@@ -124,7 +124,8 @@ def test_configs_map_to_the_papers_policies():
     assert r1.seed != r2.seed  # seeded per (seed, prompt): reproducible, not the same draw for every prompt
     assert [c.name for c in parse_configs(["sdvg:-0.7", "target-only", "sdvg:-0.7"])] == ["target-only", "sdvg:-0.7"]
     assert len(parse_configs(list(PAPER_CONFIGS))) == len(PAPER_CONFIGS)
-    for bad in ("sdvg", "sdvg:x", "random:1.5", "fast", "target-only:1", "sdvg:nan"):
+    assert parse_config("sdvg").policy(3, 42) == ThresholdPolicy(-0.7, "min")  # the grammar's default tau
+    for bad in ("sdvg:x", "random:1.5", "fast", "target-only:1", "sdvg:nan"):
         with pytest.raises(ValueError):
             parse_config(bad)
 

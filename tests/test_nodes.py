@@ -293,8 +293,8 @@ def test_generate_and_baseline_workflows(env):
     ex.run(api)
     gens = [k for k, v in api.items() if v["class_type"] == "SDVGGenerate"]
     reps = {api[g]["inputs"]["policy"]: report_of(pack, ex, api, nid=g) for g in gens}
-    assert all(b["producer"] == "target" and b["decision"] == "forced" for b in reps["target_only"]["blocks"])
-    assert reps["target_only"]["drafter_forwards"] == 0
+    assert all(b["producer"] == "target" and b["decision"] == "forced" for b in reps["target-only"]["blocks"])
+    assert reps["target-only"]["drafter_forwards"] == 0
     assert reps["sdvg"]["blocks"][0]["decision"] == "forced"
     assert reps["sdvg"]["counted_speedup"] > 1.0
     # SDVG at tau -5 equals the all-in-one graph above (same seed, same models)
@@ -759,3 +759,25 @@ def test_run_id_from_either_builds_execution_context(env, monkeypatch):
         assert ids == [("run-a", "run-a#7"), ("run-b", "run-b#7")], field
     monkeypatch.setattr(utils, "get_executing_context", lambda: None)
     assert rs.current_run_id() == rs.current_run_id() != "run-b"  # outside an execution: one id per process
+
+
+def test_policy_widgets_speak_the_cores_grammar_and_read_older_workflows(env):
+    """SDVG Generate's and the AR sampler's policy options are names of the core's grammar; a value an older workflow
+    saved (stride_k2, target_only, draft_only) passes the node's own validation, which the host runs instead of its
+    combo check, and runs as the policy it meant; a name the grammar does not know is refused there."""
+    pack, _ = env
+    core = pack.sdvg_core
+    from importlib import import_module
+
+    names = import_module(core.__name__ + ".engine.policy_names")
+    gen, ar = pack.nodes.SDVGGenerate, pack.nodes.SDVGSamplerARVideo
+    for cls in (gen, ar):
+        options = next(i for i in cls.GET_SCHEMA().inputs if i.id == "policy").widget["options"]
+        assert all(names.parse_policy(o).name in (o, "sdvg:tau=-0.7") for o in options), options
+    assert gen.validate_inputs(policy="stride_k2") is True and gen.validate_inputs(policy="target_only") is True
+    assert ar.validate_inputs(policy="draft_only") is True
+    assert "unknown policy" in gen.validate_inputs(policy="stride_k9")
+    assert "not one of" in ar.validate_inputs(policy="stride:k=2")  # a policy the sampler does not offer
+    run = import_module(pack.__name__ + ".nodes.run")
+    assert run.node_policy("x", "stride_k3", -0.7, True) == names.policy_by_name("stride:k=3")
+    assert run.node_policy("x", "sdvg", -1.25, False) == names.policy_by_name("sdvg:tau=-1.25", force_reject_first=False)

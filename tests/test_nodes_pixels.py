@@ -280,3 +280,44 @@ def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_r
     ex.run(api)
     px = json.loads(ex.values[node][3])["pixels"]
     assert px["mode"] == "video_to_video" and px["frame_rate"] is None and px["given_frames"] == VIDEO_FRAMES
+
+
+def test_generate_starts_a_run_once_and_a_fresh_run_leaves_the_shared_cache_as_it_found_it(env, monkeypatch):
+    """SDVG Generate builds one engine and starts the run once with it: a start image is encoded once (at the start;
+    Krea's anchors are encoded later, during blocks), and with fresh_run into the run's own memo only, so the cache
+    every SDVG node shares holds afterwards exactly what it held."""
+    pack, classes, models, _ = env
+    from importlib import import_module
+
+    engine_mod = import_module(pack.__name__ + ".sdvg_core.engine.engine")
+    wan_vae = import_module(pack.__name__ + ".sdvg_core.models.vae").WanVAE
+    shared = pack.nodes.shared_memo.MEMO
+    counts = {"engines": 0, "starts": 0, "encodes_at_start": 0}
+    starting = []
+    real_init, real_start, real_encode = engine_mod.Engine.__init__, engine_mod.Engine.start, wan_vae.encode_stream
+
+    def init(self, *a, **kw):
+        counts["engines"] += 1
+        real_init(self, *a, **kw)
+
+    def start(self, spec):
+        counts["starts"] += 1
+        starting.append(True)
+        try:
+            return real_start(self, spec)
+        finally:
+            starting.pop()
+
+    def encode(self, *a, **kw):
+        counts["encodes_at_start"] += bool(starting)
+        return real_encode(self, *a, **kw)
+
+    monkeypatch.setattr(engine_mod.Engine, "__init__", init)
+    monkeypatch.setattr(engine_mod.Engine, "start", start)
+    monkeypatch.setattr(wan_vae, "encode_stream", encode)
+    image = _frames(1, IMAGE_HW, seed=5)  # an image no other test encodes
+    before = (len(shared), shared.kinds(), shared.bytes)
+    frames, report, _ = generate(pack, models, start_image=image, fresh_run=True)
+    assert counts == {"engines": 1, "starts": 1, "encodes_at_start": 1}, counts
+    assert (len(shared), shared.kinds(), shared.bytes) == before
+    assert report["pixels"]["mode"] == "start_image" and frames.shape[0] > 1

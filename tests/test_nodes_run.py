@@ -133,9 +133,9 @@ def test_generate_drives_engine_generate_with_a_per_block_callback(env, monkeypa
     calls = []
     real = engine_cls.generate
 
-    def spy(self, spec, policy, on_block=None):
+    def spy(self, spec, policy, on_block=None, state=None):
         calls.append(on_block is not None)
-        return real(self, spec, policy, on_block=on_block)
+        return real(self, spec, policy, on_block=on_block, state=state)
 
     monkeypatch.setattr(engine_cls, "generate", spy)
     args = dict(models, prompt="", width=W, height=H, num_blocks=2, seed=3, policy="sdvg", tau=-5.0,
@@ -149,7 +149,7 @@ def test_finish_plot_explains_tau_plus_inf(env, monkeypatch):
     pack, models = env
     seen = []
     plot = pack.nodes.outputs.render_report_plot
-    monkeypatch.setattr(pack.nodes.outputs, "render_report_plot", lambda report, tau=None: seen.append(tau)
+    monkeypatch.setattr(pack.nodes.outputs, "render_report_plot", lambda report, tau=None: seen.append(report.tau)
                         or plot(report, tau))
     s = _start(pack, models, num_blocks=2)
     while not s.state.done:

@@ -16,28 +16,28 @@ exit status 3 (docs/cli.md).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
-from ..engine.engine import Engine, EngineConfig, ProgressEvent
+from ..engine.engine import Engine, ProgressEvent
 from ..engine.heap import HeapTrimmer
 from ..engine.memo import TieredMemo
 from ..engine.noise import NOISE_SOURCES, noise_source
 from ..engine.plot import render_report_plot
-from ..engine.policy import (DEFAULT_STRIDE_K, DEFAULT_TAU, DraftOnly, RandomPolicy, StridePolicy, TargetOnly,
-                             ThresholdPolicy)
-from ..engine.recipes import recipe_by_name
+from ..engine.policy import DEFAULT_TAU
+from ..engine.policy_names import POLICY_KINDS, policy_arg
 from ..engine.report import build_report, compiled_models
-from ..engine.state import SIZE_MULTIPLE, GenerationSpec, PromptConditioning, PromptSchedule
+from ..engine.state import MAX_BLOCKS, SIZE_MULTIPLE, GenerationSpec, GenerationState, PromptConditioning, PromptSchedule
 from ..io.checkpoint import CheckpointError
 from ..given.run import INPUT_UNREADABLE as UNREADABLE_CAUSE
-from .cli_args import (INPUT_UNREADABLE, MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR,
-                       add_compile_arg, add_drafter_kind_args, add_recipe_args, drafter_own_recipe, stop_signals_raise, stopped_by)
+from .cli_args import (TINY_DEMO_TAU, INPUT_UNREADABLE, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR, add_compile_arg,
+                       add_drafter_kind_args, add_recipe_args, run_engine_config, run_policy, stop_signals_raise,
+                       stopped_by)
 from ..io.drafters import DEFAULT_DRAFTER_KIND
-from ..io.model_files import DTYPES, load_model_files
+from ..models.dtypes import DTYPES
+from ..io.model_files import load_model_files
 from .pixel_args import add_pixel_args, pixel_request
 from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
@@ -45,11 +45,6 @@ from .outputs import DEFAULT_ROOT, REPORT_JSON, REPORT_PNG, VIDEO_FORMATS, VIDEO
 from .preflight import MODEL_FLAGS, needs, preflight
 from .run import DeferredInterrupt, RunOutcome, generate_to_file
 from .tiny import DEMO_PROMPT, tiny_models
-
-# The tiny random ImageReward's rewards are not on the real model's scale: at the paper's tau = -0.7
-# it rejects every draft of the demo prompt. -0.8 lets the demo show both outcomes (1 of 5 rejected).
-TINY_DEMO_TAU = -0.8
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m sdvg_core.demo", description=__doc__,
@@ -72,18 +67,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--noise", choices=list(NOISE_SOURCES), default=NOISE_SOURCES[0],
                    help="seeded = SDVG's per-block draw; comfy_ar = ComfyUI core's AR sampler rule (whole-video noise "
                         "from the seed, each re-noise reseeded with seed + block * 1000 + step, on --device)")
-    p.add_argument("--policy", choices=["sdvg", "target-only", "draft-only", "accept-all", "random", "stride"],
-                   default="sdvg",
-                   help="sdvg = ImageReward threshold; accept-all = block 0 from the target, every other draft kept; "
-                        "stride = the StrideAR baseline (the target makes every --stride-k-th block, no scorer)")
+    p.add_argument("--policy", type=policy_arg, default="sdvg", metavar="POLICY",
+                   help="the routing policy, one of " + ", ".join(POLICY_KINDS) + " with its parameter after a colon: "
+                        "sdvg:tau=-0.7 (ImageReward threshold, min over frames), sdvg-mean:tau=-0.7, target-only, "
+                        "draft-only, accept-all (block 0 from the target, every other draft kept), random:p=0.73, "
+                        "stride:k=2 (the StrideAR baseline: the target makes every k-th block, no scorer)")
     p.add_argument("--tau", type=float, default=None,
-                   help=f"accept a draft when its score >= tau (default {DEFAULT_TAU}; {TINY_DEMO_TAU} for the tiny models)")
-    p.add_argument("--aggregation", choices=["min", "mean"], default="min")
+                   help=f"tau of an sdvg policy: accept a draft when its score >= tau (default {DEFAULT_TAU}; "
+                        f"{TINY_DEMO_TAU} for the tiny models)")
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
-    p.add_argument("--accept-rate", type=float, default=0.73, help="for --policy random")
-    p.add_argument("--stride-k", type=int, default=DEFAULT_STRIDE_K,
-                   help=f"for --policy stride: the target makes blocks 0, k, 2k, ..., the drafter the rest (default "
-                        f"{DEFAULT_STRIDE_K})")
     add_recipe_args(p)
     add_pixel_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",
@@ -146,32 +138,6 @@ def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptCondition
     return PromptConditioning.make(text, demo_embeddings(text, text_dim))
 
 
-def _engine_config(a: argparse.Namespace, real: bool) -> EngineConfig:
-    """--recipe sets both roles; --drafter-recipe / --target-recipe override one. A drafter trained for its own
-    long-video recipe (LongLive) runs it unless told otherwise (demo/cli_args.py drafter_own_recipe)."""
-    drafter_recipe = a.drafter_recipe
-    if drafter_recipe is None and real and a.drafter:
-        drafter_recipe = drafter_own_recipe(a.drafter_kind)
-    return EngineConfig(recipe=recipe_by_name(a.recipe), decode_rule=a.decode_rule,
-                        drafter_recipe=recipe_by_name(drafter_recipe) if drafter_recipe else None,
-                        target_recipe=recipe_by_name(a.target_recipe) if a.target_recipe else None)
-
-
-def _policy(a: argparse.Namespace):
-    force = not a.no_force_reject_first
-    if a.policy == "sdvg":
-        return ThresholdPolicy(tau=a.tau, aggregation=a.aggregation, force_reject_first=force)
-    if a.policy == "target-only":
-        return TargetOnly()
-    if a.policy == "draft-only":
-        return DraftOnly(force_reject_first=False)
-    if a.policy == "accept-all":
-        return DraftOnly(force_reject_first=True)
-    if a.policy == "stride":
-        return StridePolicy(a.stride_k)
-    return RandomPolicy(a.accept_rate, seed=a.seed, force_reject_first=force)
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         a = parse_args(argv)
@@ -191,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {note}", file=sys.stderr)
     try:
         with stop_signals_raise():
-            engine, spec, policy, size = _build(a, real)
+            engine, state, policy, size = _build(a, real)
     except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
@@ -199,11 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         what, code = stopped_by(e)
         print(f"{what} while loading the models; nothing was written", file=sys.stderr)
         return code
-    return _run(a, real, out, engine, spec, policy, size)
+    return _run(a, real, out, engine, state, policy, size)
 
 
-def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationSpec, object, tuple[int, int]]:
-    """Load the models and make the engine, the spec and the policy (fills in the defaults of --tau and the size)."""
+def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, object, tuple[int, int]]:
+    """Load the models, make the engine and the policy, and start the run once (the given pixels are checked against
+    the recipes and encoded here, before any block)."""
     dtype = DTYPES[a.dtype] if a.dtype else (torch.bfloat16 if a.device != "cpu" else torch.float32)
     if real:
         drafter, target, vae, scorer = _real_models(a, dtype)
@@ -213,20 +180,16 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationSpec, o
         m = tiny_models(seed=0, compile=a.compile)
         drafter, target, vae, scorer = m.drafter, m.target, m.vae, m.scorer
         size, blocks = TINY_SIZE, TINY_BLOCKS
-    if a.tau is None:
-        a.tau = DEFAULT_TAU if real else TINY_DEMO_TAU
     width, height = a.width or size[0], a.height or size[1]
     schedule = _schedule(a, target.cfg.text_dim, real)
     pixels = getattr(a, "pixel_input", None)  # built by the checks (preflight): the file is not read again
     if pixels is None and pixel_request(a) is not None:
         pixels = pixel_request(a).pixel_input()
     spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
-    config = _engine_config(a, real)
+    config = run_engine_config(a, real)
     noise = noise_source(a.noise, spec, target.cfg.in_dim, config.num_renoise, a.device)
     engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))
-    if spec.pixels is not None:
-        engine.start(spec)  # the given pixels fit the recipes (an extension long enough...): refused before any work
-    return engine, spec, _policy(a), (width, height)
+    return engine, engine.start(spec), run_policy(a, real), (width, height)
 
 
 def _progress_bar(engine: Engine, total: int):
@@ -246,15 +209,17 @@ def _progress_bar(engine: Engine, total: int):
     return bar
 
 
-def _run(a: argparse.Namespace, real: bool, out: Path, engine: Engine, spec: GenerationSpec, policy,
+def _run(a: argparse.Namespace, real: bool, out: Path, engine: Engine, start: GenerationState, policy,
          size: tuple[int, int]) -> int:
-    """Generate into `out` (each block's frames go to the file as it commits: a long video never sits in memory),
-    then write the report and plot of what was committed. Ctrl-C: the same for the blocks committed so far."""
+    """Generate into `out` from the started state (each block's frames go to the file as it commits: a long video
+    never sits in memory), then write the report and plot of what was committed. Ctrl-C: the same for the blocks
+    committed so far."""
+    spec = start.spec
     out.mkdir(parents=True, exist_ok=True)
     print(f"writing to {out}/", file=sys.stderr, flush=True)
     bar = None if a.quiet else _progress_bar(engine, spec.num_blocks)
     with DeferredInterrupt() as guard:
-        outcome = generate_to_file(engine, spec, policy, out / f"{VIDEO_STEM}.{a.format}", guard, HeapTrimmer())
+        outcome = generate_to_file(engine, start, policy, out / f"{VIDEO_STEM}.{a.format}", guard, HeapTrimmer())
         if bar is not None:
             bar.close()
         state = outcome.state
@@ -297,14 +262,11 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
         meta.update(interrupted_at_block=str(outcome.interrupted_at), blocks_requested=str(spec.num_blocks))
     if spec.pixels is not None:
         meta["pixels"] = pixel_request(a).describe()
-    report = build_report(outcome.state, policy.describe(), engine.recipe, engine.plan_for(spec).num_steps,
+    report = build_report(outcome.state, policy, engine.recipe, engine.plan_for(spec).num_steps,
                           wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"],
                           compiled=compiled_models(engine.target, engine.drafter))
-    data = json.loads(report.to_json())
-    tau = a.tau if a.policy == "sdvg" else None
-    data.setdefault("tau", tau)  # a number, not only inside the policy text
-    (out / REPORT_JSON).write_text(json.dumps(data, indent=2))
-    render_report_plot(report, tau=tau).save(out / REPORT_PNG)
+    (out / REPORT_JSON).write_text(report.to_json())
+    render_report_plot(report).save(out / REPORT_PNG)
     return report, (out / REPORT_JSON, out / REPORT_PNG)
 
 

@@ -14,8 +14,11 @@ from typing import Iterator
 
 import torch
 
+from ..engine.config import EngineConfig
+from ..engine.policy import DEFAULT_TAU, Policy
+from ..engine.policy_names import parse_policy
 from ..engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name
-from ..engine.state import GenerationSpec, PromptConditioning
+from ..engine.state import MAX_BLOCKS, GenerationSpec, PromptConditioning
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND
 
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
@@ -23,9 +26,9 @@ TINY_SIZE = (96, 64)
 TINY_BLOCKS = 6
 REAL_SIZE = (832, 480)  # Self-Forcing / Krea / SDVG paper resolution
 REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
-# The longest video a command line accepts: the ComfyUI Start node's bound (nodes/, MAX_BLOCKS; ~2 h at 16 fps).
-# The engine and the recipes have no limit of their own; this catches a typo before a run of hours starts.
-MAX_BLOCKS = 10_000
+# The tiny random ImageReward's rewards are not on the real model's scale: at the paper's tau = -0.7
+# it rejects every draft of the demo prompt. -0.8 lets the demo show both outcomes (1 of 5 rejected).
+TINY_DEMO_TAU = -0.8
 USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own convention)
 INPUT_UNREADABLE = 3  # the demo's exit status when the input video could not be read mid-run (the blocks before stay)
 INTERRUPTED = 128 + signal.SIGINT  # 130: exit status after Ctrl-C (128 + the signal, the shell's convention)
@@ -80,12 +83,18 @@ def add_drafter_kind_args(p: argparse.ArgumentParser, default_kind: str | None) 
                         "longlive generator; the published SDVG loaded 'generator')")
 
 
-def drafter_own_recipe(drafter_kind: str | None) -> str | None:
-    """The recipe a drafter file runs when --drafter-recipe is not given: a kind trained for its own long-video
-    recipe (LongLive) runs it; Self-Forcing-family drafters (None here) run --recipe, the published pairing."""
-    kind = DRAFTER_KINDS.get(drafter_kind or DEFAULT_DRAFTER_KIND)
-    own = kind.default_recipe if kind is not None else None
-    return own if own != "self_forcing" and own in RECIPE_NAMES else None
+def run_policy(a: argparse.Namespace, real: bool) -> Policy:
+    """The policy of --policy (the one grammar, engine/policy_names) with --tau and --no-force-reject-first; a tau left
+    out is the paper's, or the tiny demo's for the tiny models."""
+    spec = parse_policy(a.policy, a.tau, default_tau=DEFAULT_TAU if real else TINY_DEMO_TAU)
+    return spec.policy(False if a.no_force_reject_first else None, seed=a.seed)
+
+
+def run_engine_config(a: argparse.Namespace, real: bool) -> EngineConfig:
+    """The engine config of --recipe / --drafter-recipe / --target-recipe / --decode-rule (EngineConfig.for_run: a
+    drafter file's kind may bring its own recipe)."""
+    kind = a.drafter_kind if real and a.drafter else None
+    return EngineConfig.for_run(a.recipe, a.drafter_recipe, a.target_recipe, kind, decode_rule=a.decode_rule)
 
 
 def recipe_problems(a: argparse.Namespace, real: bool) -> list[str]:

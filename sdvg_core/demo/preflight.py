@@ -3,15 +3,15 @@ against the models (read from the checkpoint headers) and the output folder, rep
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from pathlib import Path
 
-from ..engine.policy import DEFAULT_TAU
-from ..engine.state import SIZE_MULTIPLE
+from ..engine.policy_names import PolicyNameError
+from ..engine.recipes import recipe_spec
+from ..engine.state import MAX_BLOCKS, SIZE_MULTIPLE
 from ..io.checkpoint import CheckpointError
-from .cli_args import (MAX_BLOCKS, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, compile_problem, drafter_own_recipe,
-                           output_folder_problem, recipe_problems)
+from .cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, compile_problem,
+                       output_folder_problem, recipe_problems, run_engine_config, run_policy)
 from .pixel_args import pixel_problems
 from ..io.prompt_width import text_width, umt5_width, width_problems
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
@@ -27,11 +27,13 @@ DRAFTER_FLAGS = ("drafter_lora", "drafter_lora_alpha", "pt_entry")
 TINY_PRESETS = {"target": "tiny-target", "drafter": "tiny-drafter"}  # the embedded models (demo/tiny.py)
 
 
-def needs(a: argparse.Namespace) -> tuple[bool, bool]:
-    """(needs the drafter, needs ImageReward) for the chosen policy and tau."""
-    needs_draft = a.policy != "target-only"
-    needs_score = a.policy == "sdvg" and not math.isinf(a.tau if a.tau is not None else DEFAULT_TAU)
-    return needs_draft, needs_score
+def needs(a: argparse.Namespace, real: bool = True) -> tuple[bool, bool]:
+    """(needs the drafter, needs ImageReward) for the chosen policy and tau (what the policy object says)."""
+    try:
+        policy = run_policy(a, real)
+    except PolicyNameError:  # reported by the policy check
+        return True, True
+    return policy.uses_drafter, policy.uses_scorer
 
 
 def file_problem(flag: str, path: str) -> str | None:
@@ -57,14 +59,12 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
             problems.append(f"{name} {v} is not a multiple of {SIZE_MULTIPLE} (8x VAE downsampling x 2x DiT patch); "
                             f"try {near}")
     problems += filter(None, [blocks_problem(a.blocks)])
-    if a.tau is not None and math.isnan(a.tau):
-        problems.append("--tau nan is not a number; give e.g. -0.7 (inf and -inf are allowed)")
+    try:
+        run_policy(a, real)  # the grammar's checks: tau a number (inf and -inf allowed), p in [0, 1], k >= 1
+    except PolicyNameError as e:
+        problems.append(f"--policy {a.policy}" + (f" --tau {a.tau:g}" if a.tau is not None else "") + f": {e}")
     if not a.memo_gb >= 0:
         problems.append(f"--memo-gb {a.memo_gb} must be >= 0")
-    if not 0.0 <= a.accept_rate <= 1.0:
-        problems.append(f"--accept-rate {a.accept_rate} must be between 0 and 1")
-    if a.stride_k < 1:
-        problems.append(f"--stride-k {a.stride_k} must be >= 1 (the target makes blocks 0, k, 2k, ...; 1 is target-only)")
     problems += filter(None, [compile_problem(a.compile)])
     problems += _output_problems(a, out)
     files = [(f"--{k.replace('_', '-')}", getattr(a, k)) for k in (*MODEL_FLAGS, "drafter_lora", "embeddings")
@@ -108,9 +108,12 @@ def run_size(a: argparse.Namespace, real: bool) -> tuple[int, int]:
 
 
 def run_recipes(a: argparse.Namespace, real: bool) -> tuple[str, ...]:
-    """The recipe names the run's roles use (demo/cli.py _engine_config)."""
-    drafter = a.drafter_recipe or (drafter_own_recipe(a.drafter_kind) if real and a.drafter else None)
-    return tuple(r for r in (a.recipe, drafter, a.target_recipe) if r)
+    """The recipe names the run's roles use (cli_args.run_engine_config; bad recipe names are reported apart)."""
+    try:
+        config = run_engine_config(a, real)
+    except ValueError:
+        return ()
+    return tuple(dict.fromkeys(recipe_spec(config.recipe_for(role)) for role in ("drafter", "target")))
 
 
 def _output_problems(a: argparse.Namespace, out: Path) -> list[str]:
@@ -128,7 +131,7 @@ def _output_problems(a: argparse.Namespace, out: Path) -> list[str]:
 def _real_model_problems(a: argparse.Namespace) -> list[str]:
     """Files real-model mode needs for the chosen policy, the drafter's kind and LoRA, ImageReward's vocab."""
     problems = []
-    needs_draft, needs_score = needs(a)
+    needs_draft, needs_score = needs(a, real=True)
     required = (("--target", "the 14B target checkpoint"), ("--vae", "the Wan 2.1 VAE"),
                 ("--drafter", "the 1.3B drafter checkpoint") if needs_draft else None,
                 ("--reward", "ImageReward.pt") if needs_score else None)

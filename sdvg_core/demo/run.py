@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 from ..engine.engine import Engine
 from ..engine.heap import HeapTrimmer
 from ..engine.policy import Policy
-from ..engine.state import GenerationSpec, GenerationState
+from ..engine.state import GenerationState
 from ..io.video import VideoWriter
 from .cli_args import STOP_SIGNALS, raise_for
 
@@ -85,10 +85,10 @@ class RunOutcome:
         return len(self.state.blocks) if self.state is not None else 0
 
 
-def generate_to_file(engine: Engine, spec: GenerationSpec, policy: Policy, video: Path, guard: DeferredInterrupt,
+def generate_to_file(engine: Engine, start: GenerationState, policy: Policy, video: Path, guard: DeferredInterrupt,
                      trimmer: HeapTrimmer | None = None,
                      on_written: Callable[[GenerationState], None] | None = None) -> RunOutcome:
-    """Run every block of `spec`, writing each committed block's frames to `video`. Ctrl-C (SIGINT, through the
+    """Run every block of the started run (`Engine.start`'s state), writing each committed block's frames to `video`. Ctrl-C (SIGINT, through the
     installed `guard`) ends the run after the last block fully written; the file is closed either way and Ctrl-C
     is held from then on. A video without any block is removed."""
     written: list[GenerationState] = []
@@ -107,7 +107,7 @@ def generate_to_file(engine: Engine, spec: GenerationSpec, policy: Policy, video
             on_written(st)
 
     try:
-        final = engine.generate(spec, policy, on_block=on_block)
+        final = engine.generate(start.spec, policy, on_block=on_block, state=start)
         if final.stopped is not None:  # the input ended the run (or broke): the state says so (report)
             written[:] = [final]
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli_args.Terminated)

@@ -14,7 +14,7 @@ does, for comparison; outputs are bit-identical either way. Context building bel
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol
 
 import torch
@@ -28,8 +28,9 @@ from .keys import RunKeys, require_key
 from .memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, NoiseSource, noise_identity
 from .decoded import DecodeEntry, PixelStore
+from .config import DECODE_RULES, DEFAULT_MEMO_BYTES, ROLES, EngineConfig
 from .policy import Policy, aggregate
-from .recipes import KreaRecipe, Recipe, check_prompt_switches
+from .recipes import Recipe, check_prompt_switches
 from .schedule import StepPlan
 from .state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, extend_lineage
 from .tally import PHASES, WORK_KEYS, Tally
@@ -38,49 +39,11 @@ from .work import LAZY, REFERENCE
 __all__ = ["Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DecodeEntry", "to_image",
            "PHASES", "WORK_KEYS", "DEFAULT_MEMO_BYTES"]
 
-# Derived data kept for re-runs, both tiers together (TieredMemo.split: a quarter for decisions' inputs, the rest for
-# caches and pixels). What a generation needs is held outside it, so any size is correct; a bigger one reuses more.
-DEFAULT_MEMO_BYTES = 2 << 30
-DECODE_RULES = ("standard", "krea")
-
-
 class Scorer(Protocol):
     key: str
 
     def score_frames(self, frames: torch.Tensor, prompt: str) -> torch.Tensor:
         """frames [F, H, W, 3] in 0..1 -> per-frame rewards [F]."""
-
-
-ROLES = ("drafter", "target")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How the engine runs. Each model has its own context recipe; `recipe` is both roles' default (the
-    published pairing: Krea for both), `drafter_recipe` / `target_recipe` override it per role."""
-
-    recipe: Recipe = field(default_factory=KreaRecipe)
-    decode_rule: str = "standard"  # "krea" reproduces the published numbers (Krea's VAE cache rule)
-    memo_bytes: int = DEFAULT_MEMO_BYTES  # reuse across runs only: what a run needs is held outside it
-    lazy: bool = True  # False: draft forced blocks, score every draft, rebuild the target context every block
-    sync_timing: bool = False  # synchronise CUDA around each phase so per-phase seconds are GPU-true (costs speed)
-    drafter_recipe: Recipe | None = None  # None: `recipe`
-    target_recipe: Recipe | None = None  # None: `recipe`
-    # decode each block as it is committed (the output, previews and recipes read its pixels); False where only
-    # latents leave the run (ComfyUI's AR sampler, whose VAE Decode comes after): a committed block is then decoded
-    # only when a later draft's decode or a recipe needs its pixels or the decoder cache after it
-    decode_committed: bool = True
-
-    def recipe_for(self, role: str) -> Recipe:
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-        own = self.drafter_recipe if role == "drafter" else self.target_recipe
-        return own if own is not None else self.recipe
-
-    @property
-    def num_renoise(self) -> int:
-        """Re-noising draws per block: enough for the longer plan, so both roles share the same prefix."""
-        return max(self.recipe_for(r).plan.num_renoise for r in ROLES)
 
 
 @dataclass(frozen=True)
@@ -114,8 +77,6 @@ class Engine:
                  config: EngineConfig = EngineConfig(), noise_fn: Callable[[GenerationSpec, int], BlockNoise] | None = None,
                  tracer: Callable[[str, torch.Tensor], None] | None = None, memo: Memo | TieredMemo | None = None,
                  kv_copies: KVCopyStats | None = None):
-        if config.decode_rule not in DECODE_RULES:
-            raise ValueError(f"decode_rule must be one of {DECODE_RULES}, got {config.decode_rule!r}")
         self.target, self.drafter, self.vae, self.scorer = target, drafter, vae, scorer
         self.config = config
         self.work = LAZY if config.lazy else REFERENCE

@@ -110,7 +110,8 @@ def _note(report: RunReport, tau: float | None) -> str | None:
 
 def render_report_plot(report: RunReport, tau: float | None = None, style: PlotStyle = PlotStyle()) -> Image.Image:
     """Bars = each block's aggregated draft score (blocks without a score: a stub on the zero line), dashed line =
-    tau; prompts of a schedule are named above the bars from the block where each starts."""
+    tau (None: the report's own); prompts of a schedule are named above the bars from the block where each starts."""
+    tau = report.tau if tau is None else tau
     img = Image.new("RGB", (style.width, style.height), COLORS["background"])
     d = ImageDraw.Draw(img)
     font = ImageFont.load_default()

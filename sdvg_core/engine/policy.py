@@ -40,6 +40,14 @@ class Policy(Protocol):
 
     def accept(self, block: int, score: float | None) -> bool: ...
 
+    @property
+    def uses_drafter(self) -> bool:
+        """Whether some block may be drafted (a run of this policy needs a drafter)."""
+
+    @property
+    def uses_scorer(self) -> bool:
+        """Whether some decision reads a score (a run of this policy needs ImageReward)."""
+
 
 @dataclass(frozen=True)
 class ThresholdPolicy:
@@ -70,6 +78,14 @@ class ThresholdPolicy:
             return True
         return score is not None and score >= self.tau
 
+    @property
+    def uses_drafter(self) -> bool:
+        return self.tau != math.inf
+
+    @property
+    def uses_scorer(self) -> bool:
+        return math.isfinite(self.tau)
+
 
 @dataclass(frozen=True)
 class TargetOnly:
@@ -88,6 +104,8 @@ class TargetOnly:
 
     def accept(self, block: int, score: float | None) -> bool:
         return False
+
+    uses_drafter = uses_scorer = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +126,8 @@ class DraftOnly:
 
     def accept(self, block: int, score: float | None) -> bool:
         return not self.forced(block)
+
+    uses_drafter, uses_scorer = True, False
 
 
 @dataclass(frozen=True)
@@ -136,6 +156,8 @@ class RandomPolicy:
         if self.forced(block):
             return False
         return random.Random(f"{self.seed}:{block}").random() < self.accept_rate
+
+    uses_drafter, uses_scorer = True, False
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,12 @@ class StridePolicy:
     def accept(self, block: int, score: float | None) -> bool:
         return block % self.k != 0  # every block the target does not make: the drafter's, whatever it looks like
 
+    @property
+    def uses_drafter(self) -> bool:
+        return self.k > 1
+
+    uses_scorer = False
+
 
 @dataclass(frozen=True)
 class FixedPattern:
@@ -191,3 +219,9 @@ class FixedPattern:
 
     def accept(self, block: int, score: float | None) -> bool:
         return self.decisions[block]
+
+    uses_drafter = True
+
+    @property
+    def uses_scorer(self) -> bool:
+        return self.score_drafts

@@ -17,6 +17,8 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from ..given.request import MODES, timing_words
+from .policy import Policy
+from .policy_names import spec_of
 from .recipes import Recipe, recipe_spec
 from .state import GenerationState
 
@@ -87,6 +89,8 @@ class RunReport:
     blocks_requested: int | None = None  # the blocks the run was asked for (num_blocks: those it committed)
     compiled: bool = False  # either DiT ran under torch.compile
     compiled_models: dict[str, str] = field(default_factory=dict)  # {role: torch.compile backend} of compiled DiTs
+    policy_name: str | None = None  # the policy in the one grammar (`sdvg:tau=-0.7`, `stride:k=2`; engine/policy_names)
+    tau: float | None = None  # the threshold of an SDVG policy (None for policies that read no score)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -177,11 +181,12 @@ def recipe_label(target: Recipe, drafter: Recipe | None = None) -> str:
     return f"drafter {recipe_spec(drafter)} / target {recipe_spec(target)}"
 
 
-def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps: int,
+def build_report(state: GenerationState, policy: Policy | str, recipe: Recipe, steps: int,
                  cost_ratio: float = DEFAULT_COST_RATIO, wall_seconds: float | None = None,
                  meta: dict[str, str] | None = None, run_id: str | None = None,
                  drafter_recipe: Recipe | None = None, compiled: dict[str, str] | None = None) -> RunReport:
-    """The report of `state`. `recipe`/`steps` are the target's (the target-only baseline is counted with them);
+    """The report of `state` under `policy` (its description, name and tau come from it; a string is a description
+    alone, for tests and custom policies). `recipe`/`steps` are the target's (the target-only baseline is counted with them);
     `drafter_recipe` only labels the run. `run_id`: the execution building it; blocks whose record carries
     another run id are marked as not computed now, and their work does not count as recomputed. `compiled`:
     {role: backend} of the compiled DiTs (`compiled_models(engine.target, engine.drafter)`); a role that made no
@@ -204,8 +209,9 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
     for b in now:
         for k, v in b.seconds.items():
             seconds[k] = round(seconds.get(k, 0.0) + v, 6)
+    spec = None if isinstance(policy, str) else spec_of(policy)
     return RunReport(
-        policy=policy_desc, recipe=recipe_label(recipe, drafter_recipe), num_blocks=n, blocks=blocks,
+        policy=policy if isinstance(policy, str) else policy.describe(), recipe=recipe_label(recipe, drafter_recipe), num_blocks=n, blocks=blocks,
         acceptance_blocks_1_to_n=(sum(accepted[1:]) / (n - 1)) if n > 1 else None,
         acceptance_all_blocks=sum(accepted) / n if n else 0.0,
         drafter_forwards=d_fw, target_forwards=t_fw,
@@ -219,4 +225,5 @@ def build_report(state: GenerationState, policy_desc: str, recipe: Recipe, steps
         prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule],
         pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
         stopped=state.stopped, stop_cause=state.stop_cause, blocks_requested=state.spec.num_blocks,
-        compiled=bool(ran_compiled), compiled_models=ran_compiled)
+        compiled=bool(ran_compiled), compiled_models=ran_compiled,
+        policy_name=None if spec is None else spec.name, tau=None if spec is None else spec.tau)

@@ -25,6 +25,9 @@ Decision = Literal["accepted", "rejected", "forced"]  # forced: rejected without
 LATENT_SPATIAL = 8  # Wan 2.1 VAE: 8x8 pixels per latent
 PATCH_SPATIAL = 2  # Wan 2.1 DiT patch (1, 2, 2)
 SIZE_MULTIPLE = LATENT_SPATIAL * PATCH_SPATIAL  # width/height must be multiples of 16
+# The longest video a front end accepts (the command lines, the nodes' num_blocks bound; ~2 h at 16 fps). The engine
+# and the recipes have no limit of their own; this catches a typo before a run of hours starts.
+MAX_BLOCKS = 10_000
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from .checkpoint import LoadReport, load_wan_dit
 from .lora import LoraSpec
 
 __all__ = ["DrafterKind", "DRAFTER_KINDS", "DEFAULT_DRAFTER_KIND", "FRAMEWISE_KIND", "DrafterError",
-           "drafter_kind", "drafter_problems", "lora_spec", "load_drafter"]
+           "drafter_kind", "drafter_problems", "lora_spec", "load_drafter", "drafter_own_recipe"]
 
 # SDVG drafts blocks of 3 latent frames (Self-Forcing's num_frame_per_block, shared by the target).
 CHUNK_FRAMES = 3
@@ -149,3 +149,11 @@ def load_drafter(path: str | os.PathLike, kind: str | None = None, lora: str | o
 
 def _with_kind(report: LoadReport, kind: DrafterKind) -> LoadReport:
     return replace(report, notes=(f"kind {kind.name}", *report.notes))
+
+
+def drafter_own_recipe(kind: str | None) -> str | None:
+    """The context recipe a drafter kind runs when its recipe is left on auto: a kind trained for its own long-video
+    recipe (LongLive) runs it; the Self-Forcing family (None here) runs the run's recipe, the published pairing."""
+    k = DRAFTER_KINDS.get(kind or DEFAULT_DRAFTER_KIND)
+    own = k.default_recipe if k is not None else None
+    return own if own != "self_forcing" else None

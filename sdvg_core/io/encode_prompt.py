@@ -20,7 +20,7 @@ from .checkpoint import CheckpointError
 from .text import WAN_TEXT_LEN, encode_umt5, save_embeddings, umt5_folders
 
 USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own convention)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from ..models.dtypes import DTYPES
 EMBEDDINGS_SUFFIX = ".safetensors"
 
 

@@ -13,7 +13,7 @@ import torch
 from .checkpoint import load_wan_dit, load_wan_vae
 from .drafters import DrafterError, drafter_problems, load_drafter, drafter_kind as kind_by_name
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from ..models.dtypes import DTYPES  # noqa: F401 (the --dtype choices of the command lines)
 
 
 def vae_dtype_for(device: str | torch.device) -> torch.dtype:
