@@ -56,6 +56,7 @@ X_TESTS = ("tests/test_schedule.py", "tests/test_vae_encode.py", "tests/test_pix
            "tests/test_pixels_reference.py")
 PRE_TESTS = ("tests/test_reward_tensor_path.py",)
 KV_TESTS = ("tests/test_static_kv.py", "tests/test_kv_cache.py", "tests/test_longlive.py")
+CONFIG = "sdvg_core/engine/config.py"
 POLICY, ENGINE, STATE, KEYS, PIXELS = ("sdvg_core/engine/policy.py", "sdvg_core/engine/engine.py",
                                        "sdvg_core/engine/state.py", "sdvg_core/engine/keys.py", "sdvg_core/engine/decoded.py")
 WORK, NOISE, PROMPTS = "sdvg_core/engine/work.py", "sdvg_core/engine/noise.py", "sdvg_core/engine/prompts.py"
@@ -141,29 +142,29 @@ MUTATIONS = [
              "        return block % self.k == 0\n", "        return False\n", tests=("tests/test_stride.py",)),
     # what a routing step computes (work.py: the engine's lazy work and the reference's) and Engine.route
     Mutation("E1", WORK, "route drafts forced blocks in lazy mode",
-             "        if policy.forced(b):\n            return state, False\n", "        if False:\n            return state, False\n"),
+             "        if policy.forced(b):\n            return BlockWork(draft=False, score=False, target_context=False)\n",
+             "        if False:\n            return BlockWork(draft=False, score=False, target_context=False)\n"),
     Mutation("E2", WORK, "lazy=False no longer drafts forced blocks",
-             "if policy.forced(b) and engine.drafter is None:", "if policy.forced(b):"),
+             "draft = has_drafter or not policy.forced(b)", "draft = not policy.forced(b)"),
     Mutation("E3", WORK, "route ignores policy.needs_score",
-             "return engine.scored(state) if policy.needs_score(b) else (state, False)",
-             "return engine.scored(state) if False else (state, False)"),
+             "return BlockWork(draft=True, score=policy.needs_score(b), target_context=False)",
+             "return BlockWork(draft=True, score=False, target_context=False)"),
     Mutation("E4", WORK, "lazy=False no longer scores every draft",
-             "if policy.needs_score(b) or engine.scorer is not None else", "if policy.needs_score(b) else"),
+             "score=draft and (policy.needs_score(b) or has_scorer)", "score=draft and policy.needs_score(b)"),
     Mutation("E5", WORK, "route scores every draft (score-blind policies too)",
-             "return engine.scored(state) if policy.needs_score(b) else (state, False)",
-             "return engine.scored(state) if True else (state, False)"),
+             "return BlockWork(draft=True, score=policy.needs_score(b), target_context=False)",
+             "return BlockWork(draft=True, score=True, target_context=False)"),
     Mutation("E6", ENGINE, "route accepts forced blocks the policy would accept",
              "accepted = (not forced) and policy.accept(b, score)", "accepted = policy.accept(b, score)"),
     Mutation("E7", ENGINE, "route aggregates by min whatever the policy says",
              "aggregate(p.frame_scores, policy.aggregation)", 'aggregate(p.frame_scores, "min")'),
     Mutation("E8", WORK, "lazy engine rebuilds the target context every block",
-             "                       tally: Tally) -> tuple[KVCache, int] | None:\n        return None\n",
-             "                       tally: Tally) -> tuple[KVCache, int] | None:\n"
-             "        return REFERENCE.target_context(engine, state, b, tally)\n"),
+             "return BlockWork(draft=True, score=policy.needs_score(b), target_context=False)",
+             "return BlockWork(draft=True, score=policy.needs_score(b), target_context=b > 0 and target_rebuilds)"),
     Mutation("E9", WORK, "lazy=False rebuilds the context for block 0 too",
-             "if b == 0 or not recipe.rebuilds_context_every_block:", "if not recipe.rebuilds_context_every_block:"),
+             "target_context=b > 0 and target_rebuilds)", "target_context=target_rebuilds)"),
     Mutation("E10", WORK, "lazy=False no longer rebuilds the target context every block",
-             "if b == 0 or not recipe.rebuilds_context_every_block:", "if True:"),
+             "target_context=b > 0 and target_rebuilds)", "target_context=False)"),
     Mutation("E11", ENGINE, "an accepted draft is decoded again at commit",
              "if accepted and p.frames is not None else None", "if False else None"),
     Mutation("E12", ENGINE, "a rejected draft's decode is committed", "if accepted and p.frames is not None else None",
@@ -173,9 +174,9 @@ MUTATIONS = [
     Mutation("E14", NOISE, "a custom noise function's key is ignored (shares the seeded noise's entries)",
              "    if isinstance(key, str) and key:\n        return key",
              '    if isinstance(key, str) and key:\n        return "seeded"'),
-    Mutation("M1", ENGINE, "per-role recipes ignored (both roles run `recipe`)",
+    Mutation("M1", CONFIG, "per-role recipes ignored (both roles run `recipe`)",
              "return own if own is not None else self.recipe", "return self.recipe"),
-    Mutation("M2", ENGINE, "per-role recipes swapped",
+    Mutation("M2", CONFIG, "per-role recipes swapped",
              'own = self.drafter_recipe if role == "drafter" else self.target_recipe',
              'own = self.target_recipe if role == "drafter" else self.drafter_recipe'),
     # lineage and prompt identity (state.py)

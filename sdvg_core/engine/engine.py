@@ -138,8 +138,7 @@ class Engine:
             if state.stopped is not None:
                 return state
             raise ValueError("all blocks are committed; nothing to draft")
-        latents = self._generate("drafter", state, state.next_block, tally)
-        return state.with_pending(PendingBlock(state.next_block, latents, account=tally.account()))
+        return self._draft(state, tally)
 
     def decode_draft(self, state: GenerationState) -> GenerationState:
         """Operation: decode the pending draft from the committed decoder cache, leaving it unchanged (pending.frames)."""
@@ -185,7 +184,8 @@ class Engine:
         return self.score_draft(self.decode_draft(state)), False
 
     def route(self, state: GenerationState, policy: Policy) -> GenerationState:
-        """Operation: decide the pending block (computing what the work mode needs: work.py) and commit it."""
+        """Operation: the block step, top to bottom. Read the block's input, draft, decode and score what the work mode
+        says the decision needs (work.py), decide, let the target make the block unless the draft is kept, commit."""
         tally = self._tally()
         state = self.given.stopped(state, tally)  # reading the block's input is its work (phase "input")
         if state.done:
@@ -194,13 +194,19 @@ class Engine:
             raise ValueError("all blocks are committed; nothing to route")
         b = state.next_block
         forced = policy.forced(b)
-        state, decode_skipped = self.work.prepare(self, state, policy)
+        work = self.work.block_work(policy, b, self.drafter is not None, self.scorer is not None,
+                                    self.recipes["target"].rebuilds_context_every_block)
+        if work.draft and state.pending is None:
+            state = self._draft(state, self._tally())
+        decode_skipped = False
+        if work.score:
+            state, decode_skipped = self.scored(state)
         p = state.pending or PendingBlock(b)
         score = aggregate(p.frame_scores, policy.aggregation) if p.frame_scores else None
         accepted = (not forced) and policy.accept(b, score)
         if decode_skipped and not accepted:  # a fresh run decoded the rejected draft to score it
             tally.credit({"vae_decode_frames": p.latents.shape[1]})
-        context = self.work.target_context(self, state, b, tally)
+        context = self._context("target", self.target, state, b, tally) if work.target_context else None
         if accepted:
             latents, producer, decision = p.latents, "drafter", "accepted"
         else:
@@ -264,6 +270,11 @@ class Engine:
         return torch.cat(list(self.output_frames(state)))
 
     # ------------------------------------------------------------------------------------------ generation
+    def _draft(self, state: GenerationState, tally: Tally) -> GenerationState:
+        """The state with the drafter's proposal of its next block pending."""
+        latents = self._generate("drafter", state, state.next_block, tally)
+        return state.with_pending(PendingBlock(state.next_block, latents, account=tally.account()))
+
     def _generate(self, role: str, state: GenerationState, b: int, tally: Tally,
                   context: tuple[object, int] | None = None) -> torch.Tensor:
         """Block b denoised by one model from the block's noise -> latents [1, F, C, h, w] (float32), memoised.
