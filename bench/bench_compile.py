@@ -8,7 +8,7 @@ against eager and against the old regional compile, on this machine.
   tiny widths (drafter and target compile apart), a prompt switch half way and a start image (every call shape:
   block, commit / rebuild, masked fill-up, recache, prefix), both DiTs compiled with torch's cheap "eager" backend
   (graph structure, not speed). Per recipe and role, from torch._dynamo.utils.counters: `compile: {graph_breaks,
-  compilations}`, beside the distinct call shapes the runner made (CausalWan.call_shapes: the bound) and
+  compilations}`, beside the distinct call shapes the dit made (CausalWan.call_shapes: the bound) and
   torch._dynamo.explain's graph breaks over one layer call. The compiled run's latents against eager's.
 - timing: one 3-frame block call (Krea's steady state: 3 committed context frames + the block, a 6-frame window)
   at the 1.3B widths with 2 layers (1,170 query tokens, 2,340 keys, text 512 tokens), `--threads` threads:
@@ -42,7 +42,7 @@ from sdvg_core import (CausalWan, Engine, EngineConfig, FixedPattern, Generation
 from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
 from sdvg_core.engine.prompts import PromptSchedule  # noqa: E402
 from sdvg_core.engine.recipes import recipe_by_name  # noqa: E402
-from sdvg_core.engine.schedule import timestep_tensor  # noqa: E402
+from sdvg_core.sampling.timesteps import timestep_tensor  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
 from sdvg_core.models.kv_cache import KVCache, attention_span  # noqa: E402
 from sdvg_core.models.wan import (ForwardOutput, _gate, _modulate, attention, block_qkv, build_random,  # noqa: E402
@@ -151,7 +151,7 @@ class FreeDecodeVAE:
 
 def compile_counts(blocks: int, workdir: Path) -> dict:
     """Per recipe and role: graphs compiled and graph breaks over a `blocks`-block run (torch's counters), the
-    runner's distinct call shapes, explain's breaks over one layer call, and the run's max |diff| against eager."""
+    dit's distinct call shapes, explain's breaks over one layer call, and the run's max |diff| against eager."""
     from torch._dynamo.utils import counters
 
     m = tiny_models(seed=0, workdir=workdir)
@@ -166,11 +166,11 @@ def compile_counts(blocks: int, workdir: Path) -> dict:
         eager_s = time.perf_counter() - t0
         torch._dynamo.reset()
         counters.clear()
-        runners = {role: CausalWan(r.net, r.cfg, key=r.key, compile="eager") for role, r in
+        dits = {role: CausalWan(r.net, r.cfg, key=r.key, compile="eager") for role, r in
                    (("drafter", m.drafter), ("target", m.target))}
         made = {role: {"compilations": 0, "graph_breaks": 0} for role in ROLES}
-        for role, runner in runners.items():
-            forward = runner.forward
+        for role, dit in dits.items():
+            forward = dit.forward
 
             def counted(*a, _f=forward, _role=role, **kw):
                 g, b = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
@@ -179,15 +179,15 @@ def compile_counts(blocks: int, workdir: Path) -> dict:
                 finally:
                     made[_role]["compilations"] += counters["stats"]["unique_graphs"] - g
                     made[_role]["graph_breaks"] += sum(counters["graph_break"].values()) - b
-            runner.forward = counted
-        engine = Engine(runners["target"], m.vae, runners["drafter"], None, EngineConfig(recipe=recipe))
+            dit.forward = counted
+        engine = Engine(dits["target"], m.vae, dits["drafter"], None, EngineConfig(recipe=recipe))
         t0 = time.perf_counter()
         got = engine.generate(spec, FixedPattern(pattern, score_drafts=False)).committed_latents()
         compiled_s = time.perf_counter() - t0
         capacity = recipe.window_frames(spec.frames_per_block, spec.num_latent_frames + 1)
         spans = len({attention_span(e, capacity) for e in range(1, capacity + 1)})
-        out[name] = {role: {"compile": made[role], "call_shapes": len(runners[role].call_shapes),
-                            "calls": runners[role].calls} for role in ROLES}
+        out[name] = {role: {"compile": made[role], "call_shapes": len(dits[role].call_shapes),
+                            "calls": dits[role].calls} for role in ROLES}
         out[name]["kv_capacity_frames"] = capacity
         out[name]["spans"] = spans
         out[name]["bound"] = 2 * spans + 3
@@ -240,21 +240,21 @@ def _variant(name: str, cfg, net, dtype):
 
 
 class BlockCall:
-    """One runner's steady-state Krea block call: 3 context frames committed into a 6-frame window, then the timed
+    """One dit's steady-state Krea block call: 3 context frames committed into a 6-frame window, then the timed
     denoising call of 3 frames appended as scratch (repeatable on the same view)."""
 
-    def __init__(self, runner: CausalWan, cfg, ctx, x, context):
+    def __init__(self, dit: CausalWan, cfg, ctx, x, context):
         tpf = cfg.tokens_per_frame(*TIMING_HW)
-        self.runner, self.x = runner, x
-        self.text = runner.encode_text(ctx)
+        self.dit, self.x = dit, x
+        self.text = dit.encode_text(ctx)
         kv = KVCache.empty(cfg, batch=1, window_frames=2 * CONTEXT_FRAMES, tokens_per_frame=tpf, device="cpu",
-                           dtype=runner.dtype)
-        self.kv = runner.forward(context, timestep_tensor(0.0, 1, CONTEXT_FRAMES), self.text, kv=kv, commit=True,
+                           dtype=dit.dtype)
+        self.kv = dit.forward(context, timestep_tensor(0.0, 1, CONTEXT_FRAMES), self.text, kv=kv, commit=True,
                                  want_output=False).kv
         self.t = timestep_tensor(937.5, 1, 3)
 
     def __call__(self) -> torch.Tensor:
-        return self.runner.forward(self.x, self.t, self.text, kv=self.kv, frame_offset=CONTEXT_FRAMES).flow
+        return self.dit.forward(self.x, self.t, self.text, kv=self.kv, frame_offset=CONTEXT_FRAMES).flow
 
 
 def timing(rounds: int, dtype_name: str) -> dict:
@@ -288,16 +288,16 @@ def first_call(variant: str, dtype_name: str) -> dict:
     """In this (fresh) process: seconds of the variant's first block call (compiling) and of its second."""
     dtype = DTYPES[dtype_name]
     cfg, net, ctx, x, context = _timing_setup(dtype)
-    runner = _variant(variant, cfg, net, dtype)
+    dit = _variant(variant, cfg, net, dtype)
     t0 = time.perf_counter()
-    call = BlockCall(runner, cfg, ctx, x, context)  # text K/V, then the context call: its two graphs compile
+    call = BlockCall(dit, cfg, ctx, x, context)  # text K/V, then the context call: its two graphs compile
     t1 = time.perf_counter()
     call()  # the block call's graph compiles
     t2 = time.perf_counter()
     call()
     t3 = time.perf_counter()
     return {"context_call_first_s": round(t1 - t0, 2), "first_s": round(t2 - t1, 2), "second_s": round(t3 - t2, 3),
-            "graphs": len(runner.call_shapes)}
+            "graphs": len(dit.call_shapes)}
 
 
 def cold_and_warm(threads: int, dtype_name: str) -> dict:

@@ -99,9 +99,9 @@ def run(models: Models, spec: GenerationSpec, policy, lazy: bool = True) -> dict
     """One generation on a fresh engine (empty memo), timing each kind of model call."""
     engine = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig(lazy=lazy))
     sw = Stopwatch()
-    for role, runner in (("target", models.target), ("drafter", models.drafter)):
-        sw.wrap(runner, "forward", f"{role}_forward")
-        sw.wrap(runner, "encode_text", "text")
+    for role, dit in (("target", models.target), ("drafter", models.drafter)):
+        sw.wrap(dit, "forward", f"{role}_forward")
+        sw.wrap(dit, "encode_text", "text")
     sw.wrap(models.vae, "decode_stream", "decode_block")
     sw.wrap(models.vae, "encode_anchor_frame", "encode_anchor")
     sw.wrap(models.scorer, "score_frames", "score_block")
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"per-forward: drafter {d_ms:.1f} ms, target {t_ms:.1f} ms -> measured ratio 1:{ratio:.2f} (goal 1:7.4)")
 
     base = results["target-only"]
-    steps = base["engine"].plan.num_steps
+    steps = base["engine"].recipe.plan.num_steps
     base_rep = build_report(base["state"], "target-only", base["engine"].recipe, steps, cost_ratio=ratio)
     base_pred = predicted_seconds(base_rep, unit)
     rows = []

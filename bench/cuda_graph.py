@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sdvg_core.engine.schedule import timestep_tensor
+from sdvg_core.sampling.timesteps import timestep_tensor
 from sdvg_core.models.kv_cache import KVCache
 from sdvg_core.models.wan import CausalWan
 
@@ -40,7 +40,7 @@ class BlockCall:
     """A steady-state block call with static inputs: `x` [1, 3, C, h, w] refilled in place, the KV view with its
     context committed, one timestep tensor."""
 
-    runner: CausalWan
+    dit: CausalWan
     x: torch.Tensor
     t: torch.Tensor
     text: object
@@ -48,12 +48,12 @@ class BlockCall:
     latent_hw: tuple[int, int]
 
     def __call__(self) -> torch.Tensor:
-        return self.runner.forward(self.x, self.t, self.text, kv=self.kv, frame_offset=CONTEXT_FRAMES).flow
+        return self.dit.forward(self.x, self.t, self.text, kv=self.kv, frame_offset=CONTEXT_FRAMES).flow
 
     def new_context(self, context: torch.Tensor) -> None:
         """The next block's context rebuilt eagerly into the same buffer (Krea's rebuild): a new view of it."""
         empty = KVCache.on(self.kv.buffer)
-        self.kv = self.runner.forward(context, timestep_tensor(0.0, 1, CONTEXT_FRAMES, self.runner.device),
+        self.kv = self.dit.forward(context, timestep_tensor(0.0, 1, CONTEXT_FRAMES, self.dit.device),
                                       self.text, kv=empty, commit=True, want_output=False).kv
 
     def statics(self) -> dict[str, torch.Tensor]:
@@ -61,8 +61,8 @@ class BlockCall:
         write = self.kv.append(BLOCK_FRAMES, CONTEXT_FRAMES).open()
         inputs = write.inputs()
         h, w = self.latent_hw
-        ph, pw = self.runner.cfg.patch_size[1:]
-        rope = self.runner.rope.into("query", tuple(range(CONTEXT_FRAMES, CONTEXT_FRAMES + BLOCK_FRAMES)), h // ph,
+        ph, pw = self.dit.cfg.patch_size[1:]
+        rope = self.dit.rope.into("query", tuple(range(CONTEXT_FRAMES, CONTEXT_FRAMES + BLOCK_FRAMES)), h // ph,
                                      w // pw)
         out = {"x": self.x, "t": self.t, "k0": self.kv.buffer.k[0], "v0": self.kv.buffer.v[0], "index": inputs.index,
                "rope_cos": rope.cos, "rope_sin": rope.sin}
@@ -71,10 +71,10 @@ class BlockCall:
         return out
 
 
-def block_call(runner: CausalWan, latent_hw: tuple[int, int], text_len: int | None = None, seed: int = 0) -> BlockCall:
-    """Krea's steady-state block call for `runner` at latent size `latent_hw`, random inputs (on the meta device:
+def block_call(dit: CausalWan, latent_hw: tuple[int, int], text_len: int | None = None, seed: int = 0) -> BlockCall:
+    """Krea's steady-state block call for `dit` at latent size `latent_hw`, random inputs (on the meta device:
     shapes only). The context is committed by one context call into a fresh 6-frame window."""
-    cfg, dev = runner.cfg, runner.device
+    cfg, dev = dit.cfg, dit.device
     h, w = latent_hw
     meta = dev.type == "meta"
     gen = None if meta else torch.Generator(device=dev).manual_seed(seed)
@@ -82,11 +82,11 @@ def block_call(runner: CausalWan, latent_hw: tuple[int, int], text_len: int | No
     def randn(*shape):
         return torch.empty(shape, device=dev) if meta else torch.randn(shape, generator=gen, device=dev)
 
-    text = runner.encode_text(randn(1, text_len or cfg.text_len, cfg.text_dim))
+    text = dit.encode_text(randn(1, text_len or cfg.text_len, cfg.text_dim))
     tpf = cfg.tokens_per_frame(h, w)
     kv = KVCache.empty(cfg, batch=1, window_frames=CONTEXT_FRAMES + BLOCK_FRAMES, tokens_per_frame=tpf, device=dev,
-                       dtype=runner.dtype)
-    call = BlockCall(runner, randn(1, BLOCK_FRAMES, cfg.in_dim, h, w), timestep_tensor(STEP_T, 1, BLOCK_FRAMES, dev),
+                       dtype=dit.dtype)
+    call = BlockCall(dit, randn(1, BLOCK_FRAMES, cfg.in_dim, h, w), timestep_tensor(STEP_T, 1, BLOCK_FRAMES, dev),
                      text, kv, latent_hw)
     call.new_context(randn(1, CONTEXT_FRAMES, cfg.in_dim, h, w))
     return call
@@ -158,9 +158,9 @@ def phase(models, latent_hw: tuple[int, int], graph_cls=None, sync=None) -> dict
     """The phase over both DiTs (their own block call each)."""
     out = {"label": LABEL}
     for role in ("drafter", "target"):
-        runner = getattr(models, role)
+        dit = getattr(models, role)
         try:
-            call = block_call(runner, latent_hw)
+            call = block_call(dit, latent_hw)
             out[role] = {"static": check_static(call), **capture_and_replay(call, graph_cls, sync)}
         except Exception as e:  # a first GPU run must still write what the other phases found
             out[role] = {"error": f"{type(e).__name__}: {e}"}

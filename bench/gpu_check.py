@@ -366,13 +366,13 @@ def _units_per_call(c: CallClass, spec: GenerationSpec) -> int:
 def _bytes_moved(c: CallClass, models: Models, g: Geometry) -> float:
     """Bytes one call must stream from HBM at least: its weights, and for a DiT call the cache it attends to."""
     if c.kind in DIT_KINDS or c.kind == "text":
-        runner = getattr(models, c.role)
-        w = sum(p.numel() * p.element_size() for p in runner.net.parameters())
+        dit = getattr(models, c.role)
+        w = sum(p.numel() * p.element_size() for p in dit.net.parameters())
         if c.kind == "text":
             return w
         f = models.vae.config.spatial_compression
-        tpf = runner.cfg.tokens_per_frame(g.height // f, g.width // f)
-        kv = 2 * runner.cfg.num_layers * (c.prefix + c.frames) * tpf * runner.cfg.dim * runner.dtype.itemsize
+        tpf = dit.cfg.tokens_per_frame(g.height // f, g.width // f)
+        kv = 2 * dit.cfg.num_layers * (c.prefix + c.frames) * tpf * dit.cfg.dim * dit.dtype.itemsize
         return w + kv
     module = models.vae if c.kind in ("decode", "decode_first", "encode") else models.scorer
     return sum(p.numel() * p.element_size() for p in module.parameters())

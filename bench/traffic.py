@@ -250,11 +250,11 @@ def measure_block_reads(engine, spec, policy) -> tuple[list[dict], object]:
 
     counter = TrafficCounter(any_device=True)
     previous = engine.callbacks
-    runners = list({id(r): r for r in (engine.drafter, engine.target) if r is not None}.values())
-    originals = {id(r): r.forward for r in runners}
+    dits = list({id(r): r for r in (engine.drafter, engine.target) if r is not None}.values())
+    originals = {id(r): r.forward for r in dits}
 
-    def marked(runner):
-        forward = originals[id(runner)]
+    def marked(dit):
+        forward = originals[id(dit)]
 
         def call(*a, **kw):
             start = counter.tick()
@@ -269,14 +269,14 @@ def measure_block_reads(engine, spec, policy) -> tuple[list[dict], object]:
             counter.mark_block(ev.block + 1)
 
     engine.callbacks = Callbacks(progress=on_progress)
-    for r in runners:
+    for r in dits:
         r.forward = marked(r)
     try:
         with counter:
             state = engine.generate(spec, policy)
     finally:
         engine.callbacks = previous
-        for r in runners:
+        for r in dits:
             del r.forward  # the instance attribute goes: the class's forward again
     blocks = counter.block_reads(spec.num_blocks)
     for b, rec in zip(blocks, state.blocks):

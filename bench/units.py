@@ -113,14 +113,14 @@ class CallLog:
 
     def attach(self, models) -> "CallLog":
         for role in ("drafter", "target"):
-            runner = getattr(models, role)
+            dit = getattr(models, role)
 
             def dit(x, t, text, *, kv=None, want_output=True, _role=role, **_):
                 return [(CallClass("denoise" if want_output else "context", _role, int(x.shape[1]),
                                    _kv_frames(kv, int(x.shape[1]))), 1)]
 
-            self._wrap(runner, "forward", dit)
-            self._wrap(runner, "encode_text", lambda *a, _role=role, **k: [(CallClass("text", _role), 1)])
+            self._wrap(dit, "forward", dit)
+            self._wrap(dit, "encode_text", lambda *a, _role=role, **k: [(CallClass("text", _role), 1)])
 
         def decode(z, cache=None, *a, **k):
             n = int(z.shape[2])
@@ -208,10 +208,10 @@ class _Setup:
         """A cache view holding `prefix` frames with room for `frames` more."""
         key = (role, frames, prefix)
         if key not in self._kv:
-            runner = getattr(self.models, role)
+            dit = getattr(self.models, role)
             h, w = _latent_hw(self.models, self.g)
-            kv = KVCache.empty(runner.cfg, batch=1, window_frames=prefix + frames,
-                               tokens_per_frame=runner.cfg.tokens_per_frame(h, w), device=self.dev, dtype=runner.dtype)
+            kv = KVCache.empty(dit.cfg, batch=1, window_frames=prefix + frames,
+                               tokens_per_frame=dit.cfg.tokens_per_frame(h, w), device=self.dev, dtype=dit.dtype)
             self._kv[key] = prefix_view(kv, prefix)
         return self._kv[key]
 
@@ -231,18 +231,18 @@ def unit_call(setup: _Setup, cls: CallClass) -> tuple[Callable[[], Any], int]:
     """(a call of class `cls`, the units it does) on the models of `setup`; inputs are prepared here, untimed."""
     m, g = setup.models, setup.g
     if cls.kind in DIT_KINDS:
-        runner = getattr(m, cls.role)
+        dit = getattr(m, cls.role)
         kv = setup.kv(cls.role, cls.frames, cls.prefix)
         x = setup.latents(cls.frames)
         t = torch.full((1, cls.frames), T_DENOISE if cls.kind == "denoise" else 0.0)
         text = setup.text(cls.role)
         # commit=False: the same cache view serves every repeat (a context forward's cost is the same either way)
-        return (lambda: runner.forward(x, t, text, frame_offset=cls.prefix, kv=kv,
+        return (lambda: dit.forward(x, t, text, frame_offset=cls.prefix, kv=kv,
                                        want_output=cls.kind == "denoise")), 1
     if cls.kind == "text":
-        runner = getattr(m, cls.role)
+        dit = getattr(m, cls.role)
         emb = g.embeddings.to(setup.dev)
-        return (lambda: runner.encode_text(emb)), 1
+        return (lambda: dit.encode_text(emb)), 1
     if cls.kind == "decode_first":
         z = setup.latents(1).permute(0, 2, 1, 3, 4)
         return (lambda: m.vae.decode_stream(z, None)), 1
@@ -431,11 +431,11 @@ def _count(setup: "_Setup", cls: CallClass) -> tuple[float, tuple[int, ...]]:
 
 def _shallow(meta_models, layers: int):
     """The meta models with each DiT cut to `layers` layers (same widths); VAE and scorer shared."""
-    def cut(runner):
-        cfg = replace(runner.cfg, num_layers=layers)
+    def cut(dit):
+        cfg = replace(dit.cfg, num_layers=layers)
         with torch.device("meta"):
-            net = type(runner.net)(cfg).to(runner.dtype)
-        return type(runner)(net, cfg, dtype=runner.dtype, device=runner.device, key=f"{runner.key}-{layers}")
+            net = type(dit.net)(cfg).to(dit.dtype)
+        return type(dit)(net, cfg, dtype=dit.dtype, device=dit.device, key=f"{dit.key}-{layers}")
     return replace(meta_models, drafter=cut(meta_models.drafter), target=cut(meta_models.target))
 
 

@@ -10,7 +10,7 @@ from .generate import SDVGGenerate
 from .loaders import SDVGLoadDrafter, SDVGLoadImageReward, SDVGLoadTarget
 from .loop import SDVGLoopEnd, SDVGLoopStart
 from .prompts import SDVGLoadPromptEmbeddings, SDVGSavePromptEmbeddings
-from .schedule import SDVGPromptFromBlock, SDVGPromptSchedule
+from .prompt_schedule import SDVGPromptFromBlock, SDVGPromptSchedule
 from .start import SDVGStart
 from .steps import SDVGDecodeBlock, SDVGDraftBlock, SDVGRoute, SDVGScoreBlock
 

@@ -1,7 +1,7 @@
 """SDVG Sampler (AR video): SDVG as a SAMPLER for ComfyUI core's autoregressive video workflow (0.33+: Empty AR Video
 Latent / AR Video I2V, a guider, a scheduler, SamplerCustomAdvanced, VAE Decode). It takes the place of core's Sampler
 AR Video: the guider's MODEL is the target, the drafter and ImageReward come in on this node, and it returns the video
-latent VAE Decode decodes, made block by block with SDVG's routing (the run: nodes/ar_run.py; docs/comfyui.md, "SDVG
+latent VAE Decode decodes, made block by block with SDVG's routing (the run: nodes/ar_sampling.py; docs/comfyui.md, "SDVG
 inside ComfyUI's own AR workflow"). SDVG AR Report gives that run's report to viewer nodes.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ..sdvg_core.engine.policy import DEFAULT_TAU
 from ..sdvg_core.engine.policy_names import TAU_SLIDER, PolicyNameError, parse_policy
 from . import shared_memo
 from .outputs import to_image_batch
-from .ar_run import KEPT_REPORTS, POLICIES, WHAT, AROptions, ar_sampler, check_options, report_of
+from .ar_sampling import KEPT_REPORTS, POLICIES, WHAT, AROptions, ar_sampler, check_options, report_of
 from .surface import CATEGORY, SDVGError, SDVGModel, SDVGReward, sentence
 
 NODE_ID = "SDVGSamplerARVideo"

@@ -1,4 +1,4 @@
-"""Adapting a ComfyUI MODEL (Load Diffusion Model, GGUF and LoRA loaders, TorchCompileModel) to SDVG's DiT runner:
+"""Adapting a ComfyUI MODEL (Load Diffusion Model, GGUF and LoRA loaders, TorchCompileModel) to SDVG's DiT dit:
 recognising a Wan 2.1 text-to-video network, reading its shape, and feeding ComfyUI's layers the dtypes they take."""
 from __future__ import annotations
 
@@ -130,8 +130,8 @@ def host_comfy_model(model: Any, role: str, compile: bool | str = False) -> DiTH
     if compile:  # a compiled model may round differently: its derived data is kept apart (as the file loaders do)
         key += f"|compiled:{DEFAULT_COMPILE_BACKEND if compile is True else compile}"
     view = net if isinstance(getattr(net, "config", None), WanDiTConfig) else comfy_wan_view(net, dtype)
-    runner = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype),
+    dit = HostedWan(view, cfg, model, dtype=dtype, key=key, full_load=False, work_bytes=work_bytes(cfg, dtype),
                        compile=compile)
     info = (f"{role}: ComfyUI MODEL ({type(net).__name__}, dim {cfg.dim}, {cfg.num_layers} layers, weights "
             f"{dtype_name(weight)}, compute {dtype_name(dtype)})" + (", compiled" if compile else ""))
-    return DiTHandle(role, runner, info)
+    return DiTHandle(role, dit, info)

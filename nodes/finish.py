@@ -6,7 +6,7 @@ from comfy_api.latest import io, ui
 
 from . import shared_memo
 from .outputs import finish_outputs, open_video, result_outputs
-from .run import Run
+from .session import Run
 from .surface import CATEGORY, SDVGError, SDVGState, show_text
 from .video_file import save_inputs, saved_video_ui
 

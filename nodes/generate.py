@@ -8,13 +8,13 @@ import torch
 
 from comfy_api.latest import io, ui
 
-from ..sdvg_core.engine.memo import TieredMemo
+from ..sdvg_core.derived.memo import TieredMemo
 from ..sdvg_core.given.request import VIDEO_MODES, VideoToVideo
 from ..sdvg_core.engine.policy import DEFAULT_TAU
 from ..sdvg_core.engine.policy_names import TAU_SLIDER, PolicyNameError, parse_policy
 from . import shared_memo
 from .outputs import BlockProgress, finish_outputs, open_video, result_outputs
-from .run import (AUTO, block_steps, engine_errors, need, node_policy, node_run_id, pixel_input, pixel_inputs,
+from .session import (AUTO, block_steps, engine_errors, need, node_policy, node_run_id, pixel_input, pixel_inputs,
                   prepare_run, run_inputs, start)
 from .surface import CATEGORY, SDVGError, sentence, show_text
 from .video_file import save_inputs

@@ -132,7 +132,7 @@ class RunWan:
         with compiler_off():
             return CausalWan.forward(self.shared, *args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:  # cfg, key, device, dtype, full_load, ... of the shared runner
+    def __getattr__(self, name: str) -> Any:  # cfg, key, device, dtype, full_load, ... of the shared dit
         if "shared" not in self.__dict__:
             raise AttributeError(name)
         return getattr(self.__dict__["shared"], name)
@@ -140,10 +140,10 @@ class RunWan:
 
 @dataclass(frozen=True)
 class DiTHandle:
-    """What a loader node outputs (SDVG_MODEL): the hosted runner and a line saying what was loaded."""
+    """What a loader node outputs (SDVG_MODEL): the hosted dit and a line saying what was loaded."""
 
     role: str  # drafter / target
-    runner: HostedWan | RunWan
+    dit: HostedWan | RunWan
     info: str
     kind: str | None = None  # a drafter's kind (io/drafters.py DRAFTER_KINDS: its own recipe on auto); None: a target
 
@@ -154,12 +154,12 @@ class DiTHandle:
 
     @property
     def key(self) -> str:
-        return self.runner.key
+        return self.dit.key
 
     def for_run(self) -> "DiTHandle":
-        """This model with a runner of its own for one run (its reservation is the run's)."""
-        shared = self.runner.shared if isinstance(self.runner, RunWan) else self.runner
-        return replace(self, runner=RunWan(shared))
+        """This model with a dit of its own for one run (its reservation is the run's)."""
+        shared = self.dit.shared if isinstance(self.dit, RunWan) else self.dit
+        return replace(self, dit=RunWan(shared))
 
 
 # The load-time reservation, until Start knows the recipe and size: Krea at 832x480 (1560 tokens per latent frame,

@@ -192,7 +192,7 @@ class SDVGLoadDrafter(io.ComfyNode):
                 raise SDVGError(f"{what}: lora_name {lora!r} is set but a MODEL is connected; apply the LoRA with "
                                 f"ComfyUI's 'LoraLoaderModelOnly' before the 'model' input, or set lora_name to none")
             handle = host_comfy_model(model, "drafter")
-            return _loaded(DiTHandle(handle.role, handle.runner, f"{handle.info}, kind {kind}", kind))
+            return _loaded(DiTHandle(handle.role, handle.dit, f"{handle.info}, kind {kind}", kind))
         path = resolve_file(DIFFUSION_FOLDER, model_name, what, _kind_source(kind))
         lora_path = None if lora is None else resolve_file(LORA_FOLDER, lora, what, SOURCES["lora"])
         dtype = pick_dtype(weight_dtype, mm.get_torch_device())

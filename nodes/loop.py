@@ -10,7 +10,7 @@ from __future__ import annotations
 from comfy_api.latest import io, ui
 from comfy_execution.graph_utils import GraphBuilder, is_link
 
-from .run import Run
+from .session import Run
 from .surface import CAT_LOOP, SDVGError, SDVGLoop, SDVGState
 
 END_ID = "loop_end"  # id suffix of the next Loop End inside an expansion

@@ -12,7 +12,7 @@ from comfy_api.latest import io
 from ..sdvg_core.engine.engine import Engine, ProgressEvent
 from ..sdvg_core.engine.plot import render_report_plot
 from ..sdvg_core.engine.report import RunReport, build_report, compiled_models
-from .run import Run, current_run_id
+from .session import Run, current_run_id
 from .video_file import PREVIEW_FRAMES, WAN_FPS, StreamingVideo, metadata_of
 
 PREVIEW_SIZE = 512  # longest side of a progress preview (ComfyUI's default max preview resolution)
@@ -106,7 +106,7 @@ def _report(run: Run, wall: float | None, engine: Engine, frames: int) -> RunRep
     return build_report(run.state, run.policy or "-", s.config.recipe_for("target"),
                         engine.plan_for(run.state.spec, "target").num_steps, wall_seconds=wall, meta=meta,
                         run_id=engine.callbacks.run_id or current_run_id(), drafter_recipe=s.config.recipe_for("drafter"),
-                        compiled=compiled_models(s.target.runner, s.drafter.runner if s.drafter else None))
+                        compiled=compiled_models(s.target.dit, s.drafter.dit if s.drafter else None))
 
 
 def finish_outputs(run: Run, wall: float | None, engine: Engine, frames: torch.Tensor | None = None,

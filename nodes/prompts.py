@@ -12,7 +12,7 @@ from ..sdvg_core.io.checkpoint import CheckpointError
 from ..sdvg_core.io.text import load_embeddings, save_embeddings
 from .folders import PROMPTS_FOLDER, SOURCES, check_file, file_list, full_path, prompts_folder, resolve_file
 from .hosted import file_key
-from .run import conditioning_embeddings
+from .session import conditioning_embeddings
 from .surface import CAT_PROMPTS, SDVGError
 
 

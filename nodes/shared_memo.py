@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from ..sdvg_core.engine.heap import trim_heap
-from ..sdvg_core.engine.memo import TieredMemo
+from ..sdvg_core.derived.memo import TieredMemo
 
 LOG = logging.getLogger("SDVG")
 

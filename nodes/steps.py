@@ -6,7 +6,7 @@ from comfy_api.latest import io, ui
 from ..sdvg_core.engine.policy import DEFAULT_TAU
 from ..sdvg_core.engine.policy_names import TAU_SLIDER
 from .outputs import StepProgress, image_output
-from .run import Run, block_steps, engine_errors, need, node_policy
+from .session import Run, block_steps, engine_errors, need, node_policy
 from .surface import CAT_STEPS, SDVGError, SDVGState, show_text
 
 

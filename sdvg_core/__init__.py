@@ -55,8 +55,8 @@ _EXPORTS: dict[str, str] = {
     "PixelInputError": ".given.errors",
     "PIXEL_MODES": ".given.request",
     # memo (shared between engines / runs) and noise (custom noise sources)
-    "Memo": ".engine.memo",
-    "TieredMemo": ".engine.memo",
+    "Memo": ".derived.memo",
+    "TieredMemo": ".derived.memo",
     "BlockNoise": ".engine.noise",
     "block_noise": ".engine.noise",
     "ComfyARNoise": ".engine.noise",
@@ -132,7 +132,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .demo.tiny import TinyModels, tiny_models
     from .engine.config import DEFAULT_MEMO_BYTES, EngineConfig
     from .engine.engine import Callbacks, Engine, ProgressEvent, Scorer, to_image
-    from .engine.memo import Memo, TieredMemo
+    from .derived.memo import Memo, TieredMemo
     from .engine.memory import MemoryRefused, estimate_for_spec
     from .engine.noise import BlockNoise, ComfyARNoise, block_noise
     from .engine.plot import render_report_plot

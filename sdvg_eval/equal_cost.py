@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .config import STRIDE_KIND
+from .summary import ConfigSummary
 
-if TYPE_CHECKING:
-    from .report import ConfigSummary
 
 EQUAL_COST_CURVE = "sdvg"  # the tau curve StrideAR points are compared with (the paper's min-over-frames router)
 

@@ -17,28 +17,13 @@ from pathlib import Path
 from .config import (BASELINE_KINDS, CURVE_KINDS, PLOT_FILE, RUN_FILE, SPEEDUP_BASELINE, STRIDE_KIND, SUMMARY_FILE,
                      UNITS_FILE, parse_config)
 from .equal_cost import equal_cost, equal_cost_lines
+from .summary import ConfigSummary
 from .metrics import IMAGEREWARD_NOTE, ImageRewardMean
 from .records import UNIT_COLUMNS, metric_columns, read_rows
 
 PNG_KEY = "sdvg-points"  # PNG text chunk holding the plotted points
 PLOT_SIZE = (900, 600)  # pixels (PIL path); matplotlib uses the same at 100 dpi
 ACCEPT_ALL = "accept-all"  # the "block 0 from the target, accept the rest" baseline every policy is compared with
-
-
-@dataclass(frozen=True)
-class ConfigSummary:
-    """One table line: means over the config's rows."""
-
-    config: str
-    kind: str
-    value: float | None
-    rows: int
-    metrics: dict[str, float]
-    seconds: float
-    all_fresh: bool  # every row's time was a fresh run's (nothing reused from the shared memo)
-    speedup_measured: float | None
-    speedup_counted: float
-    acceptance: float | None
 
 
 def _mean(xs: list[float]) -> float:

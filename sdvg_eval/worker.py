@@ -16,7 +16,7 @@ import torch
 from sdvg_core.engine.config import DEFAULT_MEMO_BYTES, EngineConfig
 from sdvg_core.engine.engine import Engine
 from sdvg_core.engine.heap import HeapTrimmer
-from sdvg_core.engine.memo import TieredMemo
+from sdvg_core.derived.memo import TieredMemo
 from sdvg_core.engine.report import build_report, compile_backend, recipe_label
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning, PromptSchedule
 from sdvg_core.demo.pixel_args import PixelRequest

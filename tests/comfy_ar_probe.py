@@ -144,10 +144,10 @@ def main() -> dict:
             plan = comfy_ar.sigma_plan(sigmas)
             recipe = comfy_ar.with_plan(SelfForcingRecipe(), plan)
             t, d = nodes.comfy_model.host_comfy_model(target, "target"), nodes.comfy_model.host_comfy_model(drafter, "drafter")
-            spec = comfy_ar.StartLatentSpec(PromptConditioning.make(prompt, fit_text_len(emb, t.runner.cfg.text_len)),
+            spec = comfy_ar.StartLatentSpec(PromptConditioning.make(prompt, fit_text_len(emb, t.dit.cfg.text_len)),
                                             W, H, 3, SEED)
             video = noise.generate_noise(latent).float()
-            engine = Engine(t.runner, nodes.hosted.host_vae(vae), d.runner, scorer, EngineConfig(recipe=recipe),
+            engine = Engine(t.dit, nodes.hosted.host_vae(vae), d.dit, scorer, EngineConfig(recipe=recipe),
                             noise_fn=ComfyARNoise(num_renoise=plan.num_renoise, video=video))
             state = comfy_ar.generate(engine, spec, policy)
             want = target.model.process_latent_out(comfy_ar.video_latents(state)).float()

@@ -100,12 +100,12 @@ with torch.inference_mode():
         net = make(dtype)
         cfg = comfy_model.wan_config_from_module(net)
         view = comfy_model.comfy_wan_view(net, dtype)  # as host_comfy_model runs a ComfyUI MODEL
-        runner = wan.CausalWan(view, cfg, dtype=dtype, device=dev, **extra)
-        text = runner.encode_text(ctx)
+        dit = wan.CausalWan(view, cfg, dtype=dtype, device=dev, **extra)
+        text = dit.encode_text(ctx)
         t = torch.full((1, 3), T_STEP)
 
         def ours():
-            return runner.forward(x, t, text).flow.float()
+            return dit.forward(x, t, text).flow.float()
 
         def theirs():
             return net(x.permute(0, 2, 1, 3, 4).to(dtype), torch.tensor([T_STEP], device=dev),
@@ -138,7 +138,7 @@ with torch.inference_mode():
             for key in keys[r % len(keys):] + keys[:r % len(keys)]:
                 results[key], s = best(variants[key], 1)
                 times[key].append(s)
-            _, s = best(lambda: runner.encode_text(ctx), 1)  # once per prompt in the pack; every call in ComfyUI's
+            _, s = best(lambda: dit.encode_text(ctx), 1)  # once per prompt in the pack; every call in ComfyUI's
             t_text.append(s)
         a_out, b_out = results["pack"], results["comfy"]
         out[f"{name}_max_diff"] = float((a_out - b_out).abs().max())
@@ -156,5 +156,5 @@ with torch.inference_mode():
             out[f"{name}_compiled_vs_pack"] = min(times["pack_compiled"]) / min(times["pack"])
             out[f"{name}_seconds"] = times
             del compiled_runner, compiled_text, comfy_compiled
-        del net, runner, text
+        del net, dit, text
 print(json.dumps(out))

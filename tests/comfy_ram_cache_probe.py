@@ -37,7 +37,7 @@ def main(comfy_dir: str, repo: str) -> dict:
     import execution
 
     comfy_probe_env.import_pack(repo)
-    from sdvg_pack.nodes.run import Run
+    from sdvg_pack.nodes.session import Run
     from sdvg_pack.sdvg_core.engine.prompts import PromptConditioning
     from sdvg_pack.sdvg_core.engine.state import GenerationSpec, GenerationState, PendingBlock
 

@@ -23,7 +23,7 @@ import comfy.ops  # noqa: E402
 pack = comfy_probe_env.import_pack(REPO)
 comfy_model = pack.nodes.comfy_model
 wan = importlib.import_module("sdvg_pack.sdvg_core.models.wan")
-schedule = importlib.import_module("sdvg_pack.sdvg_core.engine.schedule")
+schedule = importlib.import_module("sdvg_pack.sdvg_core.sampling.timesteps")
 
 
 # Several heads (head_dim 32), so a head-ordering mismatch with ComfyUI's attention shows; text width as umT5's.
@@ -41,12 +41,12 @@ def make(dtype, ops):
 
 def causal(net, dtype, x, ctx, view=True, kv=True):
     cfg = comfy_model.wan_config_from_module(net)
-    runner = wan.CausalWan(comfy_model.comfy_wan_view(net, dtype) if view else net, cfg, dtype=dtype, device="cpu")
+    dit = wan.CausalWan(comfy_model.comfy_wan_view(net, dtype) if view else net, cfg, dtype=dtype, device="cpu")
     assert cfg.num_heads == PROBE_SIZES["num_heads"], cfg  # the pack reads the head count off ComfyUI's model
     tpf = cfg.tokens_per_frame(x.shape[-2], x.shape[-1])
     cache = wan.KVCache.empty(cfg, batch=1, window_frames=x.shape[1], tokens_per_frame=tpf, device="cpu",
                               dtype=dtype) if kv else None
-    return runner.forward(x, schedule.timestep_tensor(937.5, 1, 3), runner.encode_text(ctx), kv=cache).flow.float()
+    return dit.forward(x, schedule.timestep_tensor(937.5, 1, 3), dit.encode_text(ctx), kv=cache).flow.float()
 
 
 out = {}

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from sdvg_core import CausalWan, WanDiTConfig, WanVAE, WanVAEConfig
-from sdvg_core.engine.schedule import (FlowMatchSchedule, StepPlan, add_noise, flow_to_x0, krea_strength_plan,
+from sdvg_core.sampling.timesteps import (FlowMatchSchedule, StepPlan, add_noise, flow_to_x0, krea_strength_plan,
                                        noise_input, self_forcing_plan)
 from sdvg_core.given.encode import encode_clip, encode_start_frame, start_frame_repeats
 from sdvg_core.given.fit import to_vae_range

@@ -74,7 +74,7 @@ def test_the_cli_takes_cores_noise_rule():
 
     engine, spec, _, _ = _build(parse_args(["--noise", "comfy_ar", "--blocks", "1"]), real=False)
     assert isinstance(engine.noise.fn, ComfyARNoise) and engine.noise.fn.first_frame == 0
-    assert engine.memo_keys is not None and parse_args([]).noise == "seeded"
+    assert engine.keys is not None and parse_args([]).noise == "seeded"
     assert _build(parse_args(["--blocks", "1"]), real=False)[0].noise.fn is None
     with pytest.raises(SystemExit):
         parse_args(["--noise", "other"])
@@ -227,10 +227,10 @@ def engine_run(pack, ex, prompt, policy, start_latents=None):
     gen = torch.Generator().manual_seed(SEED)
     video = torch.randn(latent.shape, generator=gen)
     emb = ex.values["text"][0][0][0]
-    spec = comfy_ar.StartLatentSpec(PromptConditioning.make(PROMPT, fit_text_len(emb, target.runner.cfg.text_len)),
+    spec = comfy_ar.StartLatentSpec(PromptConditioning.make(PROMPT, fit_text_len(emb, target.dit.cfg.text_len)),
                                     SIZE["width"], SIZE["height"], (latent.shape[2] - g) // 3, SEED,
                                     start_digest="" if start_latents is None else comfy_ar.latent_digest(start_latents))
-    engine = Engine(target.runner, vae, drafter.runner, ex.values["reward"][0], EngineConfig(recipe=recipe),
+    engine = Engine(target.dit, vae, drafter.dit, ex.values["reward"][0], EngineConfig(recipe=recipe),
                     noise_fn=ComfyARNoise(num_renoise=plan.num_renoise, first_frame=g, video=video))
     state = comfy_ar.generate(engine, spec, policy, start_latents)
     return pack.core_nodes.latent_out(comfy_ar.video_latents(state, start_latents)), state
@@ -271,9 +271,9 @@ def test_the_first_step_starts_from_the_noise_core_hands_the_sampler(env):
     plan = sigma_plan(torch.tensor([float(v) for v in sigmas.split(",")]))
     target = pack.nodes.comfy_model.host_comfy_model(ex.values["target"][0], "target")
     video = torch.randn(1, 16, 3, 6, 8, generator=torch.Generator().manual_seed(SEED)) * plan.sigmas[0]
-    emb = fit_text_len(ex.values["text"][0][0][0], target.runner.cfg.text_len)
+    emb = fit_text_len(ex.values["text"][0][0][0], target.dit.cfg.text_len)
     spec = StartLatentSpec(PromptConditioning.make(PROMPT, emb), SIZE["width"], SIZE["height"], 1, SEED)
-    engine = Engine(target.runner, pack.nodes.hosted.host_vae(ex.values["vae"][0]),
+    engine = Engine(target.dit, pack.nodes.hosted.host_vae(ex.values["vae"][0]),
                     config=EngineConfig(recipe=with_plan(SelfForcingRecipe(), plan)),
                     noise_fn=ComfyARNoise(num_renoise=plan.num_renoise, video=video))
     want = pack.core_nodes.latent_out(video_latents(generate(engine, spec, TargetOnly())))
@@ -458,7 +458,7 @@ def test_a_guider_with_classifier_free_guidance_is_refused(env):
     from types import SimpleNamespace
 
     pack, _, _ = env
-    ar = pack.nodes.ar_run
+    ar = pack.nodes.ar_sampling
     cond = {"cross_attn": torch.zeros(1, 4, 32)}
     guider = SimpleNamespace(inner_model=None, cfg=5.0, conds={"positive": [cond], "negative": [cond]})
     r = ar.ARRun(None, SimpleNamespace(inner_model=guider), torch.zeros(1, 16, 3, 6, 8), torch.tensor([1.0, 0.0]), {},

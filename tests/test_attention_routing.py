@@ -56,7 +56,7 @@ def test_a_masked_call_reaches_the_kernels_mask_or_stays_on_sdpa(host, name):
     from sdvg_core.models.wan import CausalWan, KVCache, build_random
     from sdvg_core.models.wan_config import PRESETS
     from sdvg_core.models.wan_numerics import takes_mask
-    from sdvg_core.engine.schedule import timestep_tensor
+    from sdvg_core.sampling.timesteps import timestep_tensor
 
     attn, mod = host
     calls, masks = [], []

@@ -228,9 +228,9 @@ def _session(pack, recipe: str):
     engine = importlib.import_module(pack.__name__ + ".sdvg_core.engine.engine")
     recipes = importlib.import_module(pack.__name__ + ".sdvg_core.engine.recipes")
     cfg = PRESETS["tiny-target"]
-    runner = n.hosted.host_file_dit(tiny.build_random(cfg, seed=0), cfg, torch.float32, "k-target")
+    dit = n.hosted.host_file_dit(tiny.build_random(cfg, seed=0), cfg, torch.float32, "k-target")
     vae = n.hosted.HostedVAE(tiny.random_vae(1), "k-vae")
-    return n.run.Session(n.hosted.DiTHandle("target", runner, ""), None, vae, None,
+    return n.run.Session(n.hosted.DiTHandle("target", dit, ""), None, vae, None,
                         engine.EngineConfig(recipe=recipes.recipe_by_name(recipe)))
 
 
@@ -244,7 +244,7 @@ def test_start_sizes_the_reservation_from_the_recipe_and_refuses_what_cannot_fit
     krea, sf = _session(pack, "krea"), _session(pack, "self_forcing")
     krea.reserve(spec)
     sf.reserve(spec)
-    k, s = krea.target.runner.work_bytes, sf.target.runner.work_bytes
+    k, s = krea.target.dit.work_bytes, sf.target.dit.work_bytes
     cfg, tpf = PRESETS["tiny-target"], (64 // 16) * (96 // 16)  # 24 tokens per latent frame at 96x64
     # Self-Forcing's window is the whole video (9 blocks = 27 latent frames), Krea's 6 (context rebuilt 3 at a time)
     assert s == memory.dit_memory(cfg, torch.float32, tokens_per_frame=tpf, window_frames=27, frames_per_block=3).step
@@ -263,8 +263,8 @@ def test_sdvg_own_model_swaps_keep_the_memo_caches(fake_pack):
     memo.put(("kv", "run"), _big_entry())
     _sdvg_load(pack)
     mm.FAKE_FREE_BYTES = 0  # no room at all: an outside load would reclaim the caches
-    runner = pack.nodes.hosted.host_file_dit(build_random(PRESETS["tiny"], seed=0), PRESETS["tiny"], torch.float32, "k")
-    runner.ensure_loaded()
+    dit = pack.nodes.hosted.host_file_dit(build_random(PRESETS["tiny"], seed=0), PRESETS["tiny"], torch.float32, "k")
+    dit.ensure_loaded()
     assert memo.large.bytes > 0 and pack.nodes.comfy_memory.registered()
 
 
@@ -290,9 +290,9 @@ def test_comfy_attention_is_injected_only_for_a_dedicated_kernel(fake_pack, monk
     mod.optimized_attention = attention_sage
     assert attn.host_attention() is attn.comfy_attention
     cfg = PRESETS["tiny"]
-    runner = hosted.host_file_dit(build_random(cfg, seed=0), cfg, torch.float32, "k")
-    text = runner.encode_text(torch.randn(1, 8, cfg.text_dim))
-    runner.forward(torch.randn(1, 3, cfg.in_dim, 4, 6), torch.full((1, 3), 700.0), text)
+    dit = hosted.host_file_dit(build_random(cfg, seed=0), cfg, torch.float32, "k")
+    text = dit.encode_text(torch.randn(1, 8, cfg.text_dim))
+    dit.forward(torch.randn(1, 3, cfg.in_dim, 4, 6), torch.full((1, 3), 700.0), text)
     assert calls == [(cfg.num_heads, True, None)] * (2 * cfg.num_layers)
 
     def attention_sub_quad(*a, **k):

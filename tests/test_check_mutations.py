@@ -33,7 +33,7 @@ def test_a_stale_mutation_fails_the_script_before_any_test(cm, monkeypatch, caps
     twice = cm.Mutation("Z3", cm.POLICY, "text that is in the file more than once", "return", "pass")
     assert [s.split(":")[0] for s in cm.stale([gone, moved, twice], REPO)] == ["Z1", "Z2", "Z3"]
     monkeypatch.setattr(cm, "MUTATIONS", cm.MUTATIONS + [gone])
-    assert cm.main(["--anchors-only"]) == 1 and "stale: Z1: sdvg_core/demo/run.py" in capsys.readouterr().out
+    assert cm.main(["--anchors-only"]) == 1 and "stale: Z1: sdvg_core/demo/to_file.py" in capsys.readouterr().out
     monkeypatch.setattr(cm, "run_tests", lambda *a: pytest.fail("a test ran for a stale mutation"))
     assert cm.main(["--only", "Z1", "P1"]) == 1
     assert "Z1" in capsys.readouterr().err

@@ -360,14 +360,14 @@ def test_fixture_t2v_checkpoint_passes(fixtures_dir):
 
 
 def test_shapes_come_from_the_one_reader_without_reading_tensor_bytes(tmp_path, monkeypatch):
-    """`read_shapes` (io/state_file.py) gives every tensor's shape of a .safetensors header and of a memory-mapped torch
+    """`read_shapes` (io/tensor_file.py) gives every tensor's shape of a .safetensors header and of a memory-mapped torch
     zip archive, unwrapped as read_state_dict unwraps; prompt_width.py has no file reader of its own."""
     import ast
 
     import safetensors
 
     from sdvg_core.io import prompt_width
-    from sdvg_core.io.state_file import read_shapes
+    from sdvg_core.io.tensor_file import read_shapes
 
     sd = {"model.text_embedding.0.weight": torch.zeros(6, 5), "b": torch.zeros(3)}
     save_file(sd, str(tmp_path / "a.safetensors"))

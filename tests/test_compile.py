@@ -14,7 +14,7 @@ from sdvg_core import (CausalWan, Engine, EngineConfig, FixedPattern, Generation
                        PixelInput, PromptConditioning, SelfForcingRecipe, tiny_models)
 from sdvg_core.demo.tiny import DEMO_PROMPT
 from sdvg_core.engine.prompts import PromptSchedule
-from sdvg_core.engine.schedule import timestep_tensor
+from sdvg_core.sampling.timesteps import timestep_tensor
 from sdvg_core.io.text import demo_embeddings
 from sdvg_core.models.kv_cache import attention_span
 from sdvg_core.models.wan import KVCache, attention, build_random, wan_block
@@ -118,8 +118,8 @@ def _compiled(m, backend: str):
 def _graphs_per_role(engine: Engine) -> dict[str, int]:
     """Wrap each role's forward: the graphs torch compiled during that role's calls (its own counter)."""
     made = {"drafter": 0, "target": 0}
-    for role, runner in (("drafter", engine.drafter), ("target", engine.target)):
-        forward = runner.forward
+    for role, dit in (("drafter", engine.drafter), ("target", engine.target)):
+        forward = dit.forward
 
         def counted(*a, _f=forward, _role=role, **kw):
             before = counters["stats"]["unique_graphs"]
@@ -127,7 +127,7 @@ def _graphs_per_role(engine: Engine) -> dict[str, int]:
                 return _f(*a, **kw)
             finally:
                 made[_role] += counters["stats"]["unique_graphs"] - before
-        runner.forward = counted
+        dit.forward = counted
     return made
 
 
@@ -135,7 +135,7 @@ def _graphs_per_role(engine: Engine) -> dict[str, int]:
 def test_one_graph_per_call_shape_serves_every_layer_and_block(models, name):
     """Each recipe, both roles, a prompt switch, given pixels (a start image; Krea: a start image repeated into its
     context): the compiled run equals the eager one, makes no graph break and compiles exactly one graph per
-    distinct call shape the runners made (kv_cache.attention_span), whatever the layers and blocks; more blocks of
+    distinct call shape the dits made (kv_cache.attention_span), whatever the layers and blocks; more blocks of
     a windowed cache add none."""
     recipe = RECIPES[name]
     pattern = (False, True, False, True, False, True, False)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BACKEND = "eager"
 
 
-def test_backend_of_a_runner_and_the_report_line():
+def test_backend_of_a_dit_and_the_report_line():
     cfg = PRESETS["tiny-drafter"]
     net = build_random(cfg, seed=1)
     assert compile_backend(CausalWan(net, cfg)) is None
@@ -41,11 +41,11 @@ def test_a_compiled_model_that_made_no_forward_is_not_reported(tmp_path):
     spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, demo_embeddings(DEMO_PROMPT, 32)), 48, 32, 2, 1)
     engine = Engine(m.target, m.vae, m.drafter, None)
     state = engine.generate(spec, TargetOnly())
-    rep = build_report(state, "t", engine.recipe, engine.plan.num_steps,
+    rep = build_report(state, "t", engine.recipe, engine.recipe.plan.num_steps,
                        compiled={"target": "inductor", "drafter": "inductor"})
     assert rep.compiled is True and rep.compiled_models == {"target": "inductor"}
     assert json.loads(rep.to_json())["compiled"] is True and "compiled: target (inductor)" in rep.table()
-    plain = build_report(state, "t", engine.recipe, engine.plan.num_steps)
+    plain = build_report(state, "t", engine.recipe, engine.recipe.plan.num_steps)
     assert plain.compiled is False and json.loads(plain.to_json())["compiled"] is False
 
 

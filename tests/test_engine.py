@@ -124,7 +124,7 @@ def test_krea_recipe_matches_reference(fixtures_dir):
         matched += 1
     worst["output_latents"] = (_latents(state) - T["output_latents"]).abs().max().item()
     # every reference tensor of a model call, rebuild, anchor and cache was traced and compared
-    n, layers, steps = spec.num_blocks, engine.target.cfg.num_layers, engine.plan.num_steps
+    n, layers, steps = spec.num_blocks, engine.target.cfg.num_layers, engine.recipe.plan.num_steps
     anchors = sum(1 for k in T if k.endswith("/anchor/latent"))
     assert matched == n * steps * 3 + (n - 1) + 2 * anchors + (n - 1) * layers * 2 + n * layers * 2
     print(f"\n[parity krea_recipe_tiny] {matched} tensors; " + ", ".join(f"{k} {v:.2e}" for k, v in sorted(worst.items())))
@@ -143,7 +143,7 @@ def test_self_forcing_recipe_matches_reference(fixtures_dir):
     d = (_latents(state) - T["output_latents"]).abs().max().item()
     print(f"\n[parity causal_wan_tiny via engine] output_latents {d:.2e}")
     assert d <= TOL
-    steps = engine.plan.num_steps  # commits are lazy: one per block before the next, none after the last
+    steps = engine.recipe.plan.num_steps  # commits are lazy: one per block before the next, none after the last
     assert [b.work["target_forwards"] for b in state.blocks] == [steps] + [steps + 1] * (spec.num_blocks - 1)
 
 
@@ -221,7 +221,7 @@ def test_rerun_with_new_tau_reuses_prefix_and_equals_fresh_run(models, recipe):
         assert second.blocks[k + 1].work["drafter_forwards"] > 0
     assert first.blocks[k].decision == "accepted"
     # the report still counts what the video costs in a fresh run, and says what this run recomputed
-    steps = e.plan.num_steps
+    steps = e.recipe.plan.num_steps
     rep2, rep_fresh = build_report(second, "", e.recipe, steps), build_report(fresh, "", e.recipe, steps)
     assert (rep2.drafter_forwards, rep2.target_forwards) == (rep_fresh.drafter_forwards, rep_fresh.target_forwards)
     assert [b.cost for b in second.blocks] == [b.cost for b in fresh.blocks]
@@ -251,7 +251,7 @@ def test_lazy_saves_work_and_is_bit_identical_to_reference_mode(models):
     ref = ref_e.generate(_spec(), pol)
     assert torch.equal(_latents(lazy), _latents(ref))
     assert torch.equal(lazy_e.frames(lazy), ref_e.frames(ref))
-    steps = lazy_e.plan.num_steps
+    steps = lazy_e.recipe.plan.num_steps
     rl, rr = build_report(lazy, "", lazy_e.recipe, steps), build_report(ref, "", ref_e.recipe, steps)
     rejected = [r.producer == "target" for r in ref.blocks]
     assert (rr.drafter_forwards, rr.target_forwards) == reference_forwards(KreaRecipe(), rejected, steps)
@@ -329,7 +329,7 @@ def test_interrupt_leaves_no_partial_block_and_the_rerun_recomputes_exactly_it(m
     next run, block k is computed again in full, and the video equals an uninterrupted run bit for bit."""
     k, cancel_after_step = 2, 2
     e = _engine(models, recipe)
-    steps = e.plan.num_steps
+    steps = e.recipe.plan.num_steps
 
     class Cancelled(Exception):
         pass
@@ -363,7 +363,7 @@ def test_interrupt_leaves_no_partial_block_and_the_rerun_recomputes_exactly_it(m
 def test_report_json_and_acceptance(models):
     e = _engine(models)
     s = e.generate(_spec(), FixedPattern((False, True, True, False)))
-    r = build_report(s, "pattern", e.recipe, e.plan.num_steps)
+    r = build_report(s, "pattern", e.recipe, e.recipe.plan.num_steps)
     assert r.acceptance_blocks_1_to_n == pytest.approx(2 / 3) and r.acceptance_all_blocks == pytest.approx(0.5)
     import json
 
@@ -456,7 +456,7 @@ def test_a_new_recipe_is_one_class(models):
     """A recipe with its own context rule (here: no context at all, every block starts fresh) plugs in as is."""
     from dataclasses import dataclass
 
-    from sdvg_core.engine.schedule import self_forcing_plan
+    from sdvg_core.sampling.timesteps import self_forcing_plan
 
     @dataclass(frozen=True)
     class NoContext:
@@ -484,12 +484,12 @@ def test_a_new_recipe_is_one_class(models):
         def context_forwards(self, num_blocks, switches=0):
             return 0
 
-        def context(self, host, role, runner, state, b, tally):
-            return host.empty_kv(runner, state.spec, state.spec.frames_per_block), 0
+        def context(self, host, role, dit, state, b, tally):
+            return host.empty_kv(dit, state.spec, state.spec.frames_per_block), 0
 
     e = _engine(models, NoContext())
     s = e.generate(_spec(), TargetOnly())
-    steps = e.plan.num_steps
+    steps = e.recipe.plan.num_steps
     assert [r.work["target_forwards"] for r in s.blocks] == [steps] * BLOCKS  # no context forwards
     # with no context, every block is the same function of its own noise: block b equals a 1-block run's block 0
     one = _engine(models, NoContext()).generate(_spec(blocks=1), TargetOnly())

@@ -43,7 +43,7 @@ def test_real_rope_matches_complex128_rope():
 def test_fast_rope_matches_fixture_as_exact_rope():
     """Both RoPE paths stay within the fixtures' bound of the Self-Forcing reference on a cached 3-block run."""
     from conftest import require_shared
-    from sdvg_core.engine.schedule import self_forcing_plan, timestep_tensor
+    from sdvg_core.sampling.timesteps import self_forcing_plan, timestep_tensor
 
     d = require_shared("fixtures") / "causal_wan_tiny"
     w = load_file(d / "weights.safetensors")
@@ -129,7 +129,7 @@ def test_block_mask_path_still_masks(exact):
 def test_timestep_sinusoids_are_made_once_per_timestep_tensor():
     """The recipes' timesteps come from `timestep_tensor` (one shared tensor per value and shape): one device sinusoid
     each, reused by later calls with neither a host-to-device copy nor a read of the timestep's value."""
-    from sdvg_core.engine.schedule import timestep_tensor
+    from sdvg_core.sampling.timesteps import timestep_tensor
 
     cfg, net, ctx, x = _setup()
     run = CausalWan(net, cfg)

@@ -1,21 +1,25 @@
-"""Layering of sdvg_core: models/ is the bottom layer. It never imports io/, engine/ or demo/ (io/ reads files
-into models, so an import the other way is a cycle); io/ sits on it and imports nothing but models/ (files in, never
-the engine, the given pixels or the command line: those import io/); and no two modules of sdvg_core import each other,
-directly or around a circle. Checked on the source with ast, imports inside functions and under TYPE_CHECKING too."""
+"""Layering of sdvg_core, bottom up: models/ (the networks) imports nothing of sdvg_core; io/ (files in) only models/;
+derived/ (the memo, its keys, the account of work, digests) nothing; sampling/ (timesteps, the denoising loop) only
+models/; given/ (a run's given pixels) only those four, never the engine; the engine, the command line and the live
+loop sit above. No two modules import each other, directly or around a circle, in sdvg_core, sdvg_eval or nodes.
+Checked on the source with ast, imports inside functions and under TYPE_CHECKING too."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = "sdvg_core"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 BOTTOM = "models"  # may import only itself (plus the standard library and third-party packages)
 # each lower layer and the sdvg_core packages it may import (itself, and the layers under it)
-LAYERS = {BOTTOM: (BOTTOM,), "io": ("io", BOTTOM)}
+LAYERS = {BOTTOM: (BOTTOM,), "io": ("io", BOTTOM), "derived": ("derived",), "sampling": ("sampling", BOTTOM),
+          "given": ("given", BOTTOM, "io", "derived", "sampling")}
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -49,7 +53,7 @@ def layer_violations(source: str, module: str, is_package: bool = False, allowed
 
 def _layer_problems(layer: str) -> list[str]:
     files = sorted((ROOT / layer).rglob("*.py"))
-    assert len(files) >= 5, f"{layer}/ not found under {ROOT}"
+    assert len(files) >= 3, f"{layer}/ not found under {ROOT}"
     return [v for f in files for v in layer_violations(f.read_text(), _module_name(f), f.name == "__init__.py",
                                                        LAYERS[layer])]
 
@@ -81,9 +85,19 @@ def test_the_check_sees_every_import_form():
         assert not layer_violations(fine, mod), fine
 
 
-def import_graph() -> dict[str, set[str]]:
-    """sdvg_core module -> the sdvg_core modules it imports (a `from package import name` counts as the package)."""
-    files = {_module_name(f): f for f in sorted(ROOT.rglob("*.py"))}
+def test_derived_sampling_and_given_sit_below_the_engine():
+    """given/ depends on the engine's lower layers, never on the engine (the engine imports given/, one way only)."""
+    for layer in ("derived", "sampling", "given"):
+        problems = _layer_problems(layer)
+        assert not problems, f"{layer}/ may import only {LAYERS[layer]}:\n" + "\n".join(problems)
+    given = f"{PACKAGE}.given.pixels"
+    assert layer_violations("from ..engine.memo import Memoiser", given, allowed=LAYERS["given"])
+    assert not layer_violations("from ..derived.memo import Memoiser", given, allowed=LAYERS["given"])
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the modules of the same package it imports (a `from package import name` counts as the package)."""
+    files = {_module_name(f, root): f for f in sorted(root.rglob("*.py"))}
     graph: dict[str, set[str]] = {}
     for name, f in files.items():
         deps = set()
@@ -121,13 +135,20 @@ def test_no_import_circles_in_sdvg_core():
     assert circles(graph) == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles(graph))
 
 
+@pytest.mark.parametrize("package", ["sdvg_eval", "nodes"])
+def test_no_import_circles_in_the_evaluation_or_the_nodes(package):
+    graph = import_graph(ROOT.parent / package)
+    assert len(graph) >= 8
+    assert circles(graph) == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles(graph))
+
+
 def test_the_circle_check_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
 
 
 # the modules that take given pixels from a person: the command lines' flags and rows, the nodes' inputs
-PIXEL_CALLERS = ("sdvg_core/demo/pixel_args.py", "sdvg_eval/prompts.py", "sdvg_eval/eval.py", "nodes/run.py",
+PIXEL_CALLERS = ("sdvg_core/demo/pixel_args.py", "sdvg_eval/prompts.py", "sdvg_eval/eval.py", "nodes/session.py",
                  "nodes/start.py", "nodes/generate.py")
 
 

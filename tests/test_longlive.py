@@ -18,8 +18,8 @@ from sdvg_core.demo.tiny import random_vae
 from sdvg_core import (BlockNoise, CausalWan, Engine, EngineConfig, GenerationSpec, LongLiveRecipe,
                        PromptConditioning, PromptSchedule, recipe_by_name, SelfForcingRecipe, TargetOnly, WanDiTConfig,
                        WanVAE, WanVAEConfig)
-from sdvg_core.engine.schedule import FlowMatchSchedule, add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
-from sdvg_core.engine.tally import Tally
+from sdvg_core.sampling.timesteps import FlowMatchSchedule, add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
+from sdvg_core.derived.tally import Tally
 from sdvg_core.models.kv_cache import KVCopyStats, KVWrite
 from sdvg_core.models.wan import KVCache, WanDiT, build_random
 from sdvg_core.models.wan_config import PRESETS
@@ -151,8 +151,8 @@ def _fixture_engine(ll: LongLiveFixture, recipe, tracer=None) -> Engine:
 
     vae = WanVAE.from_state_dict(ll.vae_weights, config=ll.vae_cfg)
     vae.key = "fixture-vae"
-    runner = RecordingWan(ll.net, ll.cfg, key="longlive-tiny-dit")
-    return Engine(runner, vae, config=EngineConfig(recipe=recipe), noise_fn=noise, tracer=tracer, kv_copies=KVCopyStats())
+    dit = RecordingWan(ll.net, ll.cfg, key="longlive-tiny-dit")
+    return Engine(dit, vae, config=EngineConfig(recipe=recipe), noise_fn=noise, tracer=tracer, kv_copies=KVCopyStats())
 
 
 def _fixture_spec(ll: LongLiveFixture, run: str) -> GenerationSpec:
@@ -365,17 +365,17 @@ def test_append_cache_recipes_match_slow_reference(case):
     noises = [BlockNoise(torch.randn(shape, generator=gen), torch.randn((3, *shape), generator=gen))
               for _ in range(blocks)]
     traced: dict[str, torch.Tensor] = {}
-    runner = CausalWan(net, cfg, key=f"dit-{cfg_name}")
+    dit = CausalWan(net, cfg, key=f"dit-{cfg_name}")
     copies = KVCopyStats()
-    engine = Engine(runner, random_vae(0), config=EngineConfig(recipe=recipe), noise_fn=lambda spec, b: noises[b],
+    engine = Engine(dit, random_vae(0), config=EngineConfig(recipe=recipe), noise_fn=lambda spec, b: noises[b],
                     tracer=lambda n, t: traced.__setitem__(n, t.detach().clone()), kv_copies=copies)
     state = engine.generate(spec, TargetOnly())
-    final = recipe.context(engine.services, "target", runner, state, blocks, Tally())[0]  # commits the last block
+    final = recipe.context(engine.services, "target", dit, state, blocks, Tally())[0]  # commits the last block
     assert copies.forks == 0
 
     window, sink, rope = recipe.cache_layout(spec)
     prompt_of = [spec.segment_of(b) for b in range(blocks)]
-    texts = [runner.encode_text(p.embeddings) for p in prompts]
+    texts = [dit.encode_text(p.embeddings) for p in prompts]
     ref_x0, ref_video, ref_sink, ref_win, ref_kv = slow_reference(
         CausalWan(net, cfg), texts, noises, F, cfg.tokens_per_frame(h, w), window, sink, rope,
         recipe.rule().keep_sink, prompt_of)
@@ -401,12 +401,12 @@ def test_append_cache_recipes_match_slow_reference(case):
 
 def _tiny_engine(recipe, blocks: int, seed: int = 0):
     cfg = PRESETS["tiny"]
-    runner = CausalWan(build_random(cfg, seed=seed), cfg, key=f"tiny-dit-{seed}")
+    dit = CausalWan(build_random(cfg, seed=seed), cfg, key=f"tiny-dit-{seed}")
     emb = torch.randn(1, 7, cfg.text_dim, generator=torch.Generator().manual_seed(seed))
     spec = GenerationSpec(PromptConditioning.make("a long video", emb), 48, 32, blocks, seed=seed)
     vae = random_vae(seed)
     FreeDecodeVAE.install(vae)  # these tests measure the DiT's cache; decoding 400 blocks would take most of their time
-    return Engine(runner, vae, config=EngineConfig(recipe=recipe), kv_copies=KVCopyStats()), spec
+    return Engine(dit, vae, config=EngineConfig(recipe=recipe), kv_copies=KVCopyStats()), spec
 
 
 def _record_writes(monkeypatch) -> list[tuple[int, int, int, int]]:
@@ -434,7 +434,7 @@ def test_400_blocks_flat_cost_and_rope_past_the_table(monkeypatch):
     writes = _record_writes(monkeypatch)
     copies = engine.services.kv_copies
     state = engine.generate(spec, TargetOnly())
-    F, steps = spec.frames_per_block, engine.plan.num_steps
+    F, steps = spec.frames_per_block, engine.recipe.plan.num_steps
     assert len(state.blocks) == blocks and torch.isfinite(state.committed_latents()).all()
     assert spec.num_latent_frames - 1 >= 1024 + F  # the last blocks' positions are past Wan's table
     assert engine.target.rope.rows >= spec.num_latent_frames  # grown, not capped

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from sdvg_core import Memo, TieredMemo
-from sdvg_core.engine.memo import Hold
+from sdvg_core.derived.memo import Hold
 
 
 def test_big_entries_do_not_evict_small_ones():
@@ -71,30 +71,30 @@ def _forwards(n: int):
 
 
 def test_a_reused_entry_is_credited_once_per_operation():
-    from sdvg_core.engine.memo import Memoiser
-    from sdvg_core.engine.tally import Tally
+    from sdvg_core.derived.memo import Memoiser
+    from sdvg_core.derived.tally import Tally
 
-    memos = Memoiser(Memo(1 << 20))
+    memoiser = Memoiser(Memo(1 << 20))
     first = Tally(run_id="a")
-    assert memos.memoised("k", "block", first, _forwards(2)) == "2 forwards"
+    assert memoiser.memoised("k", "block", first, _forwards(2)) == "2 forwards"
     assert (first.work["target_forwards"], first.cost["target_forwards"], first.reused) == (2, 2, [])
     again = Tally(run_id="a")
     for _ in range(2):  # the same operation looks it up twice: computed 0, costs 2 in a fresh run, reused twice
-        assert memos.memoised("k", "block", again, _forwards(99)) == "2 forwards"
+        assert memoiser.memoised("k", "block", again, _forwards(99)) == "2 forwards"
     assert (again.work["target_forwards"], again.cost["target_forwards"]) == (0, 2)
     assert again.reused == ["block", "block"] and again.carried == []  # the same execution computed it
     later = Tally(run_id="b")
-    memos.memoised("k", "block", later, _forwards(99))
+    memoiser.memoised("k", "block", later, _forwards(99))
     assert later.cost["target_forwards"] == 2 and later.carried == ["block"]  # another operation, another run
 
 
 def test_a_result_the_operation_computed_is_not_credited_again():
-    from sdvg_core.engine.memo import Memoiser
-    from sdvg_core.engine.tally import Tally
+    from sdvg_core.derived.memo import Memoiser
+    from sdvg_core.derived.tally import Tally
 
-    memos, op = Memoiser(Memo(1 << 20)), Tally(run_id="a")
-    memos.memoised("k", "block", op, _forwards(3))
-    memos.memoised("k", "block", op, _forwards(3))
+    memoiser, op = Memoiser(Memo(1 << 20)), Tally(run_id="a")
+    memoiser.memoised("k", "block", op, _forwards(3))
+    memoiser.memoised("k", "block", op, _forwards(3))
     assert (op.work["target_forwards"], op.cost["target_forwards"], op.reused) == (3, 3, ["block"])
 
 
@@ -107,11 +107,11 @@ class _Link:
         self.name, self.stale = name, stale
 
 
-def _extend(memos, tally, b: int):
+def _extend(memoiser, tally, b: int):
     def step(k, link, part):
         part.add("target_context_forwards", 1)
         return _Link(f"{link.name}+{k}")
-    return memos.extend(lambda j: ("kv", j), b, "target_kv", tally, usable=lambda link: not link.stale,
+    return memoiser.extend(lambda j: ("kv", j), b, "target_kv", tally, usable=lambda link: not link.stale,
                         start=lambda part: _Link("empty"), step=step, hold=Hold("kv:target", lru=False),
                         snapshot=lambda link: _Link(link.name))
 
@@ -119,30 +119,30 @@ def _extend(memos, tally, b: int):
 def test_the_kv_chain_credits_what_a_fresh_run_would_have_had():
     """extend: a reused link b is credited; links rebuilt up to a lost (overwritten) link count as work only, and the
     lost link's own cost is credited to the block it served."""
-    from sdvg_core.engine.memo import Memoiser
-    from sdvg_core.engine.tally import Tally
+    from sdvg_core.derived.memo import Memoiser
+    from sdvg_core.derived.tally import Tally
 
-    memos = Memoiser(Memo(1 << 20))
+    memoiser = Memoiser(Memo(1 << 20))
     made = Tally(run_id="a")
-    assert _extend(memos, made, 3).name == "empty+0+1+2"  # links 1..3 built from link 0
+    assert _extend(memoiser, made, 3).name == "empty+0+1+2"  # links 1..3 built from link 0
     assert made.work["target_context_forwards"] == made.cost["target_context_forwards"] == 3
-    memos.memo.release_run()
+    memoiser.memo.release_run()
     reused = Tally(run_id="a")
-    assert _extend(memos, reused, 3).name == "empty+0+1+2"  # link 3's snapshot reused: its cost (1) credited
+    assert _extend(memoiser, reused, 3).name == "empty+0+1+2"  # link 3's snapshot reused: its cost (1) credited
     assert (reused.work["target_context_forwards"], reused.cost["target_context_forwards"]) == (0, 1)
     assert reused.reused == ["target_kv"]
-    memos.memo.release_run()
+    memoiser.memo.release_run()
     for j in (2, 3):  # a later block of their branch overwrote links 2 and 3 in place
-        memos.memo.get(("kv", j)).value.stale = True
+        memoiser.memo.get(("kv", j)).value.stale = True
     rebuilt = Tally(run_id="a")
-    assert _extend(memos, rebuilt, 3).name == "empty+0+1+2"  # from link 1: blocks 1 and 2 committed again
+    assert _extend(memoiser, rebuilt, 3).name == "empty+0+1+2"  # from link 1: blocks 1 and 2 committed again
     assert rebuilt.work["target_context_forwards"] == 2  # both computed now ...
     assert rebuilt.cost["target_context_forwards"] == 1  # ... but a fresh run had link 3 (lost): its cost only
     assert rebuilt.reused == []
 
 
 def test_accounts_add_every_field():
-    from sdvg_core.engine.tally import Account
+    from sdvg_core.derived.tally import Account
 
     a = Account({"target_forwards": 1}, {"target_forwards": 2}, {"target": 0.5}, ("pixels",), ("pixels",))
     b = Account({"target_forwards": 3, "vae_decode_frames": 3}, {"target_forwards": 4}, {"target": 0.25, "decode": 1.0},
@@ -166,5 +166,5 @@ def test_a_rerun_on_one_engine_is_all_reuse_and_says_so():
     first, again = engine.generate(spec, TargetOnly()), engine.generate(spec, TargetOnly())
     assert all(r.work["target_forwards"] == 0 and "target" in r.carried for r in again.blocks)
     assert [r.cost for r in again.blocks] == [r.cost for r in first.blocks]
-    report = build_report(again, "", engine.recipe, engine.plan.num_steps, run_id=again.blocks[0].run_id)
+    report = build_report(again, "", engine.recipe, engine.recipe.plan.num_steps, run_id=again.blocks[0].run_id)
     assert not report.fresh_run

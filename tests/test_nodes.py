@@ -356,8 +356,8 @@ def test_pt_entry_and_info(env):
     gen = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", pt_entry="generator")
     assert "entry 'generator_ema'" in ema.args[1] and "entry 'generator'" in gen.args[1]
     assert ema.args[0].key != gen.args[0].key
-    w_ema = ema.args[0].runner.net.blocks[0].self_attn.q.weight
-    assert not torch.equal(w_ema, gen.args[0].runner.net.blocks[0].self_attn.q.weight)
+    w_ema = ema.args[0].dit.net.blocks[0].self_attn.q.weight
+    assert not torch.equal(w_ema, gen.args[0].dit.net.blocks[0].self_attn.q.weight)
     again = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", pt_entry="generator_ema")
     assert again.args[0].key == ema.args[0].key  # stable identity across re-execution: the memo keeps working
 
@@ -395,13 +395,13 @@ def test_cancel_between_steps(env):
     assert not mm.processing_interrupted()
 
 
-def test_file_loader_compile_option_reaches_the_runner(env):
+def test_file_loader_compile_option_reaches_the_dit(env):
     """compile=True on SDVG Load Target / Drafter builds a CausalWan whose block regions are torch.compile'd."""
     pack, _ = env
     n = pack.nodes
     plain = n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema", "auto", False).result[0]
     compiled = n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema", "auto", True).result[0]
-    assert plain.runner.compile is False and compiled.runner.compile is True
+    assert plain.dit.compile is False and compiled.dit.compile is True
     assert compiled.info.endswith(", compiled") and plain.key != compiled.key  # compiled numerics get their own memo entries
 
 
@@ -684,7 +684,7 @@ def test_state_outputs_show_the_host_the_tensors_only_they_hold(env):
     exactly its draft's decoded frames; whatever else its state holds outside the shared memo is the prompt's
     embeddings, which SDVG Start's state already held (shared by every state, not one output's)."""
     pack, classes = env
-    from sdvg_pack.nodes.run import Run
+    from sdvg_pack.nodes.session import Run
 
     memo = pack.nodes.shared_memo.MEMO
     memo.clear()
@@ -748,7 +748,7 @@ def test_run_id_from_either_builds_execution_context(env, monkeypatch):
     from collections import namedtuple
 
     pack, _ = env
-    rs = pack.nodes.run
+    rs = pack.nodes.session
     utils = __import__("comfy_execution.utils", fromlist=["x"])
     for field in ("prompt_id", "task_id"):
         ctx = namedtuple("Ctx", [field, "node_id", "list_index"])
@@ -778,6 +778,6 @@ def test_policy_widgets_speak_the_cores_grammar_and_read_older_workflows(env):
     assert ar.validate_inputs(policy="draft_only") is True
     assert "unknown policy" in gen.validate_inputs(policy="stride_k9")
     assert "not one of" in ar.validate_inputs(policy="stride:k=2")  # a policy the sampler does not offer
-    run = import_module(pack.__name__ + ".nodes.run")
+    run = import_module(pack.__name__ + ".nodes.session")
     assert run.node_policy("x", "stride_k3", -0.7, True) == names.policy_by_name("stride:k=3")
     assert run.node_policy("x", "sdvg", -1.25, False) == names.policy_by_name("sdvg:tau=-1.25", force_reject_first=False)

@@ -81,13 +81,13 @@ def test_recipe_per_role_reaches_engine_reservation_and_report(env, models):
     # ComfyUI's reservation: each DiT sized for its own recipe (a LongLive window is not Krea's rebuild)
     spec = run.state.spec
     vae = run.session.vae.inner
-    dits = [(h.runner.cfg, h.runner.dtype) for h in (run.session.target, run.session.drafter)]
+    dits = [(h.dit.cfg, h.dit.dtype) for h in (run.session.target, run.session.drafter)]
     own = memory.estimate_for_spec(spec, [recipes.recipe_by_name("krea"), recipes.recipe_by_name("longlive")], dits,
                                    vae.config, vae.dtype)
     krea = memory.estimate_for_spec(spec, recipes.recipe_by_name("krea"), dits, vae.config, vae.dtype)
     assert own.dits[1].step != krea.dits[1].step  # the test can tell the two apart
-    assert run.session.drafter.runner.work_bytes == own.dits[1].step
-    assert run.session.target.runner.work_bytes == own.dits[0].step
+    assert run.session.drafter.dit.work_bytes == own.dits[1].step
+    assert run.session.target.dit.work_bytes == own.dits[0].step
     assert "drafter longlive, target krea" in n.SDVGStart.execute(**base, recipe="krea",
                                                                  drafter_recipe="longlive").ui.value
     with pytest.raises(n.surface.SDVGError, match="drafter_recipe must be one of"):
@@ -110,11 +110,11 @@ def test_generate_runs_each_models_recipe(env, models):
     st = core(pack, "engine.state")
     recipes = core(pack, "engine.recipes")
     cfg = eng.EngineConfig(recipe=recipes.recipe_by_name("krea"), drafter_recipe=recipes.recipe_by_name("self_forcing"))
-    text = pack.nodes.run.conditioning_embeddings(models["positive"])
+    text = pack.nodes.session.conditioning_embeddings(models["positive"])
     m = models
-    engine = eng.Engine(m["target"].runner, pack.nodes.hosted.host_vae(m["vae"]), m["drafter"].runner,
+    engine = eng.Engine(m["target"].dit, pack.nodes.hosted.host_vae(m["vae"]), m["drafter"].dit,
                         m["image_reward"], cfg)
-    emb = core(pack, "io.text").fit_text_len(text[0], m["target"].runner.cfg.text_len)
+    emb = core(pack, "io.text").fit_text_len(text[0], m["target"].dit.cfg.text_len)
     spec = st.GenerationSpec(st.PromptConditioning.make(text[1], emb), W, H, 3, 3)
     state = engine.generate(spec, policy.ThresholdPolicy(tau=-5.0, aggregation="min", force_reject_first=True))
     assert state.lineage == rep_mixed["meta"]["lineage"]
@@ -145,7 +145,7 @@ def test_drafter_kind_entry_lora_and_key(env):
     # a LoRA-merged drafter never shares memo entries with the plain one (nor one merged at another alpha)
     assert len({plain.key, lora.key, lora2.key}) == 3 and again.key == lora.key
     assert "LoRA tiny_lora.safetensors merged" in lora.info and "kind self_forcing" in lora.info
-    q = lambda h: h.runner.net.blocks[0].self_attn.q.weight  # noqa: E731
+    q = lambda h: h.dit.net.blocks[0].self_attn.q.weight  # noqa: E731
     assert not torch.equal(q(plain), q(lora)) and not torch.equal(q(lora), q(lora2))
     # the same as the core's loader (one merge, entry generator_ema for kind self_forcing)
     drafters = core(pack, "io.drafters")

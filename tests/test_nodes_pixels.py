@@ -77,8 +77,8 @@ def core_run(pack, models, pixels):
     """The same run through sdvg_core's public API (the node must add nothing)."""
     sd, n = pack.sdvg_core, pack.nodes
     emb, text = n.run.conditioning_embeddings(models["positive"])
-    emb = __import__(sd.__name__ + ".io.text", fromlist=["x"]).fit_text_len(emb, models["target"].runner.cfg.text_len)
-    engine = sd.Engine(models["target"].runner, n.hosted.host_vae(models["vae"]), models["drafter"].runner,
+    emb = __import__(sd.__name__ + ".io.text", fromlist=["x"]).fit_text_len(emb, models["target"].dit.cfg.text_len)
+    engine = sd.Engine(models["target"].dit, n.hosted.host_vae(models["vae"]), models["drafter"].dit,
                        models["image_reward"], sd.EngineConfig())
     spec = sd.GenerationSpec(sd.PromptConditioning.make(text, emb), W, H, BLOCKS, 3, pixels=pixels)
     state = engine.generate(spec, sd.ThresholdPolicy(tau=-5.0))

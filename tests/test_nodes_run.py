@@ -35,7 +35,7 @@ def _graph() -> dict[str, set[str]]:
     for name, tree in mods.items():
         deps = set()
         for _, imported in imported_modules(ast.unparse(tree), name, name == "nodes"):
-            while imported and imported not in mods:  # `from .run import Run` -> nodes.run
+            while imported and imported not in mods:  # `from .run import Run` -> nodes.session
                 imported = imported.rpartition(".")[0]
             if imported and imported != name:
                 deps.add(imported)
@@ -50,13 +50,13 @@ def _node_classes(tree: ast.Module) -> list[str]:
 
 def test_no_import_circles_in_nodes():
     graph = _graph()
-    assert len(graph) >= 15 and "nodes.run" in graph["nodes.start"]
+    assert len(graph) >= 15 and "nodes.session" in graph["nodes.start"]
     assert circles(graph) == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in circles(graph))
 
 
 def test_node_files_hold_nodes_and_no_module_imports_one():
     """A module that defines nodes is imported by the package's registration only; the shared parts live in library
-    modules that define no node (what start.py once lent generate.py, steps.py and finish.py is in run.py)."""
+    modules that define no node (what start.py once lent generate.py, steps.py and finish.py is in session.py)."""
     mods, graph = _modules(), _graph()
     node_files = {name for name, tree in mods.items() if _node_classes(tree)}
     assert {"nodes.start", "nodes.generate", "nodes.steps", "nodes.finish"} <= node_files
@@ -102,13 +102,13 @@ def test_a_run_sizes_its_calls_on_its_own_view_of_a_shared_model(env):
     """Two graphs share the loaded models: each Start sizes the calls of its own run (a LongLive drafter's window is
     not Krea's rebuild), and the loaded model keeps its load-time reservation."""
     pack, models = env
-    shared = models["drafter"].runner
+    shared = models["drafter"].dit
     loaded = shared.work_bytes
     krea = _start(pack, models, num_blocks=8)
     longlive = _start(pack, models, num_blocks=8, drafter_recipe="longlive")
-    assert krea.session.drafter.runner.work_bytes != longlive.session.drafter.runner.work_bytes
-    assert shared.work_bytes == loaded and models["drafter"].runner is shared
-    assert krea.session.drafter.runner.shared is shared  # the same weights and caches, the run's reservation
+    assert krea.session.drafter.dit.work_bytes != longlive.session.drafter.dit.work_bytes
+    assert shared.work_bytes == loaded and models["drafter"].dit is shared
+    assert krea.session.drafter.dit.shared is shared  # the same weights and caches, the run's reservation
     assert krea.session.drafter.key == models["drafter"].key
 
 

@@ -106,7 +106,7 @@ def test_report_says_which_model_ran_compiled(env):
     rep = tn.report_of(pack, ex, api, "SDVGGenerate")
     target = tn.node_of(api, "SDVGLoadTarget")
     handle = ex.values[target][0]
-    assert handle.runner.compile == COMPILE_BACKEND and ex.values[target][1].endswith(", compiled")
+    assert handle.dit.compile == COMPILE_BACKEND and ex.values[target][1].endswith(", compiled")
     assert rep["compiled"] is True and rep["compiled_models"] == {"target": COMPILE_BACKEND}
     # the same MODEL compiled keeps its derived data apart: nothing of the eager run's memo entries is reused
     assert rep["recomputed_target_forwards"] == rep["target_forwards"] > 0

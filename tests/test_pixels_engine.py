@@ -199,7 +199,7 @@ def test_text_to_video_report_has_no_pixels_and_the_identity_is_unchanged(models
     assert spec.identity() == _tiny_spec(None).identity() and "pixels" not in spec.identity()
     e = _tiny_engine(models, KreaRecipe())
     state = e.generate(_tiny_spec(None, blocks=1), TargetOnly())
-    assert build_report(state, "", e.recipe, e.plan.num_steps).pixels is None and state.given is None
+    assert build_report(state, "", e.recipe, e.recipe.plan.num_steps).pixels is None and state.given is None
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -314,7 +314,7 @@ def test_video_to_video_blocks_start_from_the_noised_input_at_the_strength(model
     and the block's own initial draw; drafter and target start from the same noised input."""
     from sdvg_core.given.stream import InputVideo
     from sdvg_core.engine.noise import block_noise
-    from sdvg_core.engine.schedule import krea_strength_plan, noise_input
+    from sdvg_core.sampling.timesteps import krea_strength_plan, noise_input
 
     seen = {}
     tracer = lambda name, t: seen.setdefault(name, t.clone())  # noqa: E731
@@ -323,8 +323,8 @@ def test_video_to_video_blocks_start_from_the_noised_input_at_the_strength(model
     spec = _tiny_spec(_given("video_to_video", strength=0.5), blocks=2)
     state = e.generate(spec, ThresholdPolicy(tau=1e9))  # every draft made, scored, rejected: both roles ran block 1
     plan = krea_strength_plan(0.5)
-    from sdvg_core.engine.tally import Tally
-    inputs = InputVideo(models.vae, e.keys["vae"], e.memos, lambda: None)
+    from sdvg_core.derived.tally import Tally
+    inputs = InputVideo(models.vae, e.model_keys["vae"], e.memoiser, lambda: None)
     latents = inputs.block(state, 1, Tally())
     noise = block_noise(spec.seed, 1, tuple(latents.shape), e.config.num_renoise)
     want = noise_input(latents, noise.initial, plan)
@@ -376,7 +376,7 @@ def test_given_and_input_latents_are_keyed_by_encoding_size_vae_and_decode_rule(
     latents (per decode rule)."""
     from sdvg_core import TieredMemo
     from sdvg_core.demo.tiny import random_vae
-    from sdvg_core.engine.tally import Tally
+    from sdvg_core.derived.tally import Tally
 
     memo = TieredMemo.split(1 << 30)
     image, clip = _given("start_image"), _given("video_to_video")

@@ -66,7 +66,7 @@ def test_each_block_is_generated_and_routed_under_its_own_prompt(models):
     one = _engine(models).generate(_spec(((0, TEXTS[0]),)), FixedPattern((False,) + (True,) * (BLOCKS - 1)))
     assert torch.equal(state.blocks[1].latents, one.blocks[1].latents)
     assert not torch.equal(state.blocks[2].latents, one.blocks[2].latents)
-    rep = build_report(state, "p", e.recipe, e.plan.num_steps)
+    rep = build_report(state, "p", e.recipe, e.recipe.plan.num_steps)
     assert [b.prompt for b in rep.blocks] == [0, 0, 1, 1, 2, 2]
     assert [p["first_block"] for p in rep.prompts] == [0, 2, 4] and rep.prompts[1]["text"] == TEXTS[1]
     assert f"prompt 1 from block 2: {TEXTS[1]}" in rep.table()
@@ -76,13 +76,13 @@ def test_each_block_is_generated_and_routed_under_its_own_prompt(models):
 def test_text_kv_is_encoded_once_per_prompt_and_model(models):
     """Held for the whole run (one slot entry per prompt): a 0-byte memo encodes each prompt once per model."""
     calls = []
-    for runner in (models.target, models.drafter):
-        runner.encode_text = (lambda f: lambda *a, **k: (calls.append(1), f(*a, **k))[1])(runner.encode_text)
+    for dit in (models.target, models.drafter):
+        dit.encode_text = (lambda f: lambda *a, **k: (calls.append(1), f(*a, **k))[1])(dit.encode_text)
     try:
         _engine(models, memo=Memo(0)).generate(_spec(), FixedPattern((False, True, False, True, False, True)))
     finally:
-        for runner in (models.target, models.drafter):
-            del runner.encode_text
+        for dit in (models.target, models.drafter):
+            del dit.encode_text
     assert len(calls) == 2 * 3
 
 
@@ -160,7 +160,7 @@ def test_target_only_baseline_counts_each_recipes_switch_work(models, recipe_nam
 
     e = _engine(models, recipe=recipe_by_name(recipe_name))
     state = e.generate(_spec(), TargetOnly())
-    rep = build_report(state, "target-only", e.recipe, e.plan.num_steps, cost_ratio=1.0)
+    rep = build_report(state, "target-only", e.recipe, e.recipe.plan.num_steps, cost_ratio=1.0)
     assert rep.target_only_cost == rep.target_forwards == sum(r.cost["target_forwards"] for r in state.blocks)
 
 
@@ -178,7 +178,7 @@ def test_each_role_recaches_lazily_when_it_next_generates(models, recipe_name):
     for name, schedule in (("one prompt", ((0, TEXTS[0]),)), ("switch", ((0, TEXTS[0]), (switch, TEXTS[1])))):
         e = _engine(models, recipe=recipe)
         state = e.generate(_spec(schedule, blocks=blocks), policy)
-        rep = build_report(state, name, e.recipe, e.plan.num_steps, cost_ratio=1.0)
+        rep = build_report(state, name, e.recipe, e.recipe.plan.num_steps, cost_ratio=1.0)
         runs[name] = (state, rep)
     for role, at in (("drafter", switch), ("target", target_next)):
         key = f"{role}_context_forwards"

@@ -122,7 +122,7 @@ def _dit(setup: dict):
 
 def case_dit_cached(setup: dict) -> dict[str, torch.Tensor]:
     """CausalWan with a KV cache: each block denoised at one timestep, committed at t=0, the next block sees it."""
-    from sdvg_core.engine.schedule import timestep_tensor
+    from sdvg_core.sampling.timesteps import timestep_tensor
     from sdvg_core.models.wan import KVCache
 
     cfg, run, lat, ctx = _dit(setup)

@@ -12,10 +12,10 @@ from sdvg_core import (build_report, Engine, EngineConfig, estimate_for_spec, Fi
                        KreaRecipe, Memo, PromptConditioning, PromptSchedule, SelfForcingRecipe, TargetOnly,
                        ThresholdPolicy, TieredMemo, tiny_models)
 from sdvg_core.demo.tiny import DEMO_PROMPT
-from sdvg_core.engine.keys import key_kind
-from sdvg_core.engine.memo import nbytes_of
+from sdvg_core.derived.keys import key_kind
+from sdvg_core.derived.memo import nbytes_of
 from sdvg_core.engine.memory import GIB
-from sdvg_core.engine.tally import WORK_KEYS
+from sdvg_core.derived.tally import WORK_KEYS
 from sdvg_core.io.text import demo_embeddings
 from sdvg_core.models.vae import VAE_PRESETS
 from sdvg_core.models.wan_config import PRESETS
@@ -69,14 +69,14 @@ def _work(state) -> dict[str, int]:
 def _run(models, memo, pair, policy, lazy, text_encodes, blocks: int = BLOCKS):
     drafter_recipe, target_recipe = pair
     cfg = EngineConfig(recipe=target_recipe, drafter_recipe=drafter_recipe, lazy=lazy)
-    for runner in (models.target, models.drafter):
-        runner.encode_text = _counting(runner.encode_text, text_encodes)
+    for dit in (models.target, models.drafter):
+        dit.encode_text = _counting(dit.encode_text, text_encodes)
     try:
         e = Engine(models.target, models.vae, models.drafter, models.scorer, cfg, memo=memo)
         state = e.generate(_spec(blocks), policy)
     finally:
-        for runner in (models.target, models.drafter):
-            del runner.encode_text  # back to the class method
+        for dit in (models.target, models.drafter):
+            del dit.encode_text  # back to the class method
     return e, state
 
 
@@ -95,11 +95,11 @@ def test_full_size_bytes_give_the_work_of_an_unbounded_memo(models, pair):
     configs = CONFIGS if pair != "krea, 5 context frames" else {"this engine": CONFIGS["this engine"]}
     for name, (policy, lazy) in configs.items():
         counts = {}
-        memos = [("unbounded", Memo(1 << 40)),
+        memoiser = [("unbounded", Memo(1 << 40)),
                  ("tiered, full-size bytes", TieredMemo(FULL_SIZE_MEMO, sizer=full_size_bytes))]
         if name == "this engine":
-            memos += [("one LRU, full-size bytes", Memo(FULL_SIZE_MEMO, sizer=full_size_bytes)), ("0 bytes", Memo(0))]
-        for label, memo in memos:
+            memoiser += [("one LRU, full-size bytes", Memo(FULL_SIZE_MEMO, sizer=full_size_bytes)), ("0 bytes", Memo(0))]
+        for label, memo in memoiser:
             texts: list[int] = []
             e, state = _run(models, memo, RECIPE_PAIRS[pair], policy, lazy, texts)
             counts[label] = {**_work(state), "text_encodes": len(texts)}
@@ -185,12 +185,12 @@ def test_reuse_within_one_execution_is_a_fresh_run(models):
     e = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig(), memo=memo)
     policy = FixedPattern((False, True, False, False, True, False))  # rejected blocks after b=1 reuse the anchor
     s = e.generate(_spec(), policy)
-    rep = build_report(s, "p", e.recipe, e.plan.num_steps, wall_seconds=1.0)
+    rep = build_report(s, "p", e.recipe, e.recipe.plan.num_steps, wall_seconds=1.0)
     assert any("anchor" in b.reused for b in s.blocks)  # reuse happened inside the run ...
     assert rep.fresh_run and not any(b.carried for b in rep.blocks)  # ... and the time is still a fresh run's
     assert "NOT a fresh run" not in rep.table()
     again = e.generate(_spec(), ThresholdPolicy(tau=float("-inf")))
-    rep2 = build_report(again, "p", e.recipe, e.plan.num_steps, wall_seconds=1.0)
+    rep2 = build_report(again, "p", e.recipe, e.recipe.plan.num_steps, wall_seconds=1.0)
     assert not rep2.fresh_run and any(b.carried for b in rep2.blocks)
     assert "NOT a fresh run" in rep2.table()
     assert again.blocks[0].run_id == again.blocks[-1].run_id != s.blocks[0].run_id  # one id per start

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sdvg_core.engine.schedule import (FlowMatchSchedule, add_noise, check_strength, flow_to_x0, input_noise_level,
+from sdvg_core.sampling.timesteps import (FlowMatchSchedule, add_noise, check_strength, flow_to_x0, input_noise_level,
                                        krea_plan, krea_strength_plan, noise_input, self_forcing_plan,
                                        self_forcing_strength_plan)
 

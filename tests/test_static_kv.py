@@ -10,7 +10,7 @@ from sdvg_core import (CausalWan, Engine, EngineConfig, FixedPattern, Generation
                        PromptConditioning, SelfForcingRecipe, tiny_models)
 from sdvg_core.demo.tiny import DEMO_PROMPT
 from sdvg_core.engine.prompts import PromptSchedule
-from sdvg_core.engine.schedule import timestep_tensor
+from sdvg_core.sampling.timesteps import timestep_tensor
 from sdvg_core.io.text import demo_embeddings
 from sdvg_core.models import kv_cache
 from sdvg_core.models.kv_cache import KVCache, KVCopyStats, attention_span

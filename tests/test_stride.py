@@ -100,7 +100,7 @@ def test_counted_speedup_k2_over_9_blocks_is_the_forward_arithmetic(models):
     9 S + 8 target forwards. With S = 5 (4 steps + the near-identity call): 7.4 x 53 / (24 + 7.4 x 29) = 1.6438x."""
     engine = Engine(models.target, models.vae, models.drafter, models.scorer, EngineConfig(recipe=KreaRecipe()))
     state = engine.generate(_spec(9), StridePolicy(2))
-    steps = engine.plan.num_steps
+    steps = engine.recipe.plan.num_steps
     rep = build_report(state, StridePolicy(2).describe(), engine.recipe, steps)
     t_fw, d_fw = steps + 4 * (steps + 1), 4 * (steps + 1)
     assert (rep.target_forwards, rep.drafter_forwards) == (t_fw, d_fw)
@@ -118,7 +118,7 @@ def test_report_plot_says_why_a_stride_run_has_no_bars(models):
 
     engine = Engine(models.target, models.vae, models.drafter, None, EngineConfig())
     state = engine.generate(_spec(3), StridePolicy(2))
-    rep = build_report(state, StridePolicy(2).describe(), engine.recipe, engine.plan.num_steps)
+    rep = build_report(state, StridePolicy(2).describe(), engine.recipe, engine.recipe.plan.num_steps)
     assert _note(rep, None) == "stride k=2: no block was scored, the policy routes without ImageReward (no bars)"
     assert render_report_plot(rep, None).size == (640, 360)
 

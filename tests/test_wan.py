@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from sdvg_core import CausalWan, WanDiTConfig
 from sdvg_core.models.wan_config import PRESETS, detect_preset
-from sdvg_core.engine.schedule import add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
+from sdvg_core.sampling.timesteps import add_noise, flow_to_x0, self_forcing_plan, timestep_tensor
 from sdvg_core.models.kv_cache import KVCopyStats, StaleKVError
 from sdvg_core.models.wan import KVCache, WanDiT, build_random
 from wan_reference import block_causal_forward, exact_rope, rope_freqs

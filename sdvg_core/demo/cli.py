@@ -23,7 +23,7 @@ import torch
 
 from ..engine.engine import Engine, ProgressEvent
 from ..engine.heap import HeapTrimmer
-from ..engine.memo import TieredMemo
+from ..derived.memo import TieredMemo
 from ..engine.noise import NOISE_SOURCES, noise_source
 from ..engine.plot import render_report_plot
 from ..engine.policy import DEFAULT_TAU
@@ -31,7 +31,7 @@ from ..engine.policy_names import POLICY_KINDS, policy_arg
 from ..engine.report import build_report, compiled_models
 from ..engine.state import MAX_BLOCKS, SIZE_MULTIPLE, GenerationSpec, GenerationState, PromptConditioning, PromptSchedule
 from ..io.checkpoint import CheckpointError
-from ..given.run import INPUT_UNREADABLE as UNREADABLE_CAUSE
+from ..given.pixels import INPUT_UNREADABLE as UNREADABLE_CAUSE
 from .cli_args import (TINY_DEMO_TAU, INPUT_UNREADABLE, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR, add_compile_arg,
                        add_drafter_kind_args, add_recipe_args, run_engine_config, run_policy, stop_signals_raise,
                        stopped_by)
@@ -43,7 +43,7 @@ from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
 from .outputs import DEFAULT_ROOT, REPORT_JSON, REPORT_PNG, VIDEO_FORMATS, VIDEO_STEM, dated_folder
 from .preflight import MODEL_FLAGS, needs, preflight
-from .run import DeferredInterrupt, RunOutcome, generate_to_file
+from .to_file import DeferredInterrupt, RunOutcome, generate_to_file
 from .tiny import DEMO_PROMPT, tiny_models
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

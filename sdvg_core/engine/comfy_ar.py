@@ -19,9 +19,9 @@ from typing import Callable, Sequence
 import torch
 
 from ..given.latents import GivenLatents
-from .prompts import tensor_digest
+from ..derived.digest import tensor_digest
 from .recipes import RECIPE_NAMES, recipe_by_name
-from .schedule import NUM_TRAIN_TIMESTEPS, StepPlan
+from ..sampling.timesteps import NUM_TRAIN_TIMESTEPS, StepPlan
 from .state import GenerationSpec, GenerationState
 
 # ComfyUI's flow models turn a sigma into the network's timestep as sigma * 1000 in float32

@@ -13,20 +13,20 @@ import torch
 
 from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan, KVCache, KVWrite, TextKV
-from .keys import KVKey, TextKey
-from .memo import Hold, Memoiser
+from ..derived.keys import KVKey, TextKey
+from ..derived.memo import Hold, Memoiser
 from .decoded import PixelStore
 from .state import GenerationSpec, GenerationState
-from .tally import Tally
+from ..derived.tally import Tally
 
 
 class ContextServices:
     """Implements recipes.ContextHost over the engine's memoiser, VAE, pixel store, tracer and callbacks.
     `kv_copies`: an instrumentation hook the engine's caller may install, counting the cached data KV views copy."""
 
-    def __init__(self, memos: Memoiser, vae, pixels: PixelStore, vae_key: str, decode_rule: str,
+    def __init__(self, memoiser: Memoiser, vae, pixels: PixelStore, vae_key: str, decode_rule: str,
                  tracer: Callable[[str, torch.Tensor], None] | None, callbacks, kv_copies: KVCopyStats | None = None):
-        self.memos, self.vae, self.pixels = memos, vae, pixels
+        self.memoiser, self.vae, self.pixels = memoiser, vae, pixels
         self.vae_key, self.decode_rule = vae_key, decode_rule
         self.tracer, self.callbacks = tracer, callbacks
         self.kv_copies = kv_copies
@@ -40,23 +40,23 @@ class ContextServices:
         if self.callbacks.interrupt is not None:
             self.callbacks.interrupt()
 
-    def text(self, runner: CausalWan, state: GenerationState, tally: Tally, b: int | None = None) -> TextKV:
+    def text(self, dit: CausalWan, state: GenerationState, tally: Tally, b: int | None = None) -> TextKV:
         """Cross-attention K/V of block b's prompt (default: the block being generated) for one model, computed
         once per (model, prompt) and held for the generation (every block's calls need it; held again when reused:
         a new run holds what it uses), one entry per prompt of the schedule. Not work counted per block."""
         prompt = state.spec.prompt_at(state.next_block if b is None else b)
-        hold = Hold(f"text:{runner.key}", keep=len(state.spec.schedule))
-        return self.memos.memoised(TextKey(runner.key, prompt.key), None, tally,
-                                   lambda _: runner.encode_text(prompt.embeddings, interrupt=self.callbacks.interrupt),
+        hold = Hold(f"text:{dit.key}", keep=len(state.spec.schedule))
+        return self.memoiser.memoised(TextKey(dit.key, prompt.key), None, tally,
+                                   lambda _: dit.encode_text(prompt.embeddings, interrupt=self.callbacks.interrupt),
                                    hold=hold, hold_on_reuse=True)
 
     def memoised(self, key: Hashable, label: str, tally: Tally, compute: Callable[[Tally], Any], *,
                  hold: Hold | None = None) -> Any:
         """The result under `key`, reused (recorded as `label`, its cost credited once) or `compute(part)` (whose
         cost is what it charges to `part`); `hold` keeps it for the rest of the generation outside the memo's budget."""
-        return self.memos.memoised(key, label, tally, compute, hold=hold)
+        return self.memoiser.memoised(key, label, tally, compute, hold=hold)
 
-    def extend_kv(self, role: str, runner: CausalWan, recipe, state: GenerationState, b: int, tally: Tally,
+    def extend_kv(self, role: str, dit: CausalWan, recipe, state: GenerationState, b: int, tally: Tally,
                   layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache],
                   prefix: Callable[[KVCache, Tally], KVCache] | None = None) -> KVCache:
         """The view block b's calls append to: the newest memoised view of this history (one a later block of its
@@ -69,10 +69,10 @@ class ContextServices:
         window, sink, rope = layout
 
         def start(part: Tally) -> KVCache:
-            kv = self.run_kv(runner, recipe, state.spec, layout)
+            kv = self.run_kv(dit, recipe, state.spec, layout)
             return kv if prefix is None else prefix(kv, part)
 
-        return self.memos.extend(lambda j: self.kv_key(runner, recipe, state, j), b, f"{role}_kv", tally,
+        return self.memoiser.extend(lambda j: self.kv_key(dit, recipe, state, j), b, f"{role}_kv", tally,
                                  usable=lambda kv: kv.valid_for(F), start=start,
                                  step=commit, hold=Hold(f"kv:{role}", lru=False), snapshot=KVCache.clone)
 
@@ -84,50 +84,50 @@ class ContextServices:
     def tracing(self) -> bool:
         return self.tracer is not None
 
-    def kv_key(self, runner: CausalWan, recipe, state: GenerationState, b: int) -> KVKey:
-        return KVKey(runner.key, state.spec.prompt_at(b).key, recipe, self.vae_key, self.decode_rule, state.lineage_at(b))
+    def kv_key(self, dit: CausalWan, recipe, state: GenerationState, b: int) -> KVKey:
+        return KVKey(dit.key, state.spec.prompt_at(b).key, recipe, self.vae_key, self.decode_rule, state.lineage_at(b))
 
-    def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window: int, *, sink: int = 0,
+    def empty_kv(self, dit: CausalWan, spec: GenerationSpec, window: int, *, sink: int = 0,
                  rope: str = "baked") -> KVCache:
-        """A fresh cache of `window` latent-frame slots on the runner's device, the first `sink` of them a sink;
+        """A fresh cache of `window` latent-frame slots on the dit's device, the first `sink` of them a sink;
         `rope`: keys stored rotated ("baked") or rotated by slot index at every call ("slot", LongLive infinity)."""
         h, w = spec.latent_hw
-        return KVCache.empty(runner.cfg, batch=1, window_frames=window, tokens_per_frame=runner.cfg.tokens_per_frame(h, w),
-                             device=runner.device, dtype=runner.dtype, sink_frames=sink, rope=rope,
+        return KVCache.empty(dit.cfg, batch=1, window_frames=window, tokens_per_frame=dit.cfg.tokens_per_frame(h, w),
+                             device=dit.device, dtype=dit.dtype, sink_frames=sink, rope=rope,
                              copies=self.kv_copies)
 
-    def run_kv(self, runner: CausalWan, recipe, spec: GenerationSpec, layout: tuple[int, int, str]) -> KVCache:
-        """An empty view of this run's KV buffer for (runner, recipe, layout): allocated once, at the recipe's largest
+    def run_kv(self, dit: CausalWan, recipe, spec: GenerationSpec, layout: tuple[int, int, str]) -> KVCache:
+        """An empty view of this run's KV buffer for (dit, recipe, layout): allocated once, at the recipe's largest
         size (its window: LongLive's sink + window, Krea's context + block, the whole video with its given frames for
         Self-Forcing), when the run first needs it, then reused by every block: no new KV storage after that, and
         the same storage for every call (static inputs of a compiled block or a CUDA graph). The views of it an
         earlier block made go stale as their slots are rewritten (kv_cache.py), so a memo never reads them."""
         window, sink, rope = layout
-        key = (id(runner), runner.key, recipe, window, sink, rope, spec.latent_hw)
+        key = (id(dit), dit.key, recipe, window, sink, rope, spec.latent_hw)
         first = self._run_kv.get(key)
         if first is None:
-            first = self._run_kv[key] = self.empty_kv(runner, spec, window, sink=sink, rope=rope)
+            first = self._run_kv[key] = self.empty_kv(dit, spec, window, sink=sink, rope=rope)
         return KVCache.on(first.buffer)
 
-    def rebuilt_kv(self, role: str, runner: CausalWan, recipe, state: GenerationState, b: int, tally: Tally,
+    def rebuilt_kv(self, role: str, dit: CausalWan, recipe, state: GenerationState, b: int, tally: Tally,
                    layout: tuple[int, int, str], rebuild: Callable[[KVCache, Tally], KVCache]) -> KVCache:
         """Block b's context for a recipe that rebuilds it every block (Krea): `rebuild(empty view, part)` into this
         run's buffer, or, memoised (a re-queue), the memo's clone of it restored into that buffer (a copy of the
         context frames, not a forward). The memo keeps a clone because the run's buffer is the next block's."""
-        empty = self.run_kv(runner, recipe, state.spec, layout)
-        return self.memos.snapshotted(self.kv_key(runner, recipe, state, b), f"{role}_kv", tally,
+        empty = self.run_kv(dit, recipe, state.spec, layout)
+        return self.memoiser.snapshotted(self.kv_key(dit, recipe, state, b), f"{role}_kv", tally,
                                       lambda part: rebuild(empty, part), snapshot=KVCache.clone,
                                       restore=lambda kv: kv.restore_into(empty.buffer))
 
-    def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
+    def context_forward(self, role: str, dit: CausalWan, latents: torch.Tensor, t: torch.Tensor,
                         state: GenerationState, frame_offset: int, kv: KVCache | KVWrite, tally: Tally,
                         text_block: int | None = None) -> KVCache:
         """One clean forward writing `latents` into `kv` (a view: appended after it; a `KVWrite` plan such as a
         recache's `rewrite`: that write) and returning the committed view, under block `text_block`'s prompt
         (default: the block being generated, as Krea's rebuild does; a commit of block k passes k)."""
         self._interrupt()
-        text = self.text(runner, state, tally, text_block)
-        out = runner.forward(latents.to(runner.device), t, text, frame_offset=frame_offset, kv=kv, commit=True,
+        text = self.text(dit, state, tally, text_block)
+        out = dit.forward(latents.to(dit.device), t, text, frame_offset=frame_offset, kv=kv, commit=True,
                              want_output=False, interrupt=self.callbacks.interrupt)
         tally.add(f"{role}_forwards", 1)
         tally.add(f"{role}_context_forwards", 1)

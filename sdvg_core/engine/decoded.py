@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 import torch
 
-from .keys import DecoderCacheKey, DraftDecodeKey, GivenDecodeKey, PixelsKey
-from .memo import Hold, Memoiser
+from ..derived.keys import DecoderCacheKey, DraftDecodeKey, GivenDecodeKey, PixelsKey
+from ..derived.memo import Hold, Memoiser
 from .state import GenerationSpec, GenerationState
-from .tally import Tally
+from ..derived.tally import Tally
 
 
 def held_pixel_blocks(history_frames: int, temporal_compression: int, frames_per_block: int) -> int:
@@ -46,9 +46,9 @@ class PixelStore:
     DRAFT = Hold("draft_decode")  # the route hands it to the commit
     PIXELS_SLOT = "pixels"
 
-    def __init__(self, vae, vae_key: str, rule: str, memos: Memoiser, interrupt: Callable[[], Callable[[], None] | None],
+    def __init__(self, vae, vae_key: str, rule: str, memoiser: Memoiser, interrupt: Callable[[], Callable[[], None] | None],
                  history_frames: int = 0, decode_on_commit: bool = True):
-        self.vae, self.vae_key, self.rule, self.memos = vae, vae_key, rule, memos
+        self.vae, self.vae_key, self.rule, self.memoiser = vae, vae_key, rule, memoiser
         self._interrupt = interrupt  # returns the host's current interrupt callback (or None)
         self.history_frames = history_frames  # decoded pixel frames the recipes read back
         # False: a committed block needing a fresh decode is left undecoded until something reads it (EngineConfig's
@@ -89,7 +89,7 @@ class PixelStore:
             return cache
 
         key = GivenDecodeKey(self.vae_key, self.rule, state.lineage_at(0))
-        return self.memos.memoised(key, None, tally if tally is not None else Tally(), decode, hold=self.GIVEN)
+        return self.memoiser.memoised(key, None, tally if tally is not None else Tally(), decode, hold=self.GIVEN)
 
     def decode(self, latents: torch.Tensor, cache) -> DecodeEntry:
         """Decode latents [1, F, C, h, w] continuing `cache` (None = start of the video)."""
@@ -107,16 +107,16 @@ class PixelStore:
         """Keep a committed block's pixels (on the CPU, held while the recipes may read them; reusing them saves
         decoding the block) and the decoder cache after it (held as the head)."""
         frames = spec.frames_per_block
-        pixels = self.memos.keep(self._pixels_key(lineage), entry.pixels.to("cpu"), tally,
+        pixels = self.memoiser.keep(self._pixels_key(lineage), entry.pixels.to("cpu"), tally,
                                  cost={"vae_decode_frames": frames}, hold=self._pixels_hold(spec))
-        self.memos.keep(self._cache_key(lineage), entry.cache, tally, hold=self.HEAD)
+        self.memoiser.keep(self._cache_key(lineage), entry.cache, tally, hold=self.HEAD)
         return pixels
 
     def cache_after(self, state: GenerationState, b: int, tally: Tally | None) -> Any:
         """Decoder cache after committed block b (None for b < 0), decoding forward from the newest kept one."""
         start, cache = b, None
         while start >= 0:
-            cache = self.memos.peek(self._cache_key(state.blocks[start].lineage))
+            cache = self.memoiser.peek(self._cache_key(state.blocks[start].lineage))
             if cache is not None:
                 break
             start -= 1
@@ -132,7 +132,7 @@ class PixelStore:
 
     def committed_pixels(self, state: GenerationState, b: int, tally: Tally | None = None) -> torch.Tensor:
         """Decoded pixels of committed block b, [1, 3, T, H, W] in [-1, 1] on the CPU."""
-        pixels = self.memos.peek(self._pixels_key(state.blocks[b].lineage))
+        pixels = self.memoiser.peek(self._pixels_key(state.blocks[b].lineage))
         if pixels is None:
             entry = self.decode(state.blocks[b].latents, self.cache_after(state, b - 1, tally))
             pixels = self.store(state.blocks[b].lineage, entry, state.spec, tally)
@@ -154,19 +154,19 @@ class PixelStore:
             part.add("vae_decode_frames", latents.shape[1])
             return entry
 
-        return self.memos.memoised(key, "draft_decode", tally, compute, hold=self.DRAFT)
+        return self.memoiser.memoised(key, "draft_decode", tally, compute, hold=self.DRAFT)
 
     def commit(self, state: GenerationState, latents: torch.Tensor, lineage: str, draft: DraftDecodeKey | None,
                tally: Tally) -> torch.Tensor | None:
         """Decode (or take the accepted draft's decode, memoised under `draft`, or recall) the block being committed
         after `state`; without `decode_on_commit` a block that would need a fresh decode is left undecoded (None):
         `cache_after` and `committed_pixels` decode it when something reads it."""
-        entry = None if draft is None else self.memos.peek(draft)
+        entry = None if draft is None else self.memoiser.peek(draft)
         if entry is not None:  # the draft's decode is the committed one: no second decode
             return self.store(lineage, entry, state.spec, tally)
         key, cache_key = self._pixels_key(lineage), self._cache_key(lineage)
         # kept from an earlier run (a fresh run decodes it); the next block decodes on from its cache
-        found = self.memos.recall((key, cache_key), "pixels", tally,
+        found = self.memoiser.recall((key, cache_key), "pixels", tally,
                                   hold_again=((1, self.HEAD), (0, self._pixels_hold(state.spec))))
         if found is not None:
             return found[0]

@@ -1,7 +1,7 @@
 """The SDVG engine: draft -> decode -> score -> route -> commit, over an immutable GenerationState.
 
 Every operation takes a state and returns a new one. Derived data (per-prompt text K/V, KV caches, decoder
-caches, anchors, drafts, scores, target blocks) lives in a bounded memo under typed keys (keys.py) that name
+caches, anchors, drafts, scores, target blocks) lives in a bounded memo under typed keys (derived/keys.py) that name
 every identity it depends on, so a re-run (e.g. after moving tau) recomputes only from the first block whose
 decision changed, and can never read a cache built for another history.
 
@@ -9,7 +9,7 @@ Compute only what a decision needs (work.py): a forced block is not drafted; a s
 the target's context is built only when the target generates; a draft is decoded from the committed decoder cache
 without changing it (decoded.py). `EngineConfig(lazy=False)` does all the work the reference implementation
 does, for comparison; outputs are bit-identical either way. Context building belongs to the recipe
-(recipes/) through ContextServices (context.py), memoised results to memo.Memoiser, accounting to tally.py.
+(recipes/) through ContextServices (context.py), memoised results to derived/memo.Memoiser, accounting to derived/tally.py.
 """
 from __future__ import annotations
 
@@ -22,18 +22,18 @@ import torch
 from ..models.kv_cache import KVCopyStats
 from ..models.wan import CausalWan
 from .context import ContextServices
-from .denoise import denoise
-from ..given.run import GivenPixels, given_output
-from .keys import RunKeys, require_key
-from .memo import Memo, Memoiser, TieredMemo
+from ..sampling.denoise import denoise
+from ..given.pixels import GivenPixels, given_output
+from ..derived.keys import RunKeys, require_key
+from ..derived.memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, NoiseSource, noise_identity
 from .decoded import DecodeEntry, PixelStore
 from .config import DECODE_RULES, DEFAULT_MEMO_BYTES, ROLES, EngineConfig
 from .policy import Policy, aggregate
 from .recipes import Recipe, check_prompt_switches
-from .schedule import StepPlan
+from ..sampling.timesteps import StepPlan
 from .state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, extend_lineage
-from .tally import PHASES, WORK_KEYS, Tally
+from ..derived.tally import PHASES, WORK_KEYS, Tally
 from .work import LAZY, REFERENCE
 
 __all__ = ["Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DecodeEntry", "to_image",
@@ -82,22 +82,22 @@ class Engine:
         self.work = LAZY if config.lazy else REFERENCE
         self.recipes: dict[str, Recipe] = {r: config.recipe_for(r) for r in ROLES}
         self.recipe: Recipe = self.recipes["target"]  # the baseline's recipe (reports compare with target-only)
-        self.plan = self.recipe.plan
-        self.keys = model_keys(target, vae, drafter, scorer)
+        self.model_keys = role_identities(target, vae, drafter, scorer)
         # a host may share one memo between engines built per call (keys hold every model's identity)
         self.memo = memo if memo is not None else TieredMemo.split(config.memo_bytes)
-        self.memos = Memoiser(self.memo)
+        self.memoiser = Memoiser(self.memo)
         self.noise = NoiseSource(noise_fn, target.cfg.in_dim, config.num_renoise)
-        self.memo_keys = RunKeys(self.keys, self.recipes, config.decode_rule,
-                                 noise_identity(noise_fn, shared_memo=memo is not None))
+        self.keys = RunKeys(self.model_keys, self.recipes, config.decode_rule,
+                            noise_identity(noise_fn, shared_memo=memo is not None),
+                            plans=lambda spec, role: self.plan_for(spec, role))
         self.callbacks = Callbacks()
         self._auto_run = uuid.uuid4().hex  # this engine's run id when the host gives none (a new one per start)
         history = max(r.pixel_history(vae.config.temporal_compression) for r in self.recipes.values())
-        self.pixels = PixelStore(vae, self.keys["vae"], config.decode_rule, self.memos, lambda: self.callbacks.interrupt,
+        self.pixels = PixelStore(vae, self.model_keys["vae"], config.decode_rule, self.memoiser, lambda: self.callbacks.interrupt,
                                  history_frames=history, decode_on_commit=config.decode_committed)
-        self.services = ContextServices(self.memos, vae, self.pixels, self.keys["vae"], config.decode_rule,
+        self.services = ContextServices(self.memoiser, vae, self.pixels, self.model_keys["vae"], config.decode_rule,
                                         tracer, self.callbacks, kv_copies)
-        self.given = GivenPixels(vae, self.keys["vae"], self.memos, self.recipes, lambda: self.callbacks.interrupt)
+        self.given = GivenPixels(vae, self.model_keys["vae"], self.memoiser, self.recipes, lambda: self.callbacks.interrupt)
 
     @property
     def run_id(self) -> str:
@@ -108,15 +108,15 @@ class Engine:
     def start(self, spec: GenerationSpec) -> GenerationState:
         """Validate the request against the models and the recipe, and return the empty state."""
         width = spec.prompt.embeddings.shape[-1]  # every entry of a schedule has this width (GenerationSpec checks)
-        for role, runner in (("target", self.target), ("drafter", self.drafter)):
-            if runner is not None and runner.cfg.text_dim != width:
-                raise ValueError(f"prompt embeddings have width {width} but the {role} expects {runner.cfg.text_dim} "
+        for role, dit in (("target", self.target), ("drafter", self.drafter)):
+            if dit is not None and dit.cfg.text_dim != width:
+                raise ValueError(f"prompt embeddings have width {width} but the {role} expects {dit.cfg.text_dim} "
                                  f"(umT5-XXL embeddings are 4096 wide: use a 'wan' text encoder)")
         for recipe in self.recipes.values():
             recipe.validate(spec)
         check_prompt_switches(self.recipes, spec)
         self._auto_run = uuid.uuid4().hex
-        given = self.given.start(spec, self._tally())  # pixels in: checked, encoded once, memoised (given/run.py)
+        given = self.given.start(spec, self._tally())  # pixels in: checked, encoded once, memoised (given/pixels.py)
         return GenerationState(spec) if given is None else GenerationState(spec, given=given)
 
     def plan_for(self, spec: GenerationSpec, role: str = "target") -> StepPlan:
@@ -147,7 +147,7 @@ class Engine:
             return state
         tally = self._tally()
         with tally.phase("decode"):
-            entry = self.pixels.decode_draft(state, p.latents, self.memo_keys.draft_decode(state), tally)
+            entry = self.pixels.decode_draft(state, p.latents, self.keys.draft_decode(state), tally)
         return state.with_pending(p.then(tally.account(), frames=to_image(entry.pixels)))
 
     def score_draft(self, state: GenerationState) -> GenerationState:
@@ -158,7 +158,7 @@ class Engine:
         if self.scorer is None:
             raise ValueError("this policy scores drafts, but the engine was built without an ImageReward scorer")
         tally = self._tally()
-        key = self.memo_keys.score(state)
+        key = self.keys.score(state)
 
         def score(part: Tally) -> tuple[float, ...]:
             scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, key.prompt_text))
@@ -166,7 +166,7 @@ class Engine:
             return scores
 
         with tally.phase("score"):
-            scores = self.memos.memoised(key, "score", tally, score)
+            scores = self.memoiser.memoised(key, "score", tally, score)
         return state.with_pending(p.then(tally.account(), frame_scores=scores))
 
     def scored(self, state: GenerationState) -> tuple[GenerationState, bool]:
@@ -178,7 +178,7 @@ class Engine:
             return state, False
         if p.frames is None and self.scorer is not None:
             tally = self._tally()
-            found = self.memos.recall((self.memo_keys.score(state),), "score", tally)
+            found = self.memoiser.recall((self.keys.score(state),), "score", tally)
             if found is not None:
                 return state.with_pending(p.then(tally.account(), frame_scores=found[0])), True
         return self.score_draft(self.decode_draft(state)), False
@@ -216,7 +216,7 @@ class Engine:
         # no device memory; recipes copy the few frames they read back (the hash below reads the CPU bytes anyway)
         latents = latents.to("cpu")
         lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
-        draft = self.memo_keys.draft_decode(state) if accepted and p.frames is not None else None
+        draft = self.keys.draft_decode(state) if accepted and p.frames is not None else None
         with tally.phase("decode"):  # the accepted draft's decode, else decoded now (unless decode_committed is off)
             pixels = self.pixels.commit(state, latents, lineage, draft, tally)
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
@@ -229,14 +229,21 @@ class Engine:
         return state.commit(record)
 
     def generate(self, spec: GenerationSpec, policy: Policy, on_block: Callable[["Engine", GenerationState], None]
-                 | None = None, state: GenerationState | None = None) -> GenerationState:
+                 | None = None, state: GenerationState | None = None,
+                 boundary: Callable[[GenerationState], tuple[GenerationState, Policy]] | None = None) -> GenerationState:
         """Run every block; `on_block(engine, state)` after each commit (e.g. write the block's frames: a long
         video need not sit in memory). `state`: `spec` started another way (comfy_ar.start), else `start(spec)`.
-        What the generation held is released at the end."""
+        `boundary(state)`: read before each block, the state to route it from and the policy in force (a live run's
+        settings arrive late: a new prompt, the block's input; a stopped state ends the run); else `policy` for every
+        block. What the generation held is released at the end."""
         state = self.start(spec) if state is None else state
         try:
             while not state.done:
                 committed = len(state.blocks)
+                if boundary is not None:
+                    state, policy = boundary(state)
+                    if state.done:
+                        break
                 state = self.route(state, policy)
                 if on_block is not None and len(state.blocks) > committed:  # not when the input ended the run
                     on_block(self, state)
@@ -279,14 +286,14 @@ class Engine:
                   context: tuple[object, int] | None = None) -> torch.Tensor:
         """Block b denoised by one model from the block's noise -> latents [1, F, C, h, w] (float32), memoised.
         `context`: the (kv, offset) the role's recipe already built for this block (the reference's work)."""
-        runner, spec = self._role(role), state.spec
+        dit, spec = self._role(role), state.spec
         plan = self.plan_for(spec, role)
 
         def make(part: Tally) -> torch.Tensor:
-            kv, offset = context if context is not None else self._context(role, runner, state, b, part)
+            kv, offset = context if context is not None else self._context(role, dit, state, b, part)
             with part.phase("draft" if role == "drafter" else "target"):
-                text = self.services.text(runner, state, part)
-                noise = self.noise(spec, b).to(runner.device)
+                text = self.services.text(dit, state, part)
+                noise = self.noise(spec, b).to(dit.device)
                 x = self.given.first_input(state, b, noise.initial, plan, part)
 
                 def after_step(s: int) -> None:
@@ -294,7 +301,7 @@ class Engine:
                     if self.callbacks.progress is not None:
                         self.callbacks.progress(ProgressEvent("step", b, spec.num_blocks, role, s + 1, plan.num_steps))
 
-                x0 = denoise(runner, x, plan, noise.renoise, text, kv, offset,
+                x0 = denoise(dit, x, plan, noise.renoise, text, kv, offset,
                              interrupt=self.callbacks.interrupt, after_step=after_step,
                              trace=lambda name, t: self.services.trace(f"{role}/block{b}/{name}", t))
                 if self.services.tracing:
@@ -302,18 +309,18 @@ class Engine:
                                            extra=spec.frames_per_block * kv.tokens_per_frame)
             return x0
 
-        return self.memos.memoised(self.memo_keys.block(role, state, b), role, tally, make)
+        return self.memoiser.memoised(self.keys.block(role, state, b), role, tally, make)
 
-    def _context(self, role: str, runner: CausalWan, state: GenerationState, b: int, tally: Tally):
+    def _context(self, role: str, dit: CausalWan, state: GenerationState, b: int, tally: Tally):
         with tally.phase("context"):
-            return self.recipes[role].context(self.services, role, runner, state, b, tally)
+            return self.recipes[role].context(self.services, role, dit, state, b, tally)
 
     # ------------------------------------------------------------------------------------------ helpers
     def _role(self, role: str) -> CausalWan:
-        runner = self.drafter if role == "drafter" else self.target
-        if runner is None:
+        dit = self.drafter if role == "drafter" else self.target
+        if dit is None:
             raise ValueError("this policy needs a drafter model, but the engine was built without one")
-        return runner
+        return dit
 
     def _tally(self) -> Tally:
         return Tally(sync_cuda=self.config.sync_timing, run_id=self.run_id)
@@ -326,7 +333,7 @@ class Engine:
         return p
 
 
-def model_keys(target: CausalWan, vae, drafter: CausalWan | None, scorer: Scorer | None) -> dict[str, str]:
+def role_identities(target: CausalWan, vae, drafter: CausalWan | None, scorer: Scorer | None) -> dict[str, str]:
     """Each model's stable identity by role (memo keys hold them), once the models are known to fit together."""
     keys = {"target": require_key(target, "target model"), "vae": require_key(vae, "VAE")}
     if drafter is not None:

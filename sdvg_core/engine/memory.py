@@ -79,7 +79,7 @@ class DiTMemory:
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Peak device memory of a generation. The models run one at a time, so the peak is the largest phase plus
-    what the generation holds through every phase (engine/memo.py `pin`): both models' text K/V, the caches of
+    what the generation holds through every phase (derived/memo.py `pin`): both models' text K/V, the caches of
     recipes that keep them between blocks, the decoder cache after the newest block and a pending draft's
     decode (its decoder cache and pixels). `host_pixels` is CPU memory: the decoded blocks held for the
     recipes' pixel history and the output writer."""

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from ..given.request import StartImage
-from .prompts import tensor_digest
+from ..derived.digest import tensor_digest
 
 
 @dataclass(frozen=True)

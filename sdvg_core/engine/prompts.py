@@ -8,11 +8,12 @@ once encoded, as `GenerationSpec` holds it. A single prompt is the schedule of o
 from __future__ import annotations
 
 import bisect
-import hashlib
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 import torch
+
+from ..derived.digest import tensor_digest
 
 P = TypeVar("P")
 Q = TypeVar("Q")
@@ -39,17 +40,6 @@ class PromptConditioning:
         if not torch.isfinite(embeddings).all():
             raise ValueError("prompt embeddings contain NaN or Inf")
         return PromptConditioning(text, embeddings, tensor_digest(embeddings, text))
-
-
-def tensor_digest(t: torch.Tensor, *extra: str) -> str:
-    """Content hash of a tensor's dtype, shape and bytes, and of `extra` strings."""
-    h = hashlib.blake2b(digest_size=16)
-    c = t.detach().to("cpu").contiguous()
-    h.update(str((c.dtype, tuple(c.shape))).encode())
-    h.update(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"")
-    for e in extra:
-        h.update(e.encode())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ DEFAULT_COMPILE_BACKEND = "inductor"  # what CausalWan(compile=True) compiles wi
 
 
 def compile_backend(model: object | None) -> str | None:
-    """The torch.compile backend a DiT runner was built with (`CausalWan(compile=True | "backend")`), or None when
+    """The torch.compile backend a DiT was built with (`CausalWan(compile=True | "backend")`), or None when
     it runs eager (or is absent)."""
     flag = getattr(model, "compile", False) if model is not None else False
     if flag is True:
@@ -91,6 +91,7 @@ class RunReport:
     compiled_models: dict[str, str] = field(default_factory=dict)  # {role: torch.compile backend} of compiled DiTs
     policy_name: str | None = None  # the policy in the one grammar (`sdvg:tau=-0.7`, `stride:k=2`; engine/policy_names)
     tau: float | None = None  # the threshold of an SDVG policy (None for policies that read no score)
+    live: dict | None = None  # a live run's timeline (sdvg_core/live/timeline.py): each block's settings; None otherwise
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -184,7 +185,8 @@ def recipe_label(target: Recipe, drafter: Recipe | None = None) -> str:
 def build_report(state: GenerationState, policy: Policy | str, recipe: Recipe, steps: int,
                  cost_ratio: float = DEFAULT_COST_RATIO, wall_seconds: float | None = None,
                  meta: dict[str, str] | None = None, run_id: str | None = None,
-                 drafter_recipe: Recipe | None = None, compiled: dict[str, str] | None = None) -> RunReport:
+                 drafter_recipe: Recipe | None = None, compiled: dict[str, str] | None = None,
+                 live: dict | None = None) -> RunReport:
     """The report of `state` under `policy` (its description, name and tau come from it; a string is a description
     alone, for tests and custom policies). `recipe`/`steps` are the target's (the target-only baseline is counted with them);
     `drafter_recipe` only labels the run. `run_id`: the execution building it; blocks whose record carries
@@ -226,4 +228,4 @@ def build_report(state: GenerationState, policy: Policy | str, recipe: Recipe, s
         pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
         stopped=state.stopped, stop_cause=state.stop_cause, blocks_requested=state.spec.num_blocks,
         compiled=bool(ran_compiled), compiled_models=ran_compiled,
-        policy_name=None if spec is None else spec.name, tau=None if spec is None else spec.tau)
+        policy_name=None if spec is None else spec.name, tau=None if spec is None else spec.tau, live=live)

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from .prompts import PromptConditioning, PromptSchedule, check_conditioning, tensor_digest  # noqa: F401 (re-exported)
-from .tally import Account, Counts
+from ..derived.digest import tensor_digest
+from .prompts import PromptConditioning, PromptSchedule, check_conditioning  # noqa: F401 (re-exported)
+from ..derived.tally import Account, Counts
 
 if TYPE_CHECKING:
     from ..given.latents import GivenLatents
@@ -170,7 +171,7 @@ class GenerationState:
     pending: PendingBlock | None = None
     given: "GivenLatents | None" = None  # the given pixels as the run's recipes use them (given/latents.py)
     stopped: str | None = None  # why the run ended before spec.num_blocks (an input video ran out, or broke)
-    stop_cause: str | None = None  # what ended it: "input_ended" / "input_unreadable" (given/run.py)
+    stop_cause: str | None = None  # what ended it: "input_ended" / "input_unreadable" (given/pixels.py)
 
     @property
     def lineage(self) -> str:

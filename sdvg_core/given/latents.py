@@ -13,9 +13,9 @@ from typing import Callable
 
 import torch
 
-from ..engine.keys import GivenKey
-from ..engine.memo import Memoiser
-from ..engine.tally import Account, Tally
+from ..derived.keys import GivenKey
+from ..derived.memo import Memoiser
+from ..derived.tally import Account, Tally
 from .encode import encode_clip, encode_start_frame
 from .errors import PixelInputError
 from .request import PixelInput, StartImage, block_frames, frames_before
@@ -116,7 +116,7 @@ class GivenLatents:
     decodes before block 0 (None: the output begins with the pixels as read, or, for video-to-video, with block 0);
     `frames_used`: pixel frames of a start image / extension the latents encode; `account`: what encoding them cost
     when the run started (block 0's record carries it); `hidden_frames`: frames at the start of block 0's decode the
-    output leaves out (given/run.py `RESTART_HIDDEN_FRAMES`)."""
+    output leaves out (given/pixels.py `RESTART_HIDDEN_FRAMES`)."""
 
     mode: str
     latents: dict = field(default_factory=dict)
@@ -150,7 +150,7 @@ class GivenLatents:
         return self.frames_used
 
 
-def given_latents(memos: Memoiser, vae, vae_key: str, pixels: PixelInput, run_hw: tuple[int, int],
+def given_latents(memoiser: Memoiser, vae, vae_key: str, pixels: PixelInput, run_hw: tuple[int, int],
                   encodings: tuple[GivenEncoding, ...], output: GivenEncoding, frames_per_block: int,
                   interrupt: Callable[[], None] | None = None, tally: Tally | None = None) -> GivenLatents:
     """Encode the given pixels for each role's encoding (memoised: a re-queue with the same pixels encodes nothing);
@@ -163,7 +163,7 @@ def given_latents(memos: Memoiser, vae, vae_key: str, pixels: PixelInput, run_hw
     with tally.phase("input"):
         for enc in dict.fromkeys(encodings + (output,)):
             key = GivenKey(vae_key, pixels.identity(), run_hw, enc, frames_per_block)
-            latents[enc], used[enc] = memos.memoised(
+            latents[enc], used[enc] = memoiser.memoised(
                 key, None, tally, lambda part, enc=enc: _encoded(vae, pixels, run_hw, enc, frames_per_block, interrupt,
                                                                   part))
     return GivenLatents(pixels.mode, latents, output if output.decodes_given else None, used[output],

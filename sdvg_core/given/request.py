@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Protocol
 
-from ..engine.schedule import check_strength
+from ..sampling.timesteps import check_strength
 from .errors import PixelInputError
 from .sources import FrameSource, ImageLike, TensorFrames, image_source, video_source
 

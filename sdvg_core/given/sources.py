@@ -12,7 +12,7 @@ from typing import Iterator, Protocol, Union
 
 import torch
 
-from ..engine.prompts import tensor_digest
+from ..derived.digest import tensor_digest
 from ..io.video import WAN_FPS
 from .errors import InputUnreadable, PixelInputError
 from .fit import as_vae_frames, check_aspect

@@ -1,7 +1,7 @@
 """A video to restyle, read as the run goes (docs/pixels.md §4: Krea's streaming encode): block b's pixel frames (9
 for block 0, then 12) are encoded continuing one causal encoder cache, memoised per block by (VAE, pixels, size,
 block) with the newest encoder cache held, so a run never holds the whole input. A block the input does not fill,
-or whose frames cannot be decoded, has no latents: the run ends before it (given/run.py `GivenPixels.stopped`)."""
+or whose frames cannot be decoded, has no latents: the run ends before it (given/pixels.py `GivenPixels.stopped`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,9 +9,9 @@ from typing import Callable
 
 import torch
 
-from ..engine.keys import InputBlockKey
-from ..engine.memo import Hold, Memoiser
-from ..engine.tally import Tally
+from ..derived.keys import InputBlockKey
+from ..derived.memo import Hold, Memoiser
+from ..derived.tally import Tally
 from .errors import InputUnreadable
 from .request import PixelInput
 
@@ -68,8 +68,8 @@ class InputVideo:
 
     HEAD = Hold("input_head")  # the newest block's entry (its encoder cache continues the input)
 
-    def __init__(self, vae, vae_key: str, memos: Memoiser, interrupt: Interrupt):
-        self.vae, self.vae_key, self.memos, self._interrupt = vae, vae_key, memos, interrupt
+    def __init__(self, vae, vae_key: str, memoiser: Memoiser, interrupt: Interrupt):
+        self.vae, self.vae_key, self.memoiser, self._interrupt = vae, vae_key, memoiser, interrupt
         self._reader: _Reader | None = None
 
     def close(self) -> None:
@@ -83,13 +83,13 @@ class InputVideo:
         """Block b's entry (encoded once per block whichever role asks first; a fresh run's work too: not recorded as
         a reuse), or None when an earlier block already had no latents."""
         j = b
-        while j >= 0 and self.memos.peek(self._key(state, j)) is None:
+        while j >= 0 and self.memoiser.peek(self._key(state, j)) is None:
             j -= 1
-        entry = self.memos.peek(self._key(state, j)) if j >= 0 else None
+        entry = self.memoiser.peek(self._key(state, j)) if j >= 0 else None
         for k in range(j + 1, b + 1):
             if k > 0 and (entry is None or entry.latents is None):
                 return None
-            entry = self.memos.memoised(self._key(state, k), None, tally,
+            entry = self.memoiser.memoised(self._key(state, k), None, tally,
                                         lambda part, k=k, prev=entry: self._encode(state, k, prev, part), hold=self.HEAD)
         return entry
 

@@ -1,4 +1,4 @@
-"""The Wan DiT / VAE loaders: a checkpoint's tensors (read by state_file.py, the one reader of every model file)
+"""The Wan DiT / VAE loaders: a checkpoint's tensors (read by tensor_file.py, the one reader of every model file)
 checked against the architecture and loaded strictly, a LoRA merged at load (lora.py).
 
 Every failure raises `CheckpointError` naming the file, what is wrong and what to do. Nothing here touches the
@@ -20,7 +20,7 @@ from ..models.wan_config import (
 )
 from ..models.state_dict import CheckpointError, KeyLayout, key_mismatch, normalize_prefix, strip_wrapper_names
 from .lora import LoraSpec, check_lora, describe_lora, lora_identity, merge_lora, read_lora
-from .state_file import (  # noqa: F401  (re-exported)
+from .tensor_file import (  # noqa: F401  (re-exported)
     DEFAULT_PT_ENTRY, LORA_ENTRY, PICKLE_EXT, SAFETENSORS_EXT, SELF_FORCING_ENTRIES, WRAPPER_ENTRIES, check_path,
     file_identity, read_state_dict,
 )

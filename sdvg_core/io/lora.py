@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..models.state_dict import CheckpointError, key_list, strip_wrapper_names
-from .state_file import LORA_ENTRY, file_identity, read_state_dict
+from .tensor_file import LORA_ENTRY, file_identity, read_state_dict
 
 __all__ = ["LoraError", "LoraSpec", "LoraWeights", "read_lora", "parse_lora", "block_linear_names",
            "lora_problems", "check_lora", "merge_lora", "lora_identity", "describe_lora", "LORA_ENTRY", "PEFT_PREFIX"]

@@ -3,7 +3,7 @@
 hidden size). The command lines compare them with each other and with embeddings files, instead of failing after
 minutes of loading.
 
-The shapes come from the one checkpoint reader (`io/state_file.py` `read_shapes`): a .safetensors header, or a torch
+The shapes come from the one checkpoint reader (`io/tensor_file.py` `read_shapes`): a .safetensors header, or a torch
 zip archive (.pt/.pth) memory-mapped without reading its tensors' bytes. Older non-zip pickles cannot be read without
 loading them: the width is unknown there (the engine still checks it when the run starts).
 """
@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from .state_file import read_shapes
+from .tensor_file import read_shapes
 from .text import UMT5_CONFIG_FILE
 
 TEXT_WEIGHT = "text_embedding.0.weight"  # Wan 2.1's first text-projection Linear: [dim, text_dim]

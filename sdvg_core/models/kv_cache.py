@@ -20,7 +20,7 @@ to its empty future) with the empty slots masked out by an additive mask (None w
 occupied). Both live in buffers made once per buffer and call shape and refilled in place, so a different block
 changes data, never shapes. Physical order does not change the function with RoPE baked into the keys; in the
 `slot` RoPE mode (LongLive's infinity variant) keys are stored un-rotated and rotated by their LOGICAL slot index
-at every call (the runner fills that table per call, `OpenKVWrite.slot_positions`).
+at every call (the dit fills that table per call, `OpenKVWrite.slot_positions`).
 
 Views never read stale data (docs/design.md §3.2): each slot carries the write clock of its last write, a view
 records the clocks of its slots, and reading a view one of whose slots was overwritten since raises

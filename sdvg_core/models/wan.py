@@ -227,7 +227,7 @@ _WARNED: list[bool] = []
 
 
 class _Attend:
-    """The attention of a call: the runner's kernel for unmasked calls and for masked ones when it takes a mask,
+    """The attention of a call: the dit's kernel for unmasked calls and for masked ones when it takes a mask,
     PyTorch SDPA (`attention`) for masked calls otherwise. A kernel other than `attention` runs as one opaque op
     (`host_attention_op`) inside a compiled block, so whatever it does (sage, flash, xformers) is not traced."""
 

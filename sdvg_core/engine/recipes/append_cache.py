@@ -15,9 +15,9 @@ import torch
 
 from ...models.wan import CausalWan, KVCache
 from ...given.latents import GivenEncoding
-from ..schedule import StepPlan, self_forcing_plan, self_forcing_strength_plan, timestep_tensor
+from ...sampling.timesteps import StepPlan, self_forcing_plan, self_forcing_strength_plan, timestep_tensor
 from ..state import GenerationSpec, GenerationState
-from ..tally import Tally
+from ...derived.tally import Tally
 from .base import ContextHost
 
 
@@ -98,7 +98,7 @@ class AppendCacheRecipe:
         prompt switch adds one recache forward."""
         return max(num_blocks - 1, 0) + switches
 
-    def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
+    def context(self, host: ContextHost, role: str, dit: CausalWan, state: GenerationState, b: int,
                 tally: Tally) -> tuple[KVCache, int]:
         """The view block b appends to: the newest memoised view of this history extended by clean t = 0 commit
         forwards of the blocks it lacks, each followed by a recache where the next block switches prompt; and the
@@ -112,25 +112,25 @@ class AppendCacheRecipe:
             """The given latents into the empty cache: one clean t = 0 call per group at their own positions
             (causal_inference.py: a 1-frame start image alone, an extension a block at a time)."""
             for s, e in prefix_groups(g, F):
-                kv = host.context_forward(role, runner, given[:, s:e], timestep_tensor(0.0, 1, e - s), state, s, kv, part,
+                kv = host.context_forward(role, dit, given[:, s:e], timestep_tensor(0.0, 1, e - s), state, s, kv, part,
                                           text_block=0)
             if host.tracing:
                 host.trace_kv(f"{role}/given/kv", kv, slot_frame=True)
             return kv
 
         def commit(k: int, kv: KVCache, part: Tally) -> KVCache:
-            kv = host.context_forward(role, runner, state.latent_frames(k * F, (k + 1) * F), timestep_tensor(0.0, 1, F),
+            kv = host.context_forward(role, dit, state.latent_frames(k * F, (k + 1) * F), timestep_tensor(0.0, 1, F),
                                       state, g + k * F, kv, part, text_block=k)
             if host.tracing:
                 host.trace_kv(f"{role}/block{k}/commit/kv", kv, slot_frame=True)
             if prompt_switches_at(spec, k + 1):
-                kv = self.recache(host, role, runner, state, k + 1, kv, part, given)
+                kv = self.recache(host, role, dit, state, k + 1, kv, part, given)
             return kv
 
-        return host.extend_kv(role, runner, self, state, b, tally, self.cache_layout(spec, g), commit,
+        return host.extend_kv(role, dit, self, state, b, tally, self.cache_layout(spec, g), commit,
                               prefix=prefix if g else None), g + b * F
 
-    def recache(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int, kv: KVCache,
+    def recache(self, host: ContextHost, role: str, dit: CausalWan, state: GenerationState, b: int, kv: KVCache,
                 tally: Tally, given: torch.Tensor | None = None) -> KVCache:
         """LongLive's KV recache before block b, the first of a new prompt (InteractiveCausalInferencePipeline.
         _recache_after_switch): one clean t = 0 forward under block b's prompt over the newest min(window, generated)
@@ -146,7 +146,7 @@ class AppendCacheRecipe:
         latents = state.latent_frames(max(first - g, 0), end - g)
         if first < g:
             latents = torch.cat([given[:, first:].to(latents), latents], dim=1)
-        kv = host.context_forward(role, runner, latents, timestep_tensor(0.0, 1, n), state, first, plan, tally,
+        kv = host.context_forward(role, dit, latents, timestep_tensor(0.0, 1, n), state, first, plan, tally,
                                   text_block=b)
         if host.tracing:
             host.trace_kv(f"{role}/block{b}/recache/kv", kv, slot_frame=True)

@@ -2,7 +2,7 @@
 
 A recipe owns one model's context rule end to end: which committed frames (or re-encoded pixels) go into the
 model's KV cache for block b, which RoPE positions they get, how big the cache is, what it costs and how it is
-memoised. The engine asks `recipe.context(host, role, runner, state, b, tally)` and runs the recipe's step plan.
+memoised. The engine asks `recipe.context(host, role, dit, state, b, tally)` and runs the recipe's step plan.
 Drafter and target each have their own recipe (EngineConfig.drafter_recipe / target_recipe). A new recipe is
 one new class with the members of `Recipe`.
 """
@@ -13,11 +13,11 @@ from typing import Any, Callable, Hashable, Protocol
 import torch
 
 from ...models.wan import CausalWan, KVCache, KVWrite, TextKV
-from ..keys import KVKey
-from ..memo import Hold
-from ..schedule import StepPlan
+from ...derived.keys import KVKey
+from ...derived.memo import Hold
+from ...sampling.timesteps import StepPlan
 from ..state import GenerationSpec, GenerationState
-from ..tally import Tally
+from ...derived.tally import Tally
 
 
 class ContextHost(Protocol):
@@ -35,39 +35,39 @@ class ContextHost(Protocol):
         `compute(part)`, whose cost is what it charges to `part`. `hold` keeps it for the rest of the generation
         outside the memo's budget (derived data the running generation reads again)."""
 
-    def kv_key(self, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int) -> KVKey: ...
+    def kv_key(self, dit: CausalWan, recipe: "Recipe", state: GenerationState, b: int) -> KVKey: ...
 
-    def empty_kv(self, runner: CausalWan, spec: GenerationSpec, window_frames: int, *, sink: int = 0,
+    def empty_kv(self, dit: CausalWan, spec: GenerationSpec, window_frames: int, *, sink: int = 0,
                  rope: str = "baked") -> KVCache:
-        """A fresh cache on the runner's device holding `window_frames` latent frames, the first `sink` a sink."""
+        """A fresh cache on the dit's device holding `window_frames` latent frames, the first `sink` a sink."""
 
-    def run_kv(self, runner: CausalWan, recipe: "Recipe", spec: GenerationSpec,
+    def run_kv(self, dit: CausalWan, recipe: "Recipe", spec: GenerationSpec,
                layout: tuple[int, int, str]) -> KVCache:
-        """An empty view of this run's one KV buffer for (runner, recipe, layout: window frames, sink frames, RoPE
+        """An empty view of this run's one KV buffer for (dit, recipe, layout: window frames, sink frames, RoPE
         mode), allocated at its first use in the run and reused by every later block (views of it that a later
         write overwrites go stale)."""
 
-    def rebuilt_kv(self, role: str, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int,
+    def rebuilt_kv(self, role: str, dit: CausalWan, recipe: "Recipe", state: GenerationState, b: int,
                    tally: Tally, layout: tuple[int, int, str],
                    rebuild: Callable[[KVCache, Tally], KVCache]) -> KVCache:
         """Block b's context rebuilt into the run's buffer (`rebuild(empty view of it, part)`), or a memoised
         snapshot of it restored there; the memo keeps a clone (the run's buffer is overwritten by the next block)."""
 
-    def extend_kv(self, role: str, runner: CausalWan, recipe: "Recipe", state: GenerationState, b: int, tally: Tally,
+    def extend_kv(self, role: str, dit: CausalWan, recipe: "Recipe", state: GenerationState, b: int, tally: Tally,
                   layout: tuple[int, int, str], commit: Callable[[int, KVCache, Tally], KVCache],
                   prefix: Callable[[KVCache, Tally], KVCache] | None = None) -> KVCache:
         """An append cache's view for block b: the newest memoised view of this history extended by
         `commit(k, view, part)` for each block k it lacks (from an empty cache of `layout`, passed through
         `prefix(view, part)` when given, when there is none)."""
 
-    def context_forward(self, role: str, runner: CausalWan, latents: torch.Tensor, t: torch.Tensor,
+    def context_forward(self, role: str, dit: CausalWan, latents: torch.Tensor, t: torch.Tensor,
                         state: GenerationState, frame_offset: int, kv: KVCache | KVWrite, tally: Tally,
                         text_block: int | None = None) -> KVCache:
         """One clean forward that writes `latents` [1, F, C, h, w] into `kv` (appended to a view, or a `KVWrite` plan
         such as a recache's rewrite) and returns the committed view, under block `text_block`'s prompt (default:
         the block being generated)."""
 
-    def text(self, runner: CausalWan, state: GenerationState, tally: Tally, b: int | None = None) -> TextKV:
+    def text(self, dit: CausalWan, state: GenerationState, tally: Tally, b: int | None = None) -> TextKV:
         """Cross-attention K/V of block b's prompt (default: the block being generated), held for the run."""
 
     def pixels_before(self, b: int, state: GenerationState) -> int:
@@ -128,6 +128,6 @@ class Recipe(Protocol):
         """Context forwards one model makes in a run where it generates every block of a video whose prompt
         changes `switches` times."""
 
-    def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
+    def context(self, host: ContextHost, role: str, dit: CausalWan, state: GenerationState, b: int,
                 tally: Tally) -> tuple[KVCache, int]:
-        """The KV cache `runner` needs to generate block b, and the block's RoPE frame offset."""
+        """The KV cache `dit` needs to generate block b, and the block's RoPE frame offset."""

@@ -14,11 +14,11 @@ import torch
 
 from ...models.wan import CausalWan, KVCache
 from ...given.latents import GivenEncoding
-from ..keys import AnchorKey
-from ..memo import Hold
-from ..schedule import StepPlan, krea_plan, krea_strength_plan, timestep_tensor
+from ...derived.keys import AnchorKey
+from ...derived.memo import Hold
+from ...sampling.timesteps import StepPlan, krea_plan, krea_strength_plan, timestep_tensor
 from ..state import GenerationSpec, GenerationState
-from ..tally import Tally
+from ...derived.tally import Tally
 from .base import ContextHost
 
 SHARED_ANCHOR = Hold("anchor:shared")  # one anchor per history, whichever model's context makes it first
@@ -73,24 +73,24 @@ class KreaRecipe:
         (a prompt switch adds none: the rebuild already runs under the block's own prompt)."""
         return max(num_blocks - 1, 0)
 
-    def context(self, host: ContextHost, role: str, runner: CausalWan, state: GenerationState, b: int,
+    def context(self, host: ContextHost, role: str, dit: CausalWan, state: GenerationState, b: int,
                 tally: Tally) -> tuple[KVCache, int]:
-        """The KV cache `runner` needs to generate block b, and the block's RoPE frame offset (window-relative)."""
+        """The KV cache `dit` needs to generate block b, and the block's RoPE frame offset (window-relative)."""
         spec = state.spec
         layout = (self.window_frames(spec.frames_per_block, spec.num_latent_frames), 0, "baked")
         given = host.given_latents(state, self)  # start image / extension latents, or None
         if b == 0 and given is None:
-            return host.run_kv(runner, self, spec, layout), 0
+            return host.run_kv(dit, self, spec, layout), 0
 
         def rebuild(empty: KVCache, part: Tally) -> KVCache:  # into the run's buffer (a re-run restores the memo's)
-            ctx = self._context_latents(host, state, b, part, runner.device, given)  # [1, ctx, C, h, w]
+            ctx = self._context_latents(host, state, b, part, dit.device, given)  # [1, ctx, C, h, w]
             host.trace(f"{role}/block{b}/context", ctx)
-            kv = host.context_forward(role, runner, ctx, timestep_tensor(0.0, 1, ctx.shape[1]), state, 0, empty, part)
+            kv = host.context_forward(role, dit, ctx, timestep_tensor(0.0, 1, ctx.shape[1]), state, 0, empty, part)
             if host.tracing:
                 host.trace_kv(f"{role}/block{b}/recompute/kv", kv)
             return kv
 
-        return host.rebuilt_kv(role, runner, self, state, b, tally, layout, rebuild), self.context_frames
+        return host.rebuilt_kv(role, dit, self, state, b, tally, layout, rebuild), self.context_frames
 
     def _context_latents(self, host: ContextHost, state: GenerationState, b: int, tally: Tally,
                          device: torch.device, given: torch.Tensor | None = None) -> torch.Tensor:

@@ -8,7 +8,7 @@ never hand one history's cache to another. `kind` names the key's family in repo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Hashable
+from typing import Callable, ClassVar, Hashable
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,9 @@ class AnchorKey:
 
 @dataclass(frozen=True)
 class BlockKey:
-    """The latents one model (`role` = drafter or target) generates for the block after `lineage`."""
+    """The latents one model (`role` = drafter or target) generates for the block after `lineage`, denoised at `plan`
+    (the recipe's steps, or a video-to-video block's strength plan: a live run may change the strength between
+    blocks of one lineage)."""
 
     role: str
     model: str
@@ -60,6 +62,7 @@ class BlockKey:
     rule: str
     noise: str
     lineage: str
+    plan: Hashable = None
 
     @property
     def kind(self) -> str:
@@ -106,17 +109,19 @@ class ScoreKey:
 @dataclass(frozen=True)
 class RunKeys:
     """The keys of one engine's operations: its models' identities by role (and "vae", "scorer"), each role's
-    recipe, the decode rule and the noise's identity, joined with a block's prompt and lineage."""
+    recipe, the decode rule and the noise's identity, joined with a block's prompt, lineage and step plan
+    (`plans(spec, role)`: the plan a role denoises a block of the spec at)."""
 
     models: dict[str, str]
     recipes: dict[str, Hashable]
     rule: str
     noise: str
+    plans: Callable[[object, str], Hashable] = lambda spec, role: None
 
     def block(self, role: str, state, b: int) -> BlockKey:
         """The latents `role` generates for block b after the state's history up to b."""
         return BlockKey(role, self.models[role], state.spec.prompt_at(b).key, self.recipes[role], self.models["vae"],
-                        self.rule, self.noise, state.lineage_at(b))
+                        self.rule, self.noise, state.lineage_at(b), self.plans(state.spec, role))
 
     def draft_decode(self, state) -> DraftDecodeKey:
         """The pending draft's decode."""
@@ -129,7 +134,7 @@ class RunKeys:
 
 @dataclass(frozen=True)
 class GivenKey:
-    """A start image's or an extension's latents as one recipe encoding takes them (given/run.py); `pixels` is
+    """A start image's or an extension's latents as one recipe encoding takes them (given/pixels.py); `pixels` is
     PixelInput.identity() (mode, strength, digest)."""
 
     kind: ClassVar[str] = "given"

@@ -33,7 +33,7 @@ from . import shared_memo
 from .comfy_compiler import compiler_off
 from .comfy_model import host_comfy_model
 from .hosted import DiTHandle, host_vae
-from .run import Session, current_run_id, engine_errors, node_policy
+from .session import Session, current_run_id, engine_errors, node_policy
 from .surface import SDVGError
 
 LOG = logging.getLogger("SDVG")
@@ -163,7 +163,7 @@ class ARRun:
             config = EngineConfig.for_run(with_plan(recipe_by_name(CORE_AR_RECIPE), plan),
                                           with_plan(recipe_by_name(o.drafter_recipe), plan),
                                           decode_rule=o.decode_rule, decode_committed=False)
-            emb = fit_text_len(self.conditioning(), target.runner.cfg.text_len)
+            emb = fit_text_len(self.conditioning(), target.dit.cfg.text_len)
             prompt = PromptSchedule.one(PromptConditioning.make(o.prompt.strip(), emb))
             seed = int(self.extra_args.get("seed", 0) or 0)
             width, height = x.shape[4] * LATENT_SPATIAL, x.shape[3] * LATENT_SPATIAL
@@ -188,7 +188,7 @@ class ARRun:
 
     def engine(self, session: Session, noise: ComfyARNoise, num_blocks: int) -> Engine:
         s = session
-        engine = Engine(s.target.runner, s.vae, s.drafter.runner if s.drafter else None, s.scorer, s.config,
+        engine = Engine(s.target.dit, s.vae, s.drafter.dit if s.drafter else None, s.scorer, s.config,
                         noise_fn=noise, memo=shared_memo.MEMO)
         engine.callbacks.interrupt = mm.throw_exception_if_processing_interrupted
         engine.callbacks.run_id = current_run_id()

@@ -16,9 +16,9 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..engine.memo import Memoiser
-from ..engine.schedule import StepPlan, noise_input
-from ..engine.tally import Account, Tally
+from ..derived.memo import Memoiser
+from ..sampling.timesteps import StepPlan, noise_input
+from ..derived.tally import Account, Tally
 from .latents import GivenLatents, given_latents
 from .stream import InputVideo
 
@@ -44,10 +44,10 @@ class GivenPixels:
     """The engine's view of a run's given pixels (none for text-to-video): the step plan each role denoises at, the
     latents encoded at start, each video-to-video block's noised input, and the stop where the input ends."""
 
-    def __init__(self, vae, vae_key: str, memos: Memoiser, recipes: dict, interrupt: Interrupt):
-        self.vae, self.vae_key, self.memos, self.recipes = vae, vae_key, memos, recipes
+    def __init__(self, vae, vae_key: str, memoiser: Memoiser, recipes: dict, interrupt: Interrupt):
+        self.vae, self.vae_key, self.memoiser, self.recipes = vae, vae_key, memoiser, recipes
         self._interrupt = interrupt
-        self.inputs = InputVideo(vae, vae_key, memos, interrupt)
+        self.inputs = InputVideo(vae, vae_key, memoiser, interrupt)
 
     def plan_for(self, spec, role: str) -> StepPlan:
         return plan_for(self.recipes[role], spec)
@@ -62,7 +62,7 @@ class GivenPixels:
         spec.pixels.check_run((spec.height, spec.width), self.recipes.values(), spec.frames_per_block, spec.num_blocks,
                               tc)
         target = self.recipes["target"].given_encoding
-        given = given_latents(self.memos, self.vae, self.vae_key, spec.pixels, (spec.height, spec.width),
+        given = given_latents(self.memoiser, self.vae, self.vae_key, spec.pixels, (spec.height, spec.width),
                               tuple(r.given_encoding for r in self.recipes.values()), target, spec.frames_per_block,
                               self._interrupt(), tally)
         if not given.streamed and not target.decodes_given:  # the decoder restarts at block 0 (Krea)

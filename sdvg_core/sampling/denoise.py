@@ -12,10 +12,10 @@ from typing import Callable
 import torch
 
 from ..models.wan import CausalWan, KVCache, TextKV
-from .schedule import StepPlan, add_noise, flow_to_x0, timestep_tensor
+from .timesteps import StepPlan, add_noise, flow_to_x0, timestep_tensor
 
 
-def denoise(runner: CausalWan, x: torch.Tensor, plan: StepPlan, renoise: torch.Tensor, text: TextKV, kv: KVCache,
+def denoise(dit: CausalWan, x: torch.Tensor, plan: StepPlan, renoise: torch.Tensor, text: TextKV, kv: KVCache,
             frame_offset: int, *, interrupt: Callable[[], None] | None = None,
             trace: Callable[[str, torch.Tensor], None] = lambda name, t: None,
             after_step: Callable[[int], None] = lambda s: None) -> torch.Tensor:
@@ -26,9 +26,9 @@ def denoise(runner: CausalWan, x: torch.Tensor, plan: StepPlan, renoise: torch.T
     for s, t in enumerate(plan.timesteps):
         if interrupt is not None:
             interrupt()
-        ts = timestep_tensor(t, 1, x.shape[1], runner.device)
+        ts = timestep_tensor(t, 1, x.shape[1], dit.device)
         trace(f"step{s}/model_input", x)
-        flow = runner.forward(x, ts, text, frame_offset=frame_offset, kv=kv, interrupt=interrupt).flow
+        flow = dit.forward(x, ts, text, frame_offset=frame_offset, kv=kv, interrupt=interrupt).flow
         x0 = flow_to_x0(x.float(), flow.float(), plan.sigmas[s])
         trace(f"step{s}/flow_pred", flow)
         trace(f"step{s}/x0_pred", x0)

@@ -18,7 +18,7 @@ from comfy_api.latest import io
 
 from ..sdvg_core.engine.config import AUTO, DECODE_RULES, EngineConfig
 from ..sdvg_core.engine.engine import Engine, ProgressEvent
-from ..sdvg_core.engine.memo import TieredMemo
+from ..sdvg_core.derived.memo import TieredMemo
 from ..sdvg_core.engine.memory import MemoryEstimate, check_fits, estimate_for_spec
 from ..sdvg_core.given.request import MODES, VIDEO_MODES, PixelInput, StartImage, VideoToVideo, describe
 from ..sdvg_core.engine.policy import Policy
@@ -88,7 +88,7 @@ class Session:
                run_id: str | None = None) -> Engine:
         """A light Engine over the shared memo (or `memo`: a private one for a fresh run), with ComfyUI's Cancel as
         interrupt callback and the current execution's id as run id (or `run_id`)."""
-        e = Engine(self.target.runner, self.vae, self.drafter.runner if self.drafter else None, self.scorer,
+        e = Engine(self.target.dit, self.vae, self.drafter.dit if self.drafter else None, self.scorer,
                    self.config, memo=shared_memo.MEMO if memo is None else memo)
         e.callbacks.interrupt = mm.throw_exception_if_processing_interrupted
         e.callbacks.progress = progress
@@ -103,13 +103,13 @@ class Session:
         vae = self.vae.inner
         # each DiT is sized for its own recipe (e.g. a LongLive drafter's window next to a Krea target's rebuild)
         est = estimate_for_spec(spec, [self.config.recipe_for(h.role) for h in handles],
-                                [(h.runner.cfg, h.runner.dtype) for h in handles], vae.config, vae.dtype,
+                                [(h.dit.cfg, h.dit.dtype) for h in handles], vae.config, vae.dtype,
                                 vae_weight_bytes=mm.module_size(vae))
         for h, d in zip(handles, est.dits):
-            h.runner.work_bytes = d.step
-        counted = dataclasses.replace(est, dits=tuple(d if h.runner.full_load else dataclasses.replace(d, weights=0)
+            h.dit.work_bytes = d.step
+        counted = dataclasses.replace(est, dits=tuple(d if h.dit.full_load else dataclasses.replace(d, weights=0)
                                                       for h, d in zip(handles, est.dits)))
-        device = handles[0].runner.device
+        device = handles[0].dit.device
         total = getattr(mm, "get_total_memory", None)
         if total is not None:
             check_fits(counted, int(total(device)), f"{device} (ComfyUI's total for it)")
@@ -308,7 +308,7 @@ def prepare_run(what: str, target: DiTHandle, vae, positive, prompt: str, width:
     config = engine_config(what, recipe, drafter_recipe, target_recipe, decode_rule, drafter)
     shared_memo.set_cache_budget(cache_gb)
     with engine_errors(what):
-        entries = prompt_schedule(what, positive, prompt, schedule, target.runner.cfg.text_len)
+        entries = prompt_schedule(what, positive, prompt, schedule, target.dit.cfg.text_len)
         session = Session(target, drafter, host_vae(vae), image_reward, config)
         spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
         session.reserve(spec)  # size this run's reservation for its window; refuse sizes that cannot fit

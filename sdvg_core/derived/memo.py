@@ -224,7 +224,7 @@ SMALL_TIER_SHARE = 4  # TieredMemo.split: the small tier's share of one budget i
 
 
 class TieredMemo:
-    """Two LRU memos: small entries (drafts, target blocks, scores, anchors) apart from big ones (KV/decoder caches).
+    """Two LRU memoiser: small entries (drafts, target blocks, scores, anchors) apart from big ones (KV/decoder caches).
 
     With one byte-budgeted LRU, a single multi-GB cache at 832x480 evicts every small entry of the earlier
     blocks, and a re-run after moving tau recomputes from block 0. Keeping the small entries in their own budget

@@ -24,7 +24,7 @@ from ..sdvg_core.engine.prompt_schedule import ScheduleError, encode_schedule, p
 from ..sdvg_core.io.text import load_embeddings
 from .folders import PROMPTS_FOLDER, SOURCES, check_file, resolve_file
 from .hosted import object_token
-from .run import conditioning_embeddings
+from .session import conditioning_embeddings
 from .surface import CAT_PROMPTS, SDVGError, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
