@@ -6,16 +6,19 @@ import succeeds and defines no nodes. The node layer is imported relatively: Com
 import importlib.util
 import sys
 
+# The frontend extension (the SDVG Live panel): ComfyUI serves this folder's .js files to the page.
+WEB_DIRECTORY = "./web"
+
 # `__package__` is empty when this file is imported as a top-level module (pytest collecting the checkout in an
 # environment where ComfyUI is pip-installed): the relative import cannot work there, and no nodes are wanted.
 if __package__ and importlib.util.find_spec("comfy_api") is not None:
     from .nodes import comfy_entrypoint  # noqa: F401
 
-    __all__ = ["comfy_entrypoint"]
+    __all__ = ["comfy_entrypoint", "WEB_DIRECTORY"]
     if "comfy.nodes.vanilla_node_importing" in sys.modules:
         # The pip-installable build (hiddenswitch, 0.10-0.12) logs "Skip ... due to the lack of NODE_CLASS_MAPPINGS"
         # for a V3-only pack before it reads comfy_entrypoint anyway; an empty mapping keeps that error line away.
         # Only there: upstream ComfyUI takes a pack with NODE_CLASS_MAPPINGS as V1 and never calls comfy_entrypoint.
         NODE_CLASS_MAPPINGS: dict = {}
 else:
-    __all__ = []
+    __all__ = ["WEB_DIRECTORY"]

@@ -7,6 +7,8 @@ from .ar_sampler import SDVGARReport, SDVGSamplerARVideo
 from .finish import SDVGFinish, SDVGShowVideo
 from .folders import register_folders
 from .generate import SDVGGenerate
+from .live import SDVGLive
+from .live_server import install as install_live_routes
 from .loaders import SDVGLoadDrafter, SDVGLoadImageReward, SDVGLoadTarget
 from .loop import SDVGLoopEnd, SDVGLoopStart
 from .prompts import SDVGLoadPromptEmbeddings, SDVGSavePromptEmbeddings
@@ -18,10 +20,11 @@ NODES: list[type[io.ComfyNode]] = [
     SDVGLoadDrafter, SDVGLoadTarget, SDVGLoadImageReward,
     SDVGStart, SDVGLoopStart, SDVGDraftBlock, SDVGDecodeBlock, SDVGScoreBlock, SDVGRoute, SDVGLoopEnd, SDVGFinish,
     SDVGGenerate, SDVGShowVideo, SDVGSavePromptEmbeddings, SDVGLoadPromptEmbeddings, SDVGPromptSchedule,
-    SDVGPromptFromBlock, SDVGSamplerARVideo, SDVGARReport,
+    SDVGPromptFromBlock, SDVGSamplerARVideo, SDVGARReport, SDVGLive,
 ]
 
 register_folders()
+install_live_routes()  # SDVG Live's routes on ComfyUI's own server (none in a process without one)
 
 
 class SDVGExtension(ComfyExtension):
