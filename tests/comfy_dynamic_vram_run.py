@@ -83,7 +83,7 @@ class ZeroScorer:
         return torch.zeros(frames.shape[0])
 
 
-session = n.run.Session(target, drafter, vae, ZeroScorer(), EngineConfig())
+session = n.session.Session(target, drafter, vae, ZeroScorer(), EngineConfig())
 spec = core.GenerationSpec(core.PromptConditioning.make("probe", torch.randn(1, 16, cfg.text_dim) * 0.3), 64, 48,
                            a.blocks, 0)
 state = session.engine().generate(spec, core.ThresholdPolicy(tau=-1.0))
