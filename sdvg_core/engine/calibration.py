@@ -11,8 +11,10 @@ frames); no model, no ComfyUI. A block is accepted at tau when its score >= tau 
 
 Quantile matching rule. Sort each decoder's scores from high to low: r_1 >= r_2 >= ... and c_1 >= c_2 >= ....
 A reference tau accepts k blocks, with r_{k+1} < tau <= r_k. The matched tau sits at the same fraction of the way
-between c_{k+1} and c_k: c_{k+1} + (tau - r_{k+1}) / (r_k - r_{k+1}) * (c_k - c_{k+1}); beyond the ends (k = 0 or
-k = n) it is shifted by the nearest end's difference (c_1 - r_1, or c_n - r_n). The candidate then accepts k blocks
+between c_{k+1} and c_k: c_{k+1} + (tau - r_{k+1}) / (r_k - r_{k+1}) * (c_k - c_{k+1}). Beyond the ends (k = 0 or
+k = n) the end segment's line is extended: c_1 + (tau - r_1) * slope, slope = (c_1 - c_2) / (r_1 - r_2) (likewise
+at the bottom), or slope 1 (a shift) where that segment has a tie or there is one block, so the matched tau stays
+beyond the candidate's end and accepts none (or all) of its blocks too. The candidate then accepts k blocks
 too, unless c_k == c_{k+1} (a tie across the boundary): no threshold separates tied scores, and all of them pass, so
 the candidate accepts more than k. The map is exact for any increasing affine relation: if c = a r + b (a > 0) for
 every block, the matched tau is a tau + b.
@@ -101,13 +103,22 @@ def matched_tau(reference, candidate, tau: float) -> float:
     c_desc = torch.sort(c, descending=True).values
     n = r.numel()
     k = int((r >= tau).sum())  # accepted by the reference; r_desc[k-1] >= tau > r_desc[k]
-    if k == 0:
-        return float(c_desc[0] + (tau - r_desc[0]))
-    if k == n:
-        return float(c_desc[-1] + (tau - r_desc[-1]))
+    if k == 0:  # above every reference score
+        return float(c_desc[0]) + (tau - float(r_desc[0])) * _end_slope(r_desc[:2], c_desc[:2])
+    if k == n:  # at or below every reference score
+        return float(c_desc[-1]) + (tau - float(r_desc[-1])) * _end_slope(r_desc[-2:], c_desc[-2:])
     hi_r, lo_r = float(r_desc[k - 1]), float(r_desc[k])  # lo_r < tau <= hi_r, so hi_r > lo_r
     hi_c, lo_c = float(c_desc[k - 1]), float(c_desc[k])
     return lo_c + (tau - lo_r) / (hi_r - lo_r) * (hi_c - lo_c)
+
+
+def _end_slope(r_pair: torch.Tensor, c_pair: torch.Tensor) -> float:
+    """Slope of the candidate against the reference over the two outermost blocks (descending pairs); 1 when either
+    pair is tied or there is a single block (extrapolating along a flat line would reach the candidate's end)."""
+    if r_pair.numel() < 2:
+        return 1.0
+    dr, dc = float(r_pair[0] - r_pair[1]), float(c_pair[0] - c_pair[1])
+    return dc / dr if dr > 0 and dc > 0 else 1.0
 
 
 @dataclass(frozen=True)
