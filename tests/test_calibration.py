@@ -147,3 +147,12 @@ def test_plot_marks_the_blocks_the_decoders_decide_differently():
     assert COLORS["tau"] not in colours and COLORS["matched"] not in colours and COLORS["disagree"] not in colours
     with pytest.raises(ValueError, match="paired"):
         render_calibration_plot(FULL, tiny[:3])
+
+
+def test_a_score_equal_to_tau_is_accepted_on_both_scales():
+    """The router's rule is score >= tau: a block exactly at tau passes, under either decoder."""
+    assert acceptance_rate([0.0, 1.0, 2.0], 1.0) == pytest.approx(2 / 3)
+    assert decision_agreement(FULL, FULL, FULL[4]) == 1.0
+    assert decision_agreement([1.0, 3.0], [2.0, 2.0], 1.0, candidate_tau=2.0) == 1.0
+    cal = calibrate(FULL, FULL, [FULL[4]])
+    assert cal.taus[0].reference_acceptance == cal.taus[0].matched_acceptance == 0.6
