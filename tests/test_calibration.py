@@ -154,5 +154,9 @@ def test_a_score_equal_to_tau_is_accepted_on_both_scales():
     assert acceptance_rate([0.0, 1.0, 2.0], 1.0) == pytest.approx(2 / 3)
     assert decision_agreement(FULL, FULL, FULL[4]) == 1.0
     assert decision_agreement([1.0, 3.0], [2.0, 2.0], 1.0, candidate_tau=2.0) == 1.0
-    cal = calibrate(FULL, FULL, [FULL[4]])
-    assert cal.taus[0].reference_acceptance == cal.taus[0].matched_acceptance == 0.6
+    for shift in (0.0, 0.5, 0.1, -0.3):  # a tau on a score maps onto that block's candidate score, not past it
+        tiny = [s + shift for s in FULL]
+        for k, tau in enumerate(sorted(FULL)):
+            row = calibrate(FULL, tiny, [tau]).taus[0]
+            assert row.reference_acceptance == row.matched_acceptance == (len(FULL) - k) / len(FULL), (shift, tau)
+            assert row.matched_agreement == 1.0

@@ -103,13 +103,20 @@ def matched_tau(reference, candidate, tau: float) -> float:
     c_desc = torch.sort(c, descending=True).values
     n = r.numel()
     k = int((r >= tau).sum())  # accepted by the reference; r_desc[k-1] >= tau > r_desc[k]
-    if k == 0:  # above every reference score
-        return float(c_desc[0]) + (tau - float(r_desc[0])) * _end_slope(r_desc[:2], c_desc[:2])
-    if k == n:  # at or below every reference score
-        return float(c_desc[-1]) + (tau - float(r_desc[-1])) * _end_slope(r_desc[-2:], c_desc[-2:])
+    # Each result is kept on its side of the candidate's boundary scores: float rounding of the interpolation must
+    # not move a score that sits exactly at the matched tau (tau = r_k gives c_k) to the other side.
+    if k == 0:  # above every reference score: strictly above every candidate score
+        top = float(c_desc[0])
+        return max(top + (tau - float(r_desc[0])) * _end_slope(r_desc[:2], c_desc[:2]), math.nextafter(top, math.inf))
+    if k == n:  # at or below every reference score: at or below every candidate score
+        bottom = float(c_desc[-1])
+        return min(bottom + (tau - float(r_desc[-1])) * _end_slope(r_desc[-2:], c_desc[-2:]), bottom)
     hi_r, lo_r = float(r_desc[k - 1]), float(r_desc[k])  # lo_r < tau <= hi_r, so hi_r > lo_r
     hi_c, lo_c = float(c_desc[k - 1]), float(c_desc[k])
-    return lo_c + (tau - lo_r) / (hi_r - lo_r) * (hi_c - lo_c)
+    if hi_c == lo_c:  # a tie across the boundary: every tied score passes
+        return hi_c
+    value = lo_c + (tau - lo_r) / (hi_r - lo_r) * (hi_c - lo_c)
+    return min(max(value, math.nextafter(lo_c, math.inf)), hi_c)  # in (c_{k+1}, c_k]: exactly k accepted
 
 
 def _end_slope(r_pair: torch.Tensor, c_pair: torch.Tensor) -> float:
