@@ -134,7 +134,7 @@ class SDVGLive(io.ComfyNode):
             r = timeline.run
             width, height, seed, recipe, drafter_recipe = (int(r["width"]), int(r["height"]), int(r["seed"]),
                                                            r["recipe"], r["drafter_recipe"])
-            max_blocks, input = len(timeline.blocks), r["input"]
+            max_blocks, input = int(r["max_blocks"]), r["input"]  # the spec's length names the lineage
             if timeline.blocks[0].strength is not None:
                 strength = timeline.blocks[0].strength
         if input not in INPUTS:
@@ -168,8 +168,8 @@ class SDVGLive(io.ComfyNode):
                                             None))
         buffer = FrameBuffer() if source is not None and recorded is None else None
         node_id = _own_id(cls)
-        run_opts = {"width": width, "height": height, "seed": seed, "recipe": recipe, "drafter_recipe": drafter_recipe,
-                    "input": input, "models": dict(engine.model_keys)}
+        run_opts = {"width": width, "height": height, "seed": seed, "max_blocks": max_blocks, "recipe": recipe,
+                    "drafter_recipe": drafter_recipe, "input": input, "models": dict(engine.model_keys)}
         timeline_out = Timeline(run=run_opts)
         settings_for = (lambda b: controls.take()) if recorded is None else replay_settings(timeline)
         live = LiveRun(engine, settings_for, book, frames=buffer, source=source, timeline=timeline_out)
@@ -329,7 +329,8 @@ def read_replay(value: str) -> tuple[Timeline, str]:
         timeline = Timeline.from_dict(data.get("live"))
     except (OSError, ValueError, AttributeError) as e:
         raise SDVGError(f"{WHAT}: replay {value!r} is not a live run's report: {sentence(e)}") from e
-    missing = [k for k in ("width", "height", "seed", "recipe", "drafter_recipe", "input") if k not in timeline.run]
+    missing = [k for k in ("width", "height", "seed", "max_blocks", "recipe", "drafter_recipe", "input")
+               if k not in timeline.run]
     if missing or not timeline.blocks:
         raise SDVGError(f"{WHAT}: replay {value!r} does not hold a live run to replay (missing {missing or 'blocks'})")
     return timeline, os.path.dirname(full)
