@@ -145,9 +145,17 @@ class LiveRun:
     def run(self, state: GenerationState, on_block: Callable | None = None) -> GenerationState:
         """Every block until Stop, the input's end or the spec's last block; `on_block(engine, state)` after each
         commit. The timeline holds what each committed block was made under."""
-        first = live_policy(self.settings_for(state.next_block), self.base_policy)
-        final = self.engine.generate(state.spec, first, on_block, state=state, boundary=self.boundary)
-        del self.timeline.blocks[len(final.blocks):]  # a block the input ended before is not part of the record
+        final = self.engine.generate(state.spec, self.first_policy(state), on_block, state=state,
+                                     boundary=self.boundary)
+        return self.settle(final)
+
+    def first_policy(self, state: GenerationState) -> Policy:
+        """The policy before the first boundary is read (Engine.generate's `policy`; the boundary gives each block's)."""
+        return live_policy(self.settings_for(state.next_block), self.base_policy)
+
+    def settle(self, final: GenerationState) -> GenerationState:
+        """The run ended at `final`: a block the input ended before, or one cut by a stop, is not part of the record."""
+        del self.timeline.blocks[len(final.blocks):]
         return final
 
 
