@@ -224,8 +224,9 @@ class PixelInput:
             if problem:
                 raise PixelInputError(problem)
         need = self.kind.min_frames([r.given_encoding for r in recipes], frames_per_block, temporal_compression)
-        have = self.source.count_up_to(need)  # decoded, not the header's word: a header may lack a duration or lie
-        if have < need:
+        count = getattr(self.source, "count_up_to", None)  # a FrameSource of a caller's own may not count
+        have = count(need) if count is not None else None  # decoded, not a header's word (missing or wrong)
+        if have is not None and have < need:
             raise PixelInputError(f"{self.source.name} has {have} frame(s); {self.mode} needs at least {need} (one "
                                   f"block of {frames_per_block} latent frames): give a longer video")
         check = getattr(self.source, "check_readable", None)

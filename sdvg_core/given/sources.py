@@ -41,7 +41,8 @@ class FrameSource(Protocol):
         """Number of frames on the run's clock (a video file is decoded once to count them)."""
 
     def count_up_to(self, n: int) -> int:
-        """Frames on the run's clock, counted no further than n (a video file decodes at most what that takes)."""
+        """Frames on the run's clock, counted no further than n (a video file decodes at most what that takes;
+        optional: a source without it is not counted before the run)."""
 
     def pieces(self, run_hw: tuple[int, int], start: int = 0, stop: int | None = None,
                piece_frames: int = PIECE_FRAMES) -> Iterator[torch.Tensor]:
