@@ -3,18 +3,17 @@ colours as a colour-managed viewer shows them), an animated picture's first fram
 before anything loads; a URL is refused as a URL. The pictures and the P3 profile are written here."""
 from __future__ import annotations
 
-import io
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image, ImageCms
 
 from media_files import display_p3_icc, p3_to_srgb8
 from sdvg_core.demo.cli import main
 from sdvg_core.given.errors import PixelInputError
 from sdvg_core.given.images import fitted_image, image_info
 
-from PIL import Image, ImageCms  # noqa: E402
 
 RUN_HW = (32, 48)
 SMALL = ["--width", "48", "--height", "32", "--quiet"]

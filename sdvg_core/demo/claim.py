@@ -127,9 +127,12 @@ class OutputClaim:
         this run created and left empty removed."""
         shutil.rmtree(self.staging, ignore_errors=True)
         try:
-            (self.folder / CLAIM_FILE).unlink()
+            (self.folder / CLAIM_FILE).unlink()  # while still locked (POSIX): no moment where it reads as unfinished
         except FileNotFoundError:
             pass
+        except PermissionError:  # Windows deletes no open file: unlock first
+            self.abandon()
+            (self.folder / CLAIM_FILE).unlink(missing_ok=True)
         self.abandon()
         if self.created:
             try:

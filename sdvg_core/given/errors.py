@@ -1,4 +1,5 @@
-"""The one error of given pixels: a picture or video that cannot be used (docs/pixels.md §1)."""
+"""The one error of given pixels: a picture or video that cannot be used (docs/pixels.md §1), and the refusal of a URL
+given where a file is read."""
 from __future__ import annotations
 
 import os

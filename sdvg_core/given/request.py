@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Iterable, Protocol
 
 from ..engine.schedule import check_strength
 from .errors import PixelInputError
-from .sources import FrameSource, ImageLike, TensorFrames, image_source, video_source
+from .sources import FrameSource, ImageLike, image_source, video_source
 
 
 
