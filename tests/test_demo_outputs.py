@@ -95,6 +95,27 @@ def test_a_folder_claimed_by_a_running_run_is_refused_even_with_overwrite(tmp_pa
     assert set(os.listdir(out)) == OUTPUTS  # no claim, no staging left
 
 
+def test_a_crash_before_any_file_is_begun_leaves_the_folder_free(tmp_path, capsys, monkeypatch):
+    """An unexpected error while the models load (nothing written yet) releases the claim: no unfinished folder, the
+    next run into it needs no --overwrite."""
+    import sdvg_core.demo.cli as cli
+
+    class Crash(Exception):
+        pass
+
+    def crash(*_a, **_k):
+        raise Crash
+
+    out = tmp_path / "o"
+    with monkeypatch.context() as m:
+        m.setattr(cli, "tiny_models", crash)
+        with pytest.raises(Crash):
+            main(["--blocks", "1", "--out", str(out), *SMALL])
+    assert not out.exists()
+    assert main(["--blocks", "1", "--out", str(out), *SMALL]) == 0
+    capsys.readouterr()
+
+
 def test_two_dated_folders_taken_in_the_same_second_are_two_folders(tmp_path):
     from sdvg_core.demo.claim import claim_dated
 

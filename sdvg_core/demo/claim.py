@@ -3,10 +3,12 @@
 A run claims its folder before any model loads: a claim file (`CLAIM_FILE`, who and when, as JSON) put in place with
 one atomic step (a hard link of a file already locked, so no other run can see it unlocked) and locked for the whole
 run (`flock`; on Windows `msvcrt.locking`). The operating system drops the lock when the process ends, however it
-ends, so a claim that is there but not locked is a run that did not finish (SIGKILL, a crash, a power cut).
+ends, so a claim that is there but not locked is a run that did not finish (SIGKILL, a crash, a power cut); it left
+an unfinished folder when it had begun its files (`partial_files`), else nothing is lost and the claim is taken
+over.
 - A second run into a folder whose claim is locked is refused (exit 2), `--overwrite` or not: it would replace files
   the first is still writing.
-- A folder holding an unfinished run is refused unless `--overwrite` (which discards the unfinished files).
+- A folder holding an unfinished run's files is refused unless `--overwrite` (which discards them).
 - The run writes into `STAGING`, a folder inside its output folder (the same file system), and moves each finished
   file into place with one rename at the end (`publish`); the claim is removed last. An input that is one of the
   outputs (`--extend X/sdvg.mp4 --out X --overwrite`) is read whole before its name is taken over; a folder never
@@ -64,20 +66,28 @@ def _who(path: Path) -> str:
         return ""
 
 
+def partial_files(folder: Path) -> list[Path]:
+    """The files an earlier run left in the folder's staging area (empty: it wrote nothing there)."""
+    staging = folder / STAGING
+    return [p for p in staging.iterdir() if p.is_file()] if staging.is_dir() else []
+
+
 def folder_state(folder: Path) -> tuple[str, str] | None:
     """What an output folder holds of other runs: ("busy", who) while a run writes there, ("unfinished", who) for a
-    run that ended without finishing (its claim unlocked, or its partial files left), None otherwise."""
-    claim, staging = folder / CLAIM_FILE, folder / STAGING
+    run that ended without finishing and left partial files, None otherwise (a claim left by a run that wrote nothing,
+    killed while its models loaded, is taken over without a word)."""
+    claim = folder / CLAIM_FILE
     if claim.is_file():
         try:
             fd = os.open(claim, os.O_RDWR)
         except OSError:
             return "busy", _who(claim)
         try:
-            return ("unfinished" if _lock(fd) else "busy"), _who(claim)
+            if not _lock(fd):
+                return "busy", _who(claim)
         finally:
             os.close(fd)  # closing drops a lock taken here
-    return ("unfinished", "") if staging.exists() else None
+    return ("unfinished", _who(claim) if claim.is_file() else "") if partial_files(folder) else None
 
 
 def taken_message(folder: Path, state: tuple[str, str], flag: str = "--out") -> str:
@@ -150,11 +160,15 @@ class OutputClaim:
     @contextmanager
     def held(self) -> Iterator["OutputClaim"]:
         """Release when the block ends normally (a signal or an input error is handled inside it); on an unexpected
-        exception, abandon (the folder keeps what tells it was not finished)."""
+        exception, abandon when files were begun (the folder keeps what tells it was not finished), else release (a
+        load that failed wrote nothing)."""
         try:
             yield self
         except BaseException:
-            self.abandon()
+            if partial_files(self.folder):
+                self.abandon()
+            else:
+                self.release()
             raise
         self.release()
 
@@ -183,7 +197,7 @@ def claim_output(folder: Path, overwrite: bool = False, fresh: bool = False) -> 
     else:
         folder.mkdir(parents=True, exist_ok=True)
     claim = folder / CLAIM_FILE
-    if not overwrite and (folder / STAGING).exists() and not claim.exists():  # partial files without their claim
+    if not overwrite and partial_files(folder) and not claim.exists():  # partial files without their claim
         raise FolderTaken(taken_message(folder, ("unfinished", "")))
     tmp, fd = _new_claim_file(folder)
     fds = [fd]
@@ -196,7 +210,7 @@ def claim_output(folder: Path, overwrite: bool = False, fresh: bool = False) -> 
                 os.close(old)
                 raise FolderTaken(taken_message(folder, ("busy", _who(claim)))) from None
             fds.append(old)  # held for the whole run: a third run cannot take the stale claim over as well
-            if not overwrite:
+            if not overwrite and partial_files(folder):
                 raise FolderTaken(taken_message(folder, ("unfinished", _who(claim)))) from None
             os.replace(tmp, claim)  # ours now (the old one, unlinked, stays locked by us)
         except OSError:  # a file system without hard links: an exclusive create, locked at once
@@ -236,5 +250,5 @@ def claim_dated(make_folder, tries: int = MAX_DATED_TRIES) -> OutputClaim:
     raise FolderTaken(f"no free dated output folder after {tries} tries: give one with --out")
 
 
-__all__ = ["CLAIM_FILE", "STAGING", "FolderTaken", "OutputClaim", "folder_state", "taken_message", "claim_output",
-           "claim_dated"]
+__all__ = ["CLAIM_FILE", "STAGING", "FolderTaken", "OutputClaim", "partial_files", "folder_state", "taken_message",
+           "claim_output", "claim_dated"]
