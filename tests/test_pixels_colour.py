@@ -109,3 +109,12 @@ def test_the_api_refuses_a_url_too():
         PixelInput.video_to_video("http://example.com/a.mp4")
     with pytest.raises(PixelInputError, match="is a URL"):
         PixelInput.start_image("https://example.com/a.png")
+
+
+def test_a_prompt_row_naming_a_url_is_refused_as_a_url(tmp_path):
+    from sdvg_eval.prompts import PromptRowError, read_prompts
+
+    rows = tmp_path / "p.txt"
+    rows.write_text("a cat || start_image=https://example.com/cat.png\n")
+    with pytest.raises(PromptRowError, match=r"line 1: start image 'https://example\.com/cat\.png' is a URL"):
+        read_prompts(rows)
