@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -43,6 +44,7 @@ from .pixel_args import add_pixel_args, pixel_request
 from .replay import add_replay_arg, apply_replay, read_replay
 from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
+from .claim import FolderTaken, OutputClaim, claim_dated, claim_output
 from .outputs import DEFAULT_ROOT, REPORT_JSON, REPORT_PNG, VIDEO_FORMATS, VIDEO_STEM, dated_folder
 from .preflight import MODEL_FLAGS, needs, preflight
 from .to_file import DeferredInterrupt, RunOutcome, generate_to_file
@@ -170,17 +172,23 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
     for note in getattr(a, "pixel_notes", ()):  # e.g. a picture's transparency: said once, before anything loads
         print(f"note: {note}", file=sys.stderr)
-    try:
-        with stop_signals_raise():
-            engine, state, policy, size = _build(a, real)
-    except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
+    try:  # before any model loads: one run per folder (demo/claim.py)
+        claim = claim_output(out, overwrite=a.overwrite) if a.out else claim_dated(dated_folder)
+    except FolderTaken as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
-        what, code = stopped_by(e)
-        print(f"{what} while loading the models; nothing was written", file=sys.stderr)
-        return code
-    return _run(a, real, out, engine, state, policy, size)
+    with claim.held():
+        try:
+            with stop_signals_raise():
+                engine, state, policy, size = _build(a, real)
+        except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return USAGE_ERROR
+        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP
+            what, code = stopped_by(e)
+            print(f"{what} while loading the models; nothing was written", file=sys.stderr)
+            return code
+        return _run(a, real, claim, engine, state, policy, size)
 
 
 def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, object, tuple[int, int]]:
@@ -253,19 +261,19 @@ def _progress_bar(engine: Engine, total: int):
     return bar
 
 
-def _run(a: argparse.Namespace, real: bool, out: Path, engine: Engine, start: GenerationState, policy,
+def _run(a: argparse.Namespace, real: bool, claim: OutputClaim, engine: Engine, start: GenerationState, policy,
          size: tuple[int, int]) -> int:
-    """Generate into `out` from the started state (each block's frames go to the file as it commits: a long video
-    never sits in memory), then write the report and plot of what was committed. Ctrl-C: the same for the blocks
-    committed so far."""
+    """Generate into the claimed folder from the started state (each block's frames go to the file as it commits: a
+    long video never sits in memory), then write the report and plot of what was committed; the files are written
+    beside their names and moved into place when complete. Ctrl-C: the same for the blocks committed so far."""
     spec = start.spec
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim.folder
     print(f"writing to {out}/", file=sys.stderr, flush=True)
     bar = None if a.quiet else _progress_bar(engine, spec.num_blocks)
     with DeferredInterrupt() as guard:
         live = getattr(a, "live_run", None)
-        outcome = generate_to_file(engine, start, policy, out / f"{VIDEO_STEM}.{a.format}", guard, HeapTrimmer(),
-                                   boundary=None if live is None else live.boundary)
+        outcome = generate_to_file(engine, start, policy, claim.staged(f"{VIDEO_STEM}.{a.format}"), guard,
+                                   HeapTrimmer(), boundary=None if live is None else live.boundary)
         if live is not None and outcome.state is not None:
             live.settle(outcome.state)
         if bar is not None:
@@ -279,7 +287,9 @@ def _run(a: argparse.Namespace, real: bool, out: Path, engine: Engine, start: Ge
                 return stop[1]
             print(f"error: {state.stopped}; nothing was written", file=sys.stderr)
             return INPUT_UNREADABLE if state.stop_cause == UNREADABLE_CAUSE else USAGE_ERROR
-        report, paths = _write_report(a, real, out, spec, outcome, policy, engine, size)
+        report, paths = _write_report(a, real, claim.staging, spec, outcome, policy, engine, size)
+        claim.publish()  # video, report.json, report.png: each complete, each moved into place with one rename
+        paths, outcome = tuple(map(claim.final, paths)), replace(outcome, video=claim.final(outcome.video))
         print(report.table())
         kept = (f"{outcome.committed} block(s) committed and written to {outcome.video} ({outcome.frames} frames, "
                 f"playable); their report: {paths[0]} and {paths[1]}")
