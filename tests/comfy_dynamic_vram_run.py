@@ -39,7 +39,7 @@ pack = comfy_probe_env.import_pack(a.repo)
 n = pack.nodes
 core = __import__("sdvg_pack.sdvg_core", fromlist=["x"])
 from sdvg_pack.sdvg_core.demo.tiny import random_vae  # noqa: E402
-from sdvg_pack.sdvg_core.engine.engine import EngineConfig  # noqa: E402
+from sdvg_pack.sdvg_core.engine.config import EngineConfig  # noqa: E402
 from sdvg_pack.sdvg_core.models.wan import build_random  # noqa: E402
 from sdvg_pack.sdvg_core.models.wan_config import PRESETS, WanDiTConfig  # noqa: E402
 

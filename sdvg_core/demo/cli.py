@@ -207,7 +207,7 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, 
     pixels = getattr(a, "pixel_input", None)  # built by the checks (preflight): the file is not read again
     if pixels is None and pixel_request(a) is not None:
         pixels = pixel_request(a).pixel_input()
-    if a.live is None:
+    if getattr(a, "live", None) is None:
         schedule = _schedule(a, target.cfg.text_dim, real)
     else:  # a replay: block 0's recorded prompt and input; each later block's settings come at its boundary
         encode = _encoder(a, target.cfg.text_dim, real)
@@ -223,7 +223,7 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, 
     engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))
     state = engine.start(spec)
     policy = run_policy(a, real)
-    if a.live is not None:
+    if getattr(a, "live", None) is not None:
         recorded = a.live.timeline.run.get("models") or {}
         differ = [role for role, key in recorded.items() if engine.model_keys.get(role) != key]
         if differ:

@@ -17,7 +17,7 @@ import torch
 from ..engine.policy import Policy
 from ..engine.policy_names import policy_by_name, spec_of
 from ..engine.prompts import PromptConditioning
-from ..engine.recipes import check_prompt_switches
+from ..engine.recipes import RECIPE_NAMES, check_prompt_switches, recipe_by_name
 from ..engine.state import GenerationState
 from ..given.pixels import INPUT_ENDED
 from .controls import LiveSettings
@@ -27,6 +27,11 @@ from .timeline import BlockSettings, Timeline
 USER_STOP = "user_stop"  # GenerationState.stop_cause of a run ended by Stop
 USER_STOPPED = "stopped by the user"
 DRAFTER_OFF_POLICY = "target-only"  # the policy while the drafter is off: the target makes every block
+# The recipes a live run takes: those that can change the prompt between blocks and hold a bounded context (a run of
+# any length at flat cost: their KV window does not grow with the video), the published pairing first.
+_PROBE_FRAMES = 10_000  # latent frames of a long video, to tell a bounded window from a growing one
+LIVE_RECIPES = tuple(n for n in RECIPE_NAMES if recipe_by_name(n).supports_prompt_switch
+                     and recipe_by_name(n).window_frames(3, _PROBE_FRAMES) < _PROBE_FRAMES)
 
 Encode = Callable[[str], torch.Tensor]  # prompt text -> umT5 embeddings [1, L, D]
 
