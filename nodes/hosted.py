@@ -145,6 +145,9 @@ class DiTHandle:
     runner: HostedWan | RunWan
     info: str
     own_recipe: str | None = None  # the context recipe the model was trained for, when not the pairing's (LongLive)
+    # latent frames per block the model was trained for, when the loader knows it (SDVG Load Drafter's kinds: 3);
+    # None: not known (a ComfyUI MODEL says nothing of it)
+    block_frames: int | None = None
 
     @property
     def key(self) -> str:

@@ -100,11 +100,12 @@ class Session:
         refuse, before any work, a size whose estimated peak exceeds the device's memory (MemoryRefused names the
         estimate and the limit). Weights of ComfyUI-managed MODELs are not counted (ComfyUI can stream them)."""
         handles = [h for h in (self.target, self.drafter) if h is not None]
-        vae = self.vae.inner
+        vae = getattr(self.vae, "inner", self.vae)  # a HostedVAE's network (NoVAE: a run that decodes nothing)
+        weights = mm.module_size(vae) if isinstance(vae, torch.nn.Module) else 0
         # each DiT is sized for its own recipe (e.g. a LongLive drafter's window next to a Krea target's rebuild)
         est = estimate_for_spec(spec, [self.config.recipe_for(h.role) for h in handles],
                                 [(h.runner.cfg, h.runner.dtype) for h in handles], vae.config, vae.dtype,
-                                vae_weight_bytes=mm.module_size(vae))
+                                vae_weight_bytes=weights)
         for h, d in zip(handles, est.dits):
             h.runner.work_bytes = d.step
         counted = dataclasses.replace(est, dits=tuple(d if h.runner.full_load else dataclasses.replace(d, weights=0)

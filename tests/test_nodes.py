@@ -152,6 +152,23 @@ def test_root_imports_without_comfyui():
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_root_imports_as_a_package_where_comfy_api_is_installed_but_comfyui_is_not_running(tmp_path):
+    """The pip-installable build puts `comfy_api` in its venv: pytest 9, run with that python, imports the checkout's
+    root __init__.py as a package (named after its folder) when it sets up a test. Without a running ComfyUI (no
+    `folder_paths`) it defines no nodes and raises nothing; with ComfyUI's modules it registers the nodes (the fake
+    host's tests)."""
+    (tmp_path / "comfy_api").mkdir()
+    (tmp_path / "comfy_api" / "__init__.py").write_text("")  # installed, as in the pip build's venv
+    code = ("import importlib.util, sys; sys.path.insert(0, sys.argv[3]); "
+            "s = importlib.util.spec_from_file_location('checkout', sys.argv[1], submodule_search_locations=[sys.argv[2]]); "
+            "m = importlib.util.module_from_spec(s); sys.modules['checkout'] = m; s.loader.exec_module(m); "
+            "print(hasattr(m, 'comfy_entrypoint'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO / "__init__.py"), str(REPO), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False"]
+
+
 def test_folders_registered(env):
     pack, _ = env
     import folder_paths

@@ -327,7 +327,7 @@ class Engine:
                              trace=lambda name, t: self.services.trace(f"{role}/block{b}/{name}", t))
                 if self.services.tracing:
                     self.services.trace_kv(f"{role}/block{b}/kv_after_last_call", kv,
-                                           extra=spec.frames_per_block * kv.tokens_per_frame)
+                                           extra=spec.block_frames(b) * kv.tokens_per_frame)
             return x0
 
         return self.memos.memoised(self.memo_keys.block(role, state, b), role, tally, make)
