@@ -24,8 +24,9 @@ from ..sdvg_core.engine.policy import ThresholdPolicy
 from ..sdvg_core.engine.prompts import PromptSchedule
 from ..sdvg_core.engine.recipes import RECIPE_NAMES, Recipe, recipe_by_name
 from ..sdvg_core.engine.state import GenerationSpec, GenerationState, PromptConditioning
-from ..sdvg_core.demo.cli_args import MAX_BLOCKS
-from ..sdvg_core.io.text import fit_text_len
+from ..sdvg_core.demo.cli_args import MAX_BLOCKS, MAX_FRAMES  # noqa: F401 (MAX_FRAMES: for SDVG Generate)
+from ..sdvg_core.engine.prompts import tensor_digest
+from ..sdvg_core.io.text import cut_note, fit_text_len
 from . import shared_memo
 from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae
 from .surface import SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence
@@ -210,7 +211,9 @@ def conditioning_embeddings(conditioning: Any) -> tuple[torch.Tensor, str]:
         raise SDVGError("the conditioning input is empty or not ComfyUI CONDITIONING; connect CLIP Text Encode "
                         "(with a 'wan' CLIP loader) or SDVG Load Prompt Embeddings") from e
     if len(conditioning) > 1:
-        LOG.warning("SDVG: the conditioning holds %d prompts; only the first is used", len(conditioning))
+        raise SDVGError(f"the conditioning holds {len(conditioning)} entries (ConditioningCombine, or a list of "
+                        f"prompts); SDVG runs one prompt per block: join the prompts with ConditioningConcat (one "
+                        f"entry of both prompts' rows), or use SDVG Prompt Schedule for prompts that change")
     if not isinstance(cond, torch.Tensor) or cond.dim() != 3:
         raise SDVGError(f"the conditioning tensor must be [1, L, 4096] umT5 embeddings, got {type(cond).__name__} "
                         f"{list(getattr(cond, 'shape', []))}")
@@ -247,12 +250,28 @@ def prompt_schedule(what: str, positive, prompt: str, schedule: PromptSchedule |
         if prompt.strip():
             raise SDVGError(f"{what}: 'prompt' is filled but a schedule is connected, whose entries carry their own "
                             f"texts (ImageReward scores each block against its entry's): clear 'prompt'")
-        return schedule.map(lambda p: PromptConditioning.make(p.text, fit_text_len(p.embeddings, text_len)))
+        return schedule.map(lambda p: wan_prompt(what, p.text, p.embeddings, text_len))
     if positive is None:
         raise SDVGError(f"{what}: connect 'positive' (CLIP Text Encode or SDVG Load Prompt Embeddings) or 'schedule' "
                         f"(SDVG Prompt Schedule)")
     emb, carried = conditioning_embeddings(positive)
-    return PromptSchedule.one(PromptConditioning.make(prompt.strip() or carried, fit_text_len(emb, text_len)))
+    return PromptSchedule.one(wan_prompt(what, prompt.strip() or carried, emb, text_len))
+
+
+_TOLD_CUTS: set[str] = set()  # conditionings whose cut was said (by content: once per ComfyUI session)
+
+
+def wan_prompt(what: str, text: str, emb: torch.Tensor, text_len: int) -> PromptConditioning:
+    """The prompt as Wan reads it (its 512-row rule: cut or padded to `text_len` rows); a conditioning that loses rows
+    is said once, with how many (a ConditioningConcat of two prompts, a prompt of more than 511 tokens)."""
+    about = f"{what}: the conditioning" + (f" of {text[:40]!r}" if text else "")
+    note = cut_note(emb.shape[-2], text_len, about)
+    if note:
+        key = tensor_digest(emb, text)
+        if key not in _TOLD_CUTS:
+            _TOLD_CUTS.add(key)
+            LOG.warning("SDVG: %s", note)
+    return PromptConditioning.make(text, fit_text_len(emb, text_len))
 
 
 def pixel_inputs() -> list:
@@ -307,7 +326,7 @@ def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: i
               num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
               drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
               schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO,
-              pixels: PixelInput | None = None) -> Run:
+              pixels: PixelInput | None = None, frames: int = 0) -> Run:
     """The first state from the inputs: the prompt schedule and the given pixels become part of the spec, each
     model's recipe part of the engine config, and ComfyUI's reservation is sized for both; the engine refuses what it
     cannot run (and encodes a start image or a video to extend)."""
@@ -316,7 +335,12 @@ def start_run(what: str, target: DiTHandle, vae, positive, prompt: str, width: i
     with engine_errors(what):
         entries = prompt_schedule(what, positive, prompt, schedule, target.runner.cfg.text_len)
         session = Session(target, drafter, host_vae(vae), image_reward, config)
-        spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
+        if frames:  # the video's length in frames: its last block may be shorter (GenerationSpec.for_frames)
+            spec = GenerationSpec.for_frames(entries, width, height, frames, seed, pixels=pixels)
+            if spec.num_blocks > MAX_BLOCKS:
+                raise ValueError(f"frames {frames} makes {spec.num_blocks} blocks, more than {MAX_BLOCKS}: give fewer")
+        else:
+            spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
         session.reserve(spec)  # size this run's reservation for its window; refuse sizes that cannot fit
         state = session.engine().start(spec)
     return Run(session, state)

@@ -15,7 +15,7 @@ from typing import Iterator
 import torch
 
 from ..engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name
-from ..engine.state import GenerationSpec, PromptConditioning
+from ..engine.state import LATENT_TEMPORAL, GenerationSpec, PromptConditioning, blocks_for, latent_frames_for
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND
 
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
@@ -23,9 +23,12 @@ TINY_SIZE = (96, 64)
 TINY_BLOCKS = 6
 REAL_SIZE = (832, 480)  # Self-Forcing / Krea / SDVG paper resolution
 REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
+DEFAULT_FRAMES_PER_BLOCK = 3  # latent frames per block of the command lines' models (Self-Forcing / Krea: chunk-wise)
 # The longest video a command line accepts: the ComfyUI Start node's bound (nodes/, MAX_BLOCKS; ~2 h at 16 fps).
 # The engine and the recipes have no limit of their own; this catches a typo before a run of hours starts.
 MAX_BLOCKS = 10_000
+# the same bound in frames (--frames, SDVG Generate's `frames`): MAX_BLOCKS whole blocks, 1 + 4 (3 N - 1) frames
+MAX_FRAMES = 1 + LATENT_TEMPORAL * (DEFAULT_FRAMES_PER_BLOCK * MAX_BLOCKS - 1)
 USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own convention)
 INPUT_UNREADABLE = 3  # the demo's exit status when the input video could not be read mid-run (the blocks before stay)
 INTERRUPTED = 128 + signal.SIGINT  # 130: exit status after Ctrl-C (128 + the signal, the shell's convention)
@@ -91,7 +94,7 @@ def drafter_own_recipe(drafter_kind: str | None) -> str | None:
 def recipe_problems(a: argparse.Namespace, real: bool) -> list[str]:
     """Each recipe flag's recipe checked against the video's blocks (a LongLive window smaller than a block, a
     sink larger than the window, ...), as Engine.start would, before anything loads."""
-    blocks = a.blocks if a.blocks and 1 <= a.blocks <= MAX_BLOCKS else (REAL_BLOCKS if real else TINY_BLOCKS)
+    blocks = requested_blocks(a, real)
     size = REAL_SIZE if real else TINY_SIZE
     # the recipes' rules depend on the block and video length, not on the frame size (checked on its own)
     probe = GenerationSpec(PromptConditioning.make("recipe check", torch.zeros(1, 1, 1)), size[0], size[1], blocks, 0)
@@ -104,6 +107,33 @@ def recipe_problems(a: argparse.Namespace, real: bool) -> list[str]:
             except ValueError as e:
                 problems.append(f"{flag} {name}: {e}")
     return problems
+
+
+def requested_blocks(a: argparse.Namespace, real: bool) -> int:
+    """The blocks the run makes: --frames' (the last one may be shorter), --blocks, or the default (a bad value: the
+    default, its problem is told on its own)."""
+    frames = getattr(a, "frames", None)
+    if frames is not None and frames >= 1:
+        blocks = blocks_for(latent_frames_for(frames), DEFAULT_FRAMES_PER_BLOCK)
+        if blocks <= MAX_BLOCKS:
+            return blocks
+    return a.blocks if a.blocks and 1 <= a.blocks <= MAX_BLOCKS else (REAL_BLOCKS if real else TINY_BLOCKS)
+
+
+def frames_problem(a: argparse.Namespace) -> str | None:
+    """--frames with --blocks, below 1, or longer than the longest video this pack runs (None: fine or absent)."""
+    frames = getattr(a, "frames", None)
+    if frames is None:
+        return None
+    if a.blocks is not None:
+        return f"--frames {frames} and --blocks {a.blocks} both give the video's length: give one of them"
+    if frames < 1:
+        return f"--frames {frames} must be >= 1 (leave it out for the default)"
+    blocks = blocks_for(latent_frames_for(frames), DEFAULT_FRAMES_PER_BLOCK)
+    if blocks > MAX_BLOCKS:
+        return (f"--frames {frames} makes {blocks:,} blocks, more than {MAX_BLOCKS:,}, the longest video this pack runs: "
+                f"give a smaller number")
+    return None
 
 
 def blocks_problem(blocks: int | None, minimum: int = 1) -> str | None:
