@@ -318,7 +318,7 @@ MUTATIONS = [
     Mutation("G4", GIVEN, "video-to-video runs the text-to-video plan, not the strength's",
              "return recipe.strength_plan(spec.pixels.strength)", "return recipe.plan", tests=("tests/test_pixels_engine.py::test_video_to_video_blocks_start_from_the_noised_input_at_the_strength",)),
     Mutation("G5", APPEND, "SF/LongLive blocks after given latents keep RoPE 3b (not shifted by g)",
-             "prefix=prefix if g else None), g + b * F", "prefix=prefix if g else None), b * F", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
+             "prefix=prefix if g else None), g + spec.block_start(b)", "prefix=prefix if g else None), spec.block_start(b)", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
     Mutation("G6", APPEND, "the given latents never enter the SF/LongLive cache (no prefix calls)",
              "prefix=prefix if g else None)", "prefix=None)", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
     Mutation("G7", KREA, "Krea block 0 ignores the start image (no rebuild from the given latents)",

@@ -67,6 +67,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--blocks", type=int, default=None,
                    help=f"number of 3-latent-frame blocks, 1..{MAX_BLOCKS:,} (default {TINY_BLOCKS} tiny, "
                         f"{REAL_BLOCKS} real)")
+    p.add_argument("--frames", type=int, default=None,
+                   help="the video's length in frames instead of --blocks: (N - 1) // 4 + 1 latent frames, as "
+                        "ComfyUI's video latents count them, in blocks of 3, the last one shorter where they do not "
+                        "divide (81: 7 blocks; 25: 3 + 3 + 1 latent frames), as ComfyUI core's AR loop runs them. "
+                        "A start image or an extension comes before them; video-to-video needs whole blocks")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--noise", choices=list(NOISE_SOURCES), default=NOISE_SOURCES[0],
                    help="seeded = SDVG's per-block draw; comfy_ar = ComfyUI core's AR sampler rule (whole-video noise "
@@ -127,7 +132,7 @@ def _schedule(a: argparse.Namespace, text_dim: int, real: bool) -> PromptSchedul
     if not a.prompt_schedule:
         return PromptSchedule.one(_prompt(a, text_dim, real))
     if real:
-        encode = UMT5Encoder(a.umt5, device=a.device) if a.umt5 else None
+        encode = UMT5Encoder(a.umt5, device=a.device, on_cut=_say_cut) if a.umt5 else None
     else:
         encode = lambda text: demo_embeddings(text, text_dim)  # noqa: E731 (the tiny stand-in of umT5)
     return encode_schedule(read_schedule(a.prompt_schedule), encode, load=lambda p: load_embeddings(p)[1])
@@ -139,8 +144,13 @@ def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptCondition
         return PromptConditioning.make(a.prompt or stored, emb)
     text = a.prompt or DEMO_PROMPT
     if a.umt5:
-        return PromptConditioning.make(text, encode_umt5(a.umt5, text, device=a.device))
+        return PromptConditioning.make(text, encode_umt5(a.umt5, text, device=a.device, on_cut=_say_cut))
     return PromptConditioning.make(text, demo_embeddings(text, text_dim))
+
+
+def _say_cut(note: str) -> None:
+    """umT5 cut a prompt at Wan's 512 tokens: said once per prompt, before the run."""
+    print(f"note: {note}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,7 +227,10 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, 
         source = a.live.source()
         if source is not None:
             pixels = PixelInput("video_to_video", source, tl.blocks[0].strength)
-    spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
+    if getattr(a, "frames", None) is not None:  # the last block may be shorter (GenerationSpec.for_frames)
+        spec = GenerationSpec.for_frames(schedule, width, height, a.frames, a.seed, pixels=pixels)
+    else:
+        spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
     config = run_engine_config(a, real)
     noise = noise_source(a.noise, spec, target.cfg.in_dim, config.num_renoise, a.device)
     engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))

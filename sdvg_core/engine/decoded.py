@@ -15,6 +15,7 @@ import torch
 
 from ..derived.keys import DecoderCacheKey, DraftDecodeKey, GivenDecodeKey, PixelsKey
 from ..derived.memo import Hold, Memoiser
+from ..models.vae import VAE_PRESETS, WanVAEConfig
 from .state import GenerationSpec, GenerationState
 from ..derived.tally import Tally
 
@@ -23,6 +24,28 @@ def held_pixel_blocks(history_frames: int, temporal_compression: int, frames_per
     """Newest committed blocks whose decoded pixels cover the last `history_frames` pixel frames (at least the
     newest block, which the output writer reads). Krea's 9-frame anchor history fits the newest 12-frame block."""
     return max(1, -(-history_frames // (temporal_compression * frames_per_block)))
+
+
+NO_VAE_KEY = "no-vae"
+
+
+class NoVAE:
+    """Stands in for the VAE where the routing never reads pixels (target-only and score-blind policies in ComfyUI's
+    AR sampler, whose VAE Decode comes after it): the Wan 2.1 VAE's frame arithmetic (`config`), no weights; a
+    decode or an encode raises, naming the input to connect. Its `key` keeps the results of such a run apart from a
+    run with a VAE in the memo."""
+
+    key = NO_VAE_KEY
+    dtype = torch.float32
+
+    def __init__(self, config: WanVAEConfig = VAE_PRESETS["wan2.1-vae"], needed_for: str = "decoding a draft"):
+        self.config, self.needed_for = config, needed_for
+
+    def _refuse(self, *args, **kwargs):
+        raise ValueError(f"{self.needed_for} needs the Wan 2.1 VAE, and this run was built without one: connect a VAE "
+                         f"(Load VAE), or use a policy that scores no draft (target_only, draft_only)")
+
+    decode_stream = encode_stream = encode_anchor_frame = _refuse
 
 
 @dataclass(frozen=True)
@@ -67,7 +90,7 @@ class PixelStore:
         output decodes first, 4 T: the given frames are not counted)."""
         p = self._prefix_frames(state)
         pixel_frames = self.vae.config.pixel_frames
-        return pixel_frames(p + b * state.spec.frames_per_block) - pixel_frames(p)
+        return pixel_frames(p + state.spec.frames_before(b)) - pixel_frames(p)
 
     @staticmethod
     def _prefix_frames(state: GenerationState) -> int:
@@ -103,10 +126,10 @@ class PixelStore:
     def _cache_key(self, lineage: str) -> DecoderCacheKey:
         return DecoderCacheKey(self.vae_key, self.rule, lineage)
 
-    def store(self, lineage: str, entry: DecodeEntry, spec: GenerationSpec, tally: Tally | None) -> torch.Tensor:
+    def store(self, lineage: str, entry: DecodeEntry, spec: GenerationSpec, tally: Tally | None,
+              frames: int) -> torch.Tensor:
         """Keep a committed block's pixels (on the CPU, held while the recipes may read them; reusing them saves
-        decoding the block) and the decoder cache after it (held as the head)."""
-        frames = spec.frames_per_block
+        decoding the block's `frames` latent frames) and the decoder cache after it (held as the head)."""
         pixels = self.memoiser.keep(self._pixels_key(lineage), entry.pixels.to("cpu"), tally,
                                  cost={"vae_decode_frames": frames}, hold=self._pixels_hold(spec))
         self.memoiser.keep(self._cache_key(lineage), entry.cache, tally, hold=self.HEAD)
@@ -124,7 +147,7 @@ class PixelStore:
             cache = self.given_cache(state, tally)
         for k in range(start + 1, b + 1):
             entry = self.decode(state.blocks[k].latents, cache)
-            self.store(state.blocks[k].lineage, entry, state.spec, tally)
+            self.store(state.blocks[k].lineage, entry, state.spec, tally, state.blocks[k].latents.shape[1])
             cache = entry.cache
             if tally is not None:
                 tally.add("vae_decode_frames", state.blocks[k].latents.shape[1])
@@ -135,7 +158,7 @@ class PixelStore:
         pixels = self.memoiser.peek(self._pixels_key(state.blocks[b].lineage))
         if pixels is None:
             entry = self.decode(state.blocks[b].latents, self.cache_after(state, b - 1, tally))
-            pixels = self.store(state.blocks[b].lineage, entry, state.spec, tally)
+            pixels = self.store(state.blocks[b].lineage, entry, state.spec, tally, state.blocks[b].latents.shape[1])
             if tally is not None:
                 tally.add("vae_decode_frames", state.blocks[b].latents.shape[1])
         return pixels
@@ -163,7 +186,7 @@ class PixelStore:
         `cache_after` and `committed_pixels` decode it when something reads it."""
         entry = None if draft is None else self.memoiser.peek(draft)
         if entry is not None:  # the draft's decode is the committed one: no second decode
-            return self.store(lineage, entry, state.spec, tally)
+            return self.store(lineage, entry, state.spec, tally, latents.shape[1])
         key, cache_key = self._pixels_key(lineage), self._cache_key(lineage)
         # kept from an earlier run (a fresh run decodes it); the next block decodes on from its cache
         found = self.memoiser.recall((key, cache_key), "pixels", tally,
@@ -176,4 +199,4 @@ class PixelStore:
         # never walks back to the start of the video
         entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
         tally.add("vae_decode_frames", latents.shape[1])
-        return self.store(lineage, entry, state.spec, tally)
+        return self.store(lineage, entry, state.spec, tally, latents.shape[1])

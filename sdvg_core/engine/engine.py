@@ -28,7 +28,7 @@ from ..derived.keys import RunKeys, require_key
 from ..derived.memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, NoiseSource, noise_identity
 from .decoded import DecodeEntry, PixelStore
-from .config import DEFAULT_MEMO_BYTES, ROLES, EngineConfig
+from .config import ROLES, EngineConfig
 from .policy import Policy, aggregate
 from .recipes import Recipe, check_prompt_switches
 from ..sampling.timesteps import StepPlan
@@ -305,7 +305,7 @@ class Engine:
                              trace=lambda name, t: self.services.trace(f"{role}/block{b}/{name}", t))
                 if self.services.tracing:
                     self.services.trace_kv(f"{role}/block{b}/kv_after_last_call", kv,
-                                           extra=spec.frames_per_block * kv.tokens_per_frame)
+                                           extra=spec.block_frames(b) * kv.tokens_per_frame)
             return x0
 
         return self.memoiser.memoised(self.keys.block(role, state, b), role, tally, make)

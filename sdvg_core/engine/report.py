@@ -56,6 +56,7 @@ class BlockReport:
     computed_now: bool = True  # computed by the execution that built this report (False: from a host cache)
     carried: list[str] = field(default_factory=list)  # reused results an EARLIER execution computed
     prompt: int = 0  # index of the block's prompt in RunReport.prompts (its segment of the schedule)
+    latent_frames: int = 0  # the block's latent frames (frames_per_block; a short last block fewer)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class RunReport:
     policy_name: str | None = None  # the policy in the one grammar (`sdvg:tau=-0.7`, `stride:k=2`; engine/policy_names)
     tau: float | None = None  # the threshold of an SDVG policy (None for policies that read no score)
     live: dict | None = None  # a live run's timeline (sdvg_core/live/timeline.py): each block's settings; None otherwise
+    frames_per_block: int = 3  # latent frames of a whole block (the last one may hold fewer: blocks[i].latent_frames)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -196,7 +198,7 @@ def build_report(state: GenerationState, policy: Policy | str, recipe: Recipe, s
     blocks = [BlockReport(b.index, b.producer, b.decision, b.score, list(b.frame_scores), dict(b.work), dict(b.cost),
                           {k: round(v, 6) for k, v in dict(b.seconds).items()}, list(b.reused),
                           run_id=b.run_id, computed_now=run_id is None or b.run_id == run_id, carried=list(b.carried),
-                          prompt=state.spec.segment_of(b.index))
+                          prompt=state.spec.segment_of(b.index), latent_frames=int(b.latents.shape[1]))
               for b in state.blocks]
     n = len(blocks)
     now = [b for b in blocks if b.computed_now]
@@ -227,5 +229,5 @@ def build_report(state: GenerationState, policy: Policy | str, recipe: Recipe, s
         prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule],
         pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
         stopped=state.stopped, stop_cause=state.stop_cause, blocks_requested=state.spec.num_blocks,
-        compiled=bool(ran_compiled), compiled_models=ran_compiled,
+        compiled=bool(ran_compiled), compiled_models=ran_compiled, frames_per_block=state.spec.frames_per_block,
         policy_name=None if spec is None else spec.name, tau=None if spec is None else spec.tau, live=live)
