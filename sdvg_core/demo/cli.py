@@ -39,6 +39,7 @@ from ..io.drafters import DEFAULT_DRAFTER_KIND
 from ..models.dtypes import DTYPES
 from ..io.model_files import load_model_files
 from .pixel_args import add_pixel_args, pixel_request
+from .route_args import add_route_args, load_route_vae
 from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
 from .outputs import DEFAULT_ROOT, REPORT_JSON, REPORT_PNG, VIDEO_FORMATS, VIDEO_STEM, dated_folder
@@ -47,7 +48,12 @@ from .to_file import DeferredInterrupt, RunOutcome, generate_to_file
 from .tiny import DEMO_PROMPT, tiny_models
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m sdvg_core.demo", description=__doc__,
+    return build_parser().parse_args(argv)
+
+
+def build_parser(prog: str = "python -m sdvg_core.demo", description: str | None = __doc__) -> argparse.ArgumentParser:
+    """The demo's flags (the calibration command adds its own to them)."""
+    p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompt", default=None, help="text prompt (default: the demo prompt, or the embeddings file's prompt)")
     p.add_argument("--out", default=None,
@@ -86,6 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", help="target checkpoint (krea-realtime-video-14b.safetensors)")
     p.add_argument("--vae", help="Wan 2.1 VAE (Wan2.1_VAE.pth or wan_2.1_vae.safetensors)")
     p.add_argument("--reward", help="ImageReward.pt")
+    add_route_args(p)
     p.add_argument("--vocab", help="bert-base-uncased vocab.txt (default: next to --reward)")
     p.add_argument("--embeddings", help="prompt embeddings .safetensors (umT5 output, [1, 512, 4096])")
     p.add_argument("--prompt-schedule", metavar="FILE",
@@ -100,7 +107,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "across runs; what the run itself needs is held apart from this budget)")
     add_compile_arg(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    return p
 
 
 def _real_models(a: argparse.Namespace, dtype: torch.dtype):
@@ -188,7 +195,8 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, 
     spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
     config = run_engine_config(a, real)
     noise = noise_source(a.noise, spec, target.cfg.in_dim, config.num_renoise, a.device)
-    engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))
+    engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)),
+                    route_vae=load_route_vae(a, a.device))
     return engine, engine.start(spec), run_policy(a, real), (width, height)
 
 
@@ -264,7 +272,8 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
         meta["pixels"] = pixel_request(a).describe()
     report = build_report(outcome.state, policy, engine.recipe, engine.plan_for(spec).num_steps,
                           wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"],
-                          compiled=compiled_models(engine.target, engine.drafter))
+                          compiled=compiled_models(engine.target, engine.drafter),
+                          route_decoder=engine.route_decoder, output_decoder=engine.output_decoder)
     (out / REPORT_JSON).write_text(report.to_json())
     render_report_plot(report).save(out / REPORT_PNG)
     return report, (out / REPORT_JSON, out / REPORT_PNG)
