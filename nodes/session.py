@@ -29,6 +29,7 @@ from ..sdvg_core.engine.state import MAX_BLOCKS, GenerationSpec, GenerationState
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
 from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae
+from .route_decoder import HostedTAEHV, resolve as resolve_route
 from .surface import SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
@@ -78,6 +79,7 @@ class Session:
     vae: HostedVAE
     scorer: HostedScorer | None
     config: EngineConfig
+    route_vae: HostedTAEHV | None = None  # a tiny routing decoder (route_decoder.py); None: the VAE routes
 
     def __post_init__(self):
         object.__setattr__(self, "target", self.target.for_run())
@@ -89,7 +91,7 @@ class Session:
         """A light Engine over the shared memo (or `memo`: a private one for a fresh run), with ComfyUI's Cancel as
         interrupt callback and the current execution's id as run id (or `run_id`)."""
         e = Engine(self.target.dit, self.vae, self.drafter.dit if self.drafter else None, self.scorer,
-                   self.config, memo=shared_memo.MEMO if memo is None else memo)
+                   self.config, memo=shared_memo.MEMO if memo is None else memo, route_vae=self.route_vae)
         e.callbacks.interrupt = mm.throw_exception_if_processing_interrupted
         e.callbacks.progress = progress
         e.callbacks.run_id = run_id or current_run_id()
@@ -302,14 +304,18 @@ def prepare_run(what: str, target: DiTHandle, vae, positive, prompt: str, width:
                 num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
                 drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
                 schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO,
-                pixels: PixelInput | None = None) -> tuple[Session, GenerationSpec]:
+                pixels: PixelInput | None = None, route_vae: Any = None) -> tuple[Session, GenerationSpec]:
     """The session and the spec of the inputs, not started yet: the prompt schedule and the given pixels become part
-    of the spec, each model's recipe part of the engine config, and ComfyUI's reservation is sized for both."""
+    of the spec, each model's recipe part of the engine config, and ComfyUI's reservation is sized for both.
+    `route_vae`: the `route_vae` input (route_decoder.py): a tiny decoder to route on, which may decode the video."""
     config = engine_config(what, recipe, drafter_recipe, target_recipe, decode_rule, drafter)
+    router, decodes_output = resolve_route(what, route_vae)
+    if decodes_output:
+        config = dataclasses.replace(config, output_decoder="route")
     shared_memo.set_cache_budget(cache_gb)
     with engine_errors(what):
         entries = prompt_schedule(what, positive, prompt, schedule, target.dit.cfg.text_len)
-        session = Session(target, drafter, host_vae(vae), image_reward, config)
+        session = Session(target, drafter, host_vae(vae), image_reward, config, router)
         spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
         session.reserve(spec)  # size this run's reservation for its window; refuse sizes that cannot fit
     return session, spec
@@ -360,4 +366,7 @@ def describe_start(run: Run) -> str:
         text += "\nprompts: " + "; ".join(f"block {b}: {p.text[:50]!r}" for b, p in spec.schedule)
     if spec.pixels is not None:
         text += f"\npixels: {describe(spec.pixels)} (from {spec.pixels.source.name})"
+    if run.session.route_vae is not None:
+        text += f"\nrouting decoder: {run.session.route_vae.info}" + (
+            "; it decodes the video too (preview)" if config.output_decoder == "route" else "")
     return text
