@@ -77,6 +77,10 @@ PIXEL_KEY_TESTS = tuple(f"tests/test_pixels_engine.py::{t}" for t in (
     "test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames",
     "test_fixture_run_through_the_engine"))
 ROUTE_TESTS = ("tests/test_route_decoder.py",)
+# a draft's decode and scores name the routing decoder (DraftDecodeKey.vae): with the VAE routing that identity is in
+# the draft's BlockKey too, so only a run on a routing decoder of its own tells a dropped field
+ROUTE_KEYS = ("DraftDecodeKey", "ScoreKey")
+ROUTE_KEY_TESTS = (*DEFAULT_TESTS, *ROUTE_TESTS)
 # what the accounting mutations are checked against: fresh-run costs, reuse and carry-over, re-queues
 ACCOUNT_TESTS = (
     "tests/test_memo.py", "tests/test_engine.py", "tests/test_run_scope.py", "tests/test_memo_keys.py")
@@ -457,7 +461,8 @@ def key_field_mutations(keys_text: str) -> list[Mutation]:
                 return out.replace(future, future + "from dataclasses import field as _field\n", 1)
 
             out.append(Mutation(f"K:{cls}.{name}", KEYS, f"{cls}.{name} dropped from the key", edit=edit,
-                                tests=PIXEL_KEY_TESTS if cls in PIXEL_KEYS else ()))
+                                tests=PIXEL_KEY_TESTS if cls in PIXEL_KEYS else
+                                ROUTE_KEY_TESTS if cls in ROUTE_KEYS else ()))
     return out
 
 
