@@ -13,7 +13,7 @@ from .loaders import SDVGLoadDrafter, SDVGLoadImageReward, SDVGLoadTarget
 from .loop import SDVGLoopEnd, SDVGLoopStart
 from .prompts import SDVGLoadPromptEmbeddings, SDVGSavePromptEmbeddings
 from .prompt_schedule import SDVGPromptFromBlock, SDVGPromptSchedule
-from .route_decoder import SDVGLoadRouteDecoder
+from .route_loader import SDVGLoadRouteDecoder
 from .start import SDVGStart
 from .steps import SDVGDecodeBlock, SDVGDraftBlock, SDVGRoute, SDVGScoreBlock
 

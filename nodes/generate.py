@@ -14,7 +14,7 @@ from ..sdvg_core.engine.policy import DEFAULT_TAU
 from ..sdvg_core.engine.policy_names import TAU_SLIDER, PolicyNameError, parse_policy
 from . import shared_memo
 from .outputs import BlockProgress, finish_outputs, open_video, result_outputs
-from .route_decoder import route_input
+from .routing import route_input
 from .session import (AUTO, block_steps, engine_errors, need, node_policy, node_run_id, pixel_input, pixel_inputs,
                   prepare_run, run_inputs, start)
 from .surface import CATEGORY, SDVGError, sentence, show_text

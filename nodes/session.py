@@ -29,7 +29,7 @@ from ..sdvg_core.engine.state import MAX_BLOCKS, GenerationSpec, GenerationState
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
 from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae
-from .route_decoder import HostedTAEHV, resolve as resolve_route
+from .routing import HostedTAEHV, resolve as resolve_route
 from .surface import SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
@@ -79,7 +79,7 @@ class Session:
     vae: HostedVAE
     scorer: HostedScorer | None
     config: EngineConfig
-    route_vae: HostedTAEHV | None = None  # a tiny routing decoder (route_decoder.py); None: the VAE routes
+    route_vae: HostedTAEHV | None = None  # a tiny routing decoder (routing.py); None: the VAE routes
 
     def __post_init__(self):
         object.__setattr__(self, "target", self.target.for_run())
@@ -307,7 +307,7 @@ def prepare_run(what: str, target: DiTHandle, vae, positive, prompt: str, width:
                 pixels: PixelInput | None = None, route_vae: Any = None) -> tuple[Session, GenerationSpec]:
     """The session and the spec of the inputs, not started yet: the prompt schedule and the given pixels become part
     of the spec, each model's recipe part of the engine config, and ComfyUI's reservation is sized for both.
-    `route_vae`: the `route_vae` input (route_decoder.py): a tiny decoder to route on, which may decode the video."""
+    `route_vae`: the `route_vae` input (routing.py): a tiny decoder to route on, which may decode the video."""
     config = engine_config(what, recipe, drafter_recipe, target_recipe, decode_rule, drafter)
     router, decodes_output = resolve_route(what, route_vae)
     if decodes_output:

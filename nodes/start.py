@@ -5,7 +5,7 @@ from comfy_api.latest import io, ui
 
 from ..sdvg_core.given.request import VIDEO_MODES, VideoToVideo
 from . import shared_memo
-from .route_decoder import route_input
+from .routing import route_input
 from .session import AUTO, describe_start, pixel_input, pixel_inputs, prepare_run, run_inputs, start
 from .surface import CATEGORY, SDVGState, show_text
 

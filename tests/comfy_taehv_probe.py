@@ -5,7 +5,7 @@
     $COMFYUI_PYTHON tests/comfy_taehv_probe.py $COMFYUI_DIR <repo> <a taew2_1-layout .safetensors>
 
 The file is read by ComfyUI as core's Load VAE reads it (comfy.sd.VAE: a TAEHV for 16-channel latents, no latent
-format for fp32 weights); the pack takes the VAE through `route_decoder.from_comfy_vae` into the core's TAEHV. Both
+format for fp32 weights); the pack takes the VAE through `routing.from_comfy_vae` into the core's TAEHV. Both
 decode the same latents (ComfyUI's port the raw ones, the core's the DiT's normalised ones, as the engine hands them):
 ComfyUI's unclamped RGB clamped to 0..1, the core's [-1, 1] mapped to 0..1.
 """
@@ -27,7 +27,7 @@ import comfy.utils  # noqa: E402
 
 pack = comfy_probe_env.import_pack(REPO)
 vae = comfy.sd.VAE(sd=comfy.utils.load_torch_file(FILE))
-hosted = pack.nodes.route_decoder.from_comfy_vae(vae)
+hosted = pack.nodes.routing.from_comfy_vae(vae)
 z = torch.randn(1, 16, 3, 6, 8, generator=torch.Generator().manual_seed(0))  # raw latents [B, C, T, h, w]
 with torch.no_grad():
     theirs = vae.first_stage_model.decode(z.to(vae.vae_dtype)).float().clamp(0, 1)  # [B, 3, T', H, W]

@@ -62,7 +62,7 @@ def test_core_load_vae_with_a_taehv_is_keyed_by_its_weights(env):
     the full Wan VAE, or a TAEHV ComfyUI read with another latent format, is refused with what to connect instead."""
     pack, tiny = env
     core = pack.core_nodes
-    rd = pack.nodes.route_decoder
+    rd = pack.nodes.routing
 
     def comfy_vae(seed):
         net = tiny.tiny_taehv(seed=seed)
