@@ -31,6 +31,7 @@ from ..sdvg_core.engine.state import MAX_BLOCKS, MAX_FRAMES, GenerationSpec, Gen
 from ..sdvg_core.io.text import cut_note, fit_text_len
 from . import shared_memo
 from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae, object_token
+from .routing import HostedTAEHV, resolve as resolve_route
 from .surface import SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
@@ -80,6 +81,7 @@ class Session:
     vae: HostedVAE
     scorer: HostedScorer | None
     config: EngineConfig
+    route_vae: HostedTAEHV | None = None  # a tiny routing decoder (routing.py); None: the VAE routes
 
     def __post_init__(self):
         object.__setattr__(self, "target", self.target.for_run())
@@ -91,7 +93,7 @@ class Session:
         """A light Engine over the shared memo (or `memo`: a private one for a fresh run), with ComfyUI's Cancel as
         interrupt callback and the current execution's id as run id (or `run_id`)."""
         e = Engine(self.target.dit, self.vae, self.drafter.dit if self.drafter else None, self.scorer,
-                   self.config, memo=shared_memo.MEMO if memo is None else memo)
+                   self.config, memo=shared_memo.MEMO if memo is None else memo, route_vae=self.route_vae)
         e.callbacks.interrupt = mm.throw_exception_if_processing_interrupted
         e.callbacks.progress = progress
         e.callbacks.run_id = run_id or current_run_id()
@@ -342,15 +344,19 @@ def prepare_run(what: str, target: DiTHandle, vae, positive, prompt: str, width:
                 num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
                 drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
                 schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO,
-                pixels: PixelInput | None = None, frames: int = 0) -> tuple[Session, GenerationSpec]:
+                pixels: PixelInput | None = None, frames: int = 0, route_vae: Any = None) -> tuple[Session, GenerationSpec]:
     """The session and the spec of the inputs, not started yet: the prompt schedule and the given pixels become part
     of the spec (`frames`: the video's length in frames, its last block maybe shorter; 0: `num_blocks` whole blocks),
-    each model's recipe part of the engine config, and ComfyUI's reservation is sized for both."""
+    each model's recipe part of the engine config, and ComfyUI's reservation is sized for both. `route_vae`: the
+    `route_vae` input (routing.py): a tiny decoder to route on, which may decode the video."""
     config = engine_config(what, recipe, drafter_recipe, target_recipe, decode_rule, drafter)
+    router, decodes_output = resolve_route(what, route_vae)
+    if decodes_output:
+        config = dataclasses.replace(config, output_decoder="route")
     shared_memo.set_cache_budget(cache_gb)
     with engine_errors(what):
         entries = prompt_schedule(what, positive, prompt, schedule, target.dit.cfg.text_len)
-        session = Session(target, drafter, host_vae(vae), image_reward, config)
+        session = Session(target, drafter, host_vae(vae), image_reward, config, router)
         if frames:  # the video's length in frames: its last block may be shorter (GenerationSpec.for_frames)
             spec = GenerationSpec.for_frames(entries, width, height, frames, seed, pixels=pixels)
             if spec.num_blocks > MAX_BLOCKS:
@@ -406,4 +412,7 @@ def describe_start(run: Run) -> str:
         text += "\nprompts: " + "; ".join(f"block {b}: {p.text[:50]!r}" for b, p in spec.schedule)
     if spec.pixels is not None:
         text += f"\npixels: {describe(spec.pixels)} (from {spec.pixels.source.name})"
+    if run.session.route_vae is not None:
+        text += f"\nrouting decoder: {run.session.route_vae.info}" + (
+            "; it decodes the video too (preview)" if config.output_decoder == "route" else "")
     return text

@@ -59,7 +59,7 @@ FRAMES = 1 + 4 * (3 * SMALL["num_blocks"] - 1)
 SDVG_NODES = {"SDVGLoadDrafter", "SDVGLoadTarget", "SDVGLoadImageReward", "SDVGStart", "SDVGLoopStart",
               "SDVGDraftBlock", "SDVGDecodeBlock", "SDVGScoreBlock", "SDVGRoute", "SDVGLoopEnd", "SDVGFinish",
               "SDVGGenerate", "SDVGSavePromptEmbeddings", "SDVGLoadPromptEmbeddings", "SDVGPromptSchedule",
-              "SDVGPromptFromBlock", "SDVGShowVideo", "SDVGSamplerARVideo", "SDVGARReport"}
+              "SDVGPromptFromBlock", "SDVGShowVideo", "SDVGSamplerARVideo", "SDVGARReport", "SDVGLoadRouteDecoder", "SDVGLive"}
 
 
 def comfy_python() -> str:

@@ -139,7 +139,7 @@ def test_schemas_ids_categories_tooltips(env):
     assert pack.nodes.SDVGLoopEnd.GET_SCHEMA().enable_expand
     ext = asyncio.run(pack.comfy_entrypoint())
     assert asyncio.run(ext.get_node_list()) == list(pack.nodes.NODES)
-    assert len(ids) == 20
+    assert len(ids) == 21
 
 
 def test_root_imports_without_comfyui():

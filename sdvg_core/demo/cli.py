@@ -42,6 +42,7 @@ from ..models.dtypes import DTYPES
 from ..io.model_files import load_model_files
 from .pixel_args import add_pixel_args, pixel_request
 from .replay import add_replay_arg, apply_replay, read_replay
+from .route_args import add_route_args, load_route_vae
 from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
 from .claim import FolderTaken, OutputClaim, claim_dated, claim_output
@@ -51,7 +52,12 @@ from .to_file import DeferredInterrupt, RunOutcome, generate_to_file
 from .tiny import DEMO_PROMPT, tiny_models
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m sdvg_core.demo", description=__doc__,
+    return build_parser().parse_args(argv)
+
+
+def build_parser(prog: str = "python -m sdvg_core.demo", description: str | None = __doc__) -> argparse.ArgumentParser:
+    """The demo's flags (the calibration command adds its own to them)."""
+    p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompt", default=None, help="text prompt (default: the demo prompt, or the embeddings file's prompt)")
     p.add_argument("--out", default=None,
@@ -96,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", help="target checkpoint (krea-realtime-video-14b.safetensors)")
     p.add_argument("--vae", help="Wan 2.1 VAE (Wan2.1_VAE.pth or wan_2.1_vae.safetensors)")
     p.add_argument("--reward", help="ImageReward.pt")
+    add_route_args(p)
     p.add_argument("--vocab", help="bert-base-uncased vocab.txt (default: next to --reward)")
     p.add_argument("--embeddings", help="prompt embeddings .safetensors (umT5 output, [1, 512, 4096])")
     p.add_argument("--prompt-schedule", metavar="FILE",
@@ -110,7 +117,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "across runs; what the run itself needs is held apart from this budget)")
     add_compile_arg(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    return p
 
 
 def _real_models(a: argparse.Namespace, dtype: torch.dtype):
@@ -233,7 +240,8 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, 
         spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
     config = run_engine_config(a, real)
     noise = noise_source(a.noise, spec, target.cfg.in_dim, config.num_renoise, a.device)
-    engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))
+    engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)),
+                    route_vae=load_route_vae(a, a.device))
     state = engine.start(spec)
     policy = run_policy(a, real)
     if getattr(a, "live", None) is not None:
@@ -336,6 +344,7 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
     report = build_report(outcome.state, policy, engine.recipe, engine.plan_for(spec).num_steps,
                           wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"],
                           compiled=compiled_models(engine.target, engine.drafter),
+                          route_decoder=engine.route_decoder, output_decoder=engine.output_decoder,
                           live=None if getattr(a, "live_run", None) is None else a.live_run.timeline.to_dict())
     (out / REPORT_JSON).write_text(report.to_json())
     render_report_plot(report).save(out / REPORT_PNG)

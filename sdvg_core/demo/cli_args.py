@@ -94,10 +94,11 @@ def run_policy(a: argparse.Namespace, real: bool) -> Policy:
 
 
 def run_engine_config(a: argparse.Namespace, real: bool) -> EngineConfig:
-    """The engine config of --recipe / --drafter-recipe / --target-recipe / --decode-rule (EngineConfig.for_run: a
-    drafter file's kind may bring its own recipe)."""
+    """The engine config of --recipe / --drafter-recipe / --target-recipe / --decode-rule / --output-decoder
+    (EngineConfig.for_run: a drafter file's kind may bring its own recipe)."""
     kind = a.drafter_kind if real and a.drafter else None
-    return EngineConfig.for_run(a.recipe, a.drafter_recipe, a.target_recipe, kind, decode_rule=a.decode_rule)
+    return EngineConfig.for_run(a.recipe, a.drafter_recipe, a.target_recipe, kind, decode_rule=a.decode_rule,
+                                output_decoder=getattr(a, "output_decoder", "vae"))
 
 
 def recipe_problems(a: argparse.Namespace, real: bool) -> list[str]:

@@ -13,6 +13,7 @@ from ..io.checkpoint import CheckpointError
 from .cli_args import (REAL_SIZE, TINY_SIZE, blocks_problem, compile_problem, frames_problem, output_folder_problem,
                        recipe_problems, requested_blocks, run_engine_config, run_policy)
 from .pixel_args import pixel_problems
+from .route_args import route_file, route_problems
 from ..io.prompt_width import text_width, umt5_width, width_problems
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
 from ..engine.prompt_schedule import ScheduleError, read_schedule
@@ -77,6 +78,9 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
             problems.append(f"{', '.join(given)} given without --drafter (they describe the drafter file)")
     if real:
         problems += _real_model_problems(a)
+    problems += route_problems(a, real)
+    if route_file(a):
+        files.append(("--route-vae", route_file(a)))
     problems += [msg for flag, path in files if (msg := file_problem(flag, path))]
     widths: dict[str, int] = {}  # where the prompt embeddings come from -> their width
     if a.embeddings and not file_problem("--embeddings", a.embeddings):
