@@ -134,7 +134,9 @@ class SDVGLive(io.ComfyNode):
             r = timeline.run
             width, height, seed, recipe, drafter_recipe = (int(r["width"]), int(r["height"]), int(r["seed"]),
                                                            r["recipe"], r["drafter_recipe"])
-            max_blocks, input = len(timeline.blocks), r["input"]
+            # the recorded run's length (the root lineage names it), not the blocks it made: Stop ends the replay
+            # where the recording does (replay_settings), so the replay's lineage is the recorded run's
+            max_blocks, input = int(r.get("max_blocks", len(timeline.blocks))), r["input"]
             if timeline.blocks[0].strength is not None:
                 strength = timeline.blocks[0].strength
         if input not in INPUTS:
@@ -165,11 +167,11 @@ class SDVGLive(io.ComfyNode):
             LiveSettings(tau=float(tau), prompt=first.text, strength=None if source is None else float(strength)),
             prepared=book.texts, can_switch_prompts=all(r.supports_prompt_switch for r in recipes),
             strength_problem=lambda s: next((p for p in (VideoToVideo.recipe_problem(s, r) for r in recipes) if p),
-                                            None))
+                                            None), encodes_prompts=clip is not None)
         buffer = FrameBuffer() if source is not None and recorded is None else None
         node_id = _own_id(cls)
         run_opts = {"width": width, "height": height, "seed": seed, "recipe": recipe, "drafter_recipe": drafter_recipe,
-                    "input": input, "models": dict(engine.model_keys)}
+                    "input": input, "max_blocks": max_blocks, "models": dict(engine.model_keys)}
         timeline_out = Timeline(run=run_opts)
         settings_for = (lambda b: controls.take()) if recorded is None else replay_settings(timeline)
         live = LiveRun(engine, settings_for, book, frames=buffer, source=source, timeline=timeline_out)
@@ -181,7 +183,8 @@ class SDVGLive(io.ComfyNode):
         handle = live_server.LiveHandle(run_id, node_id, controls, (height, width), buffer if input == "camera" else None,
                                         start_event)
         stream = LiveStream(handle, engine, spec.num_blocks)
-        engine.callbacks.progress = BlockProgress(max_blocks, block_steps(engine, spec))
+        # the bar only: the panel plays the blocks (a preview image would repeat the player under it)
+        engine.callbacks.progress = BlockProgress(max_blocks, block_steps(engine, spec), previews=False)
         feeder = VideoFeeder(buffer, input_video, (height, width)) if buffer is not None and input == "video" else None
         video = StreamingVideo(f"{rel}/video", width, height, total_frames=max_blocks * 12,
                                metadata=metadata_of(cls.hidden))
