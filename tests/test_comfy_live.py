@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import shutil
 import statistics
 import subprocess
@@ -255,13 +256,16 @@ def png(w: int, h: int) -> bytes:
 
 # ------------------------------------------------------------------------------------------------ the page
 def live_probe(server: Server, scenario: str, shots: Path, timeout: float = 3000) -> dict:
+    """Run tests/live_probe.py's scenario against the server; the screenshots go to `shots` (or to the folder named by
+    SDVG_LIVE_SHOTS, to keep them)."""
+    shots = Path(os.environ.get("SDVG_LIVE_SHOTS") or shots)
     out = subprocess.run([comfy_python(), str(REPO / "tests" / "live_probe.py"), "--url", server.url,
                           "--scenario", scenario, "--shots", str(shots), "--size", f"{SIZE[0]}x{SIZE[1]}",
                           "--max-blocks", str(MAX_BLOCKS), f"--tau={TAU},{NEW_TAU}",
                           "--schedule-files", ",".join(SCHEDULE_EMB)],
                          capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-4000:] + server.tail()
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "shots": str(shots)}
 
 
 def figures(state: dict) -> str:
@@ -328,7 +332,7 @@ def test_the_panel_plays_the_run_and_its_controls_reach_the_next_blocks(server, 
     again = report_of(server, replay["end"])
     assert again["num_blocks"] == rep["num_blocks"] and again["meta"]["lineage"] == rep["meta"]["lineage"]
     print(f"replay of {end['report']}: {again['num_blocks']} blocks, lineage {again['meta']['lineage'][:16]} == the "
-          f"live run's; screenshots in {tmp_path}")
+          f"live run's; screenshots in {out['shots']}")
 
 
 @needs_chromium
