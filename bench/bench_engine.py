@@ -21,7 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdvg_core.models.wan_config import WanDiTConfig  # noqa: E402
-from sdvg_core.engine.engine import Engine, EngineConfig  # noqa: E402
+from sdvg_core.engine.config import EngineConfig  # noqa: E402
+from sdvg_core.engine.engine import Engine  # noqa: E402
 from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern  # noqa: E402
 from sdvg_core.engine.policy_names import policy_by_name  # noqa: E402
 from sdvg_core.engine.report import build_report, compiled_line, compiled_models, reference_forwards  # noqa: E402

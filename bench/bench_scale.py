@@ -56,7 +56,8 @@ from units import (  # noqa: E402
 )
 
 from sdvg_core.demo.tiny import DEMO_PROMPT  # noqa: E402
-from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Callbacks, Engine, EngineConfig  # noqa: E402
+from sdvg_core.engine.config import DEFAULT_MEMO_BYTES, EngineConfig  # noqa: E402
+from sdvg_core.engine.engine import Callbacks, Engine  # noqa: E402
 from sdvg_core.engine.heap import HeapTrimmer  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
 from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern  # noqa: E402

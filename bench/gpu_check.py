@@ -71,7 +71,8 @@ from scale_models import SCALES, Models, build_meta, run_dtypes, weight_bytes  #
 from units import DIT_KINDS, CallClass, Geometry, _dit_plan, _Setup, class_flops, price, unit_call  # noqa: E402
 
 from sdvg_core.demo.tiny import DEMO_PROMPT, random_vae  # noqa: E402
-from sdvg_core.engine.engine import DEFAULT_MEMO_BYTES, Engine  # noqa: E402
+from sdvg_core.engine.config import DEFAULT_MEMO_BYTES  # noqa: E402
+from sdvg_core.engine.engine import Engine  # noqa: E402
 from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
 from sdvg_core.engine.recipes import recipe_arg, recipe_by_name  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402

@@ -115,11 +115,11 @@ class CallLog:
         for role in ("drafter", "target"):
             dit = getattr(models, role)
 
-            def dit(x, t, text, *, kv=None, want_output=True, _role=role, **_):
+            def dit_calls(x, t, text, *, kv=None, want_output=True, _role=role, **_):
                 return [(CallClass("denoise" if want_output else "context", _role, int(x.shape[1]),
                                    _kv_frames(kv, int(x.shape[1]))), 1)]
 
-            self._wrap(dit, "forward", dit)
+            self._wrap(dit, "forward", dit_calls)
             self._wrap(dit, "encode_text", lambda *a, _role=role, **k: [(CallClass("text", _role), 1)])
 
         def decode(z, cache=None, *a, **k):

@@ -4,48 +4,39 @@ output folder (the video written as blocks commit, the report with the live time
 replay of an earlier live run's report."""
 from __future__ import annotations
 
-import json
 import logging
 import os
-import threading
 import time
 import uuid
 
-import torch
-
-import folder_paths
 from comfy_api.latest import io, ui
 
 from ..sdvg_core.engine.policy import DEFAULT_TAU
 from ..sdvg_core.engine.policy_names import TAU_SLIDER
-from ..sdvg_core.engine.prompts import PromptConditioning, PromptSchedule
+from ..sdvg_core.engine.prompts import PromptSchedule
 from ..sdvg_core.engine.plot import render_report_plot
 from ..sdvg_core.engine.report import build_report, compiled_models
 from ..sdvg_core.engine.state import MAX_BLOCKS
-from ..sdvg_core.given.fit import fit_frames
 from ..sdvg_core.given.request import PixelInput, VideoToVideo
-from ..sdvg_core.io.text import fit_text_len
 from ..sdvg_core.live.controls import LiveControls, LiveSettings
 from ..sdvg_core.live.frames import RECORDING_SUFFIX, FrameBuffer, LiveSource, live_digest, open_recording
-from ..sdvg_core.live.session import LiveRun, PromptBook, live_policy, replay_settings
+from ..sdvg_core.live.session import LIVE_RECIPES, LiveRun, live_policy, replay_settings
 from ..sdvg_core.live.timeline import Timeline
 from . import live_server, shared_memo
+from .live_session import (BLOCK_SECONDS, WHAT, LiveStream, VideoFeeder, check_same_models, prepared_prompts,
+                           read_replay, run_folder)
 from .outputs import BlockProgress, image_output, to_image_batch
-from .prompt_schedule import _clip_encode
-from .session import (AUTO, ROLE_RECIPES, block_steps, conditioning_embeddings, engine_errors, need, node_run_id,
-                      prepare_run, start)
-from .surface import CATEGORY, SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence, show_text
+from .session import AUTO, ROLE_RECIPES, block_steps, engine_errors, need, node_run_id, prepare_run, start
+from .surface import CATEGORY, SDVGError, SDVGModel, SDVGReward, SDVGSchedule, show_text
 from .video_file import WAN_FPS, StreamingVideo, metadata_of
 
 LOG = logging.getLogger("SDVG")
 
-WHAT = "SDVG Live"
 INPUTS = ("none", "camera", "video")  # what a video-to-video live run reads: nothing (text-to-video), the page's camera,
 # or the connected IMAGE frames played as a camera at the run's frame rate
 DEFAULT_MAX_BLOCKS = 400  # 5 minutes of video at 0.75 s a block; Stop ends it earlier
 DEFAULT_PREFIX = "sdvg_live/SDVG_LIVE"
 REPORT_JSON, REPORT_PNG, RECORDING = "report.json", "report.png", "live_input" + RECORDING_SUFFIX
-BLOCK_SECONDS = 12 / WAN_FPS  # 12 frames a block at 16 fps: the real time a block's video lasts
 
 
 class SDVGLive(io.ComfyNode):
@@ -85,7 +76,7 @@ class SDVGLive(io.ComfyNode):
                 io.Float.Input("tau", default=DEFAULT_TAU, min=TAU_SLIDER[0], max=TAU_SLIDER[1], step=0.01,
                                display_mode=io.NumberDisplay.slider,
                                tooltip="Tau at the start; the page's slider moves it while the video plays."),
-                io.Combo.Input("recipe", options=["krea", "longlive", "longlive_infinity"], default="krea",
+                io.Combo.Input("recipe", options=list(LIVE_RECIPES), default=LIVE_RECIPES[0],
                                tooltip="A context recipe that runs at any length and can change the prompt "
                                        "(krea: the published pairing; longlive: frame sink + window)."),
                 io.Combo.Input("drafter_recipe", options=ROLE_RECIPES, default=AUTO,
@@ -134,9 +125,7 @@ class SDVGLive(io.ComfyNode):
             r = timeline.run
             width, height, seed, recipe, drafter_recipe = (int(r["width"]), int(r["height"]), int(r["seed"]),
                                                            r["recipe"], r["drafter_recipe"])
-            # the recorded run's length (the root lineage names it), not the blocks it made: Stop ends the replay
-            # where the recording does (replay_settings), so the replay's lineage is the recorded run's
-            max_blocks, input = int(r.get("max_blocks", len(timeline.blocks))), r["input"]
+            max_blocks, input = int(r["max_blocks"]), r["input"]  # the spec's length names the lineage
             if timeline.blocks[0].strength is not None:
                 strength = timeline.blocks[0].strength
         if input not in INPUTS:
@@ -170,8 +159,8 @@ class SDVGLive(io.ComfyNode):
                                             None), encodes_prompts=clip is not None)
         buffer = FrameBuffer() if source is not None and recorded is None else None
         node_id = _own_id(cls)
-        run_opts = {"width": width, "height": height, "seed": seed, "recipe": recipe, "drafter_recipe": drafter_recipe,
-                    "input": input, "max_blocks": max_blocks, "models": dict(engine.model_keys)}
+        run_opts = {"width": width, "height": height, "seed": seed, "max_blocks": max_blocks, "recipe": recipe,
+                    "drafter_recipe": drafter_recipe, "input": input, "models": dict(engine.model_keys)}
         timeline_out = Timeline(run=run_opts)
         settings_for = (lambda b: controls.take()) if recorded is None else replay_settings(timeline)
         live = LiveRun(engine, settings_for, book, frames=buffer, source=source, timeline=timeline_out)
@@ -237,119 +226,6 @@ class SDVGLive(io.ComfyNode):
         show_text(table)
         return io.NodeOutput(image_output(video.preview()), table, to_image_batch(plot), text, video.relative_path,
                              ui=ui.PreviewText(table))
-
-
-class LiveStream:
-    """What the page gets of each committed block: its frames (JPEG, encoded once), who made it and its score
-    against the tau in force, the settings it took, the run's pace against real time."""
-
-    def __init__(self, handle: live_server.LiveHandle, engine, max_blocks: int):
-        self.handle, self.engine, self.max_blocks = handle, engine, max_blocks
-        self.t0 = time.time()
-
-    def block(self, engine, state, timeline: Timeline) -> None:
-        rec, settings = state.blocks[-1], timeline.blocks[len(state.blocks) - 1]
-        frames = engine.block_frames(state, rec.index)[engine.given.hidden_frames(state, rec.index):]
-        elapsed = time.time() - self.t0
-        event = {"run_id": self.handle.run_id, "node": self.handle.node_id, "block": rec.index,
-                 "max_blocks": self.max_blocks, "producer": rec.producer, "decision": rec.decision, "score": rec.score,
-                 "tau": settings.tau, "policy": settings.policy, "prompt": timeline.prompts[settings.prompt],
-                 "strength": settings.strength, "settings_version": settings.settings_version,
-                 "seconds": round(sum(dict(rec.seconds).values()), 4), "t_commit": time.time(),
-                 "blocks_per_second": round(len(state.blocks) / elapsed, 4) if elapsed > 0 else None,
-                 "realtime_blocks_per_second": round(1 / BLOCK_SECONDS, 4),
-                 "received_frames": timeline.received_frames, "dropped_frames": timeline.dropped_frames
-                 + self.handle.flood_dropped, "fps": WAN_FPS}
-        self.handle.recent = (self.handle.recent + [event])[-live_server.KEPT_BLOCK_EVENTS:]
-        live_server.send(live_server.EVENT_BLOCK, {**event, "frames": live_server.jpeg_frames(frames)})
-
-
-class VideoFeeder:
-    """IMAGE frames played into a live buffer at the run's frame rate, as a camera would send them."""
-
-    def __init__(self, buffer: FrameBuffer, frames: torch.Tensor, run_hw: tuple[int, int]):
-        self.buffer, self.frames, self.run_hw = buffer, frames, run_hw
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._play, name="sdvg-live-video", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _play(self) -> None:
-        for i in range(self.frames.shape[0]):
-            if self._stop.wait(1 / WAN_FPS):
-                return
-            frame = fit_frames(self.frames[i:i + 1], self.run_hw)[0]  # [3, H, W] in 0..1
-            self.buffer.push((frame.permute(1, 2, 0) * 255).round().clamp(0, 255).to(torch.uint8))
-        self.buffer.close()
-
-
-def prepared_prompts(prompts, positive, prompt: str, clip, text_len: int) -> tuple[PromptBook, PromptConditioning]:
-    """The run's prompt book (the prepared prompts; a CLIP encodes new ones) and block 0's prompt."""
-    if prompts is not None and positive is not None:
-        raise SDVGError(f"{WHAT}: both 'prompts' and 'positive' are connected: connect one of them")
-    if prompts is not None:
-        prepared = [PromptConditioning.make(p.text, fit_text_len(p.embeddings, text_len)) for _, p in prompts]
-    elif positive is not None:
-        emb, carried = conditioning_embeddings(positive)
-        text = prompt.strip() or carried
-        if not text:
-            raise SDVGError(f"{WHAT}: ImageReward needs the prompt text: fill 'prompt' with the text you encoded")
-        prepared = [PromptConditioning.make(text, fit_text_len(emb, text_len))]
-    else:
-        raise SDVGError(f"{WHAT}: connect 'prompts' (SDVG Prompt Schedule: the prompts the page switches among) or "
-                        f"'positive' (one prompt)")
-    encode = None if clip is None else (lambda text: fit_text_len(_clip_encode(clip, text), text_len))
-    return PromptBook(encode, prepared), prepared[0]
-
-
-def run_folder(prefix: str, width: int, height: int) -> tuple[str, str]:
-    """A new folder for one live run under ComfyUI's output folder: (absolute path, path under the output folder)."""
-    out_dir = folder_paths.get_output_directory()
-    folder, name, counter, subfolder, _ = folder_paths.get_save_image_path(prefix, out_dir, width, height)
-    leaf = f"{name}_{counter:05}_"
-    path = os.path.join(folder, leaf)
-    os.makedirs(path, exist_ok=False)
-    return path, "/".join(p for p in (subfolder.replace(os.sep, "/"), leaf) if p)
-
-
-def read_replay(value: str) -> tuple[Timeline, str]:
-    """(the timeline, the folder of the report) of a live run's report named under ComfyUI's output folder."""
-    out_dir = os.path.abspath(folder_paths.get_output_directory())
-    full = os.path.abspath(os.path.join(out_dir, str(value).strip()))
-    if os.path.commonpath((out_dir, full)) != out_dir:
-        raise SDVGError(f"{WHAT}: replay {value!r} is not inside ComfyUI's output folder")
-    if not os.path.isfile(full):
-        raise SDVGError(f"{WHAT}: replay {value!r} is not a file under the output folder ({out_dir}): give the "
-                        f"report.json an SDVG Live run wrote (its 'report' output names it)")
-    try:
-        with open(full, encoding="utf-8") as f:
-            data = json.load(f)
-        timeline = Timeline.from_dict(data.get("live"))
-    except (OSError, ValueError, AttributeError) as e:
-        raise SDVGError(f"{WHAT}: replay {value!r} is not a live run's report: {sentence(e)}") from e
-    missing = [k for k in ("width", "height", "seed", "recipe", "drafter_recipe", "input") if k not in timeline.run]
-    if missing or not timeline.blocks:
-        raise SDVGError(f"{WHAT}: replay {value!r} does not hold a live run to replay (missing {missing or 'blocks'})")
-    return timeline, os.path.dirname(full)
-
-
-def check_same_models(timeline: Timeline, session) -> None:
-    """A replay runs the recorded run's models: each role's identity must be the one the report names."""
-    recorded = timeline.run.get("models", {})
-    now = {"target": session.target.key, "vae": session.vae.key}
-    if session.drafter is not None:
-        now["drafter"] = session.drafter.key
-    if session.scorer is not None:
-        now["scorer"] = session.scorer.key
-    differ = [role for role, key in recorded.items() if now.get(role) != key]
-    if differ:
-        raise SDVGError(f"{WHAT}: the replay's {', '.join(differ)} differ from the recorded run's: connect the models "
-                        f"that run used (the report's live.run.models names them)")
 
 
 def _own_id(cls) -> str | None:

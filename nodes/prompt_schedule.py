@@ -11,8 +11,6 @@ changes the prompt at every block where the schedule says so (the state is immut
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from typing import Any
 
 import torch
 
@@ -23,8 +21,7 @@ from ..sdvg_core.io.checkpoint import CheckpointError
 from ..sdvg_core.engine.prompt_schedule import ScheduleError, encode_schedule, parse_schedule
 from ..sdvg_core.io.text import load_embeddings
 from .folders import PROMPTS_FOLDER, SOURCES, check_file, resolve_file
-from .hosted import object_token
-from .session import conditioning_embeddings
+from .session import clip_encode, conditioning_embeddings
 from .surface import CAT_PROMPTS, SDVGError, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
@@ -32,27 +29,8 @@ LOG = logging.getLogger("SDVG")
 EXAMPLE = ("0: a red fox trots through fresh snow in a pine forest, morning light, cinematic\n"
            "10: the red fox stops at a frozen stream and looks around, snow falling\n"
            "20: the red fox leaps across the frozen stream into the deep snow, slow motion")
-# Encoded prompts kept across executions (key: the CLIP object and the text), so editing one line of a schedule
-# re-encodes that line only. umT5-XXL embeddings are [1, 512, 4096] float32 = 8 MiB each: 32 of them are 256 MiB.
-ENCODED_KEEP = 32
-_ENCODED: "OrderedDict[tuple[str, str], torch.Tensor]" = OrderedDict()
-
-
 def _describe(schedule: PromptSchedule[PromptConditioning]) -> str:
     return "; ".join(f"block {b}: {p.text[:60]!r}" for b, p in schedule)
-
-
-def _clip_encode(clip: Any, text: str) -> torch.Tensor:
-    """Encode like CLIP Text Encode (clip.tokenize + clip.encode_from_tokens_scheduled), once per CLIP and text."""
-    key = (object_token(clip), text)
-    emb = _ENCODED.get(key)
-    if emb is None:
-        emb, _ = conditioning_embeddings(clip.encode_from_tokens_scheduled(clip.tokenize(text)))
-        _ENCODED[key] = emb
-        while len(_ENCODED) > ENCODED_KEEP:
-            _ENCODED.popitem(last=False)
-    _ENCODED.move_to_end(key)
-    return emb
 
 
 def _entries(text: str, what: str):
@@ -118,7 +96,7 @@ class SDVGPromptSchedule(io.ComfyNode):
             if clip is None:
                 raise SDVGError(f"{what}: the prompt {text[:60]!r} needs the text encoder: connect Load CLIP "
                                 f"(umt5_xxl, type wan) to 'clip'")
-            return _clip_encode(clip, text)
+            return clip_encode(clip, text)
 
         def load(name) -> torch.Tensor:
             path = resolve_file(PROMPTS_FOLDER, str(name), what, SOURCES["prompts"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -28,7 +29,7 @@ from ..sdvg_core.engine.recipes import RECIPE_NAMES, recipe_by_name
 from ..sdvg_core.engine.state import MAX_BLOCKS, GenerationSpec, GenerationState, PromptConditioning
 from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
-from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae
+from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae, object_token
 from .surface import SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
@@ -213,6 +214,25 @@ def conditioning_embeddings(conditioning: Any) -> tuple[torch.Tensor, str]:
         raise SDVGError(f"the conditioning tensor must be [1, L, 4096] umT5 embeddings, got {type(cond).__name__} "
                         f"{list(getattr(cond, 'shape', []))}")
     return cond[:1].float().cpu(), str((extra or {}).get("sdvg_prompt", ""))
+
+
+# Encoded prompts kept across executions (key: the CLIP object and the text), so editing one line of a schedule
+# re-encodes that line only. umT5-XXL embeddings are [1, 512, 4096] float32 = 8 MiB each: 32 of them are 256 MiB.
+ENCODED_KEEP = 32
+_ENCODED: "OrderedDict[tuple[str, str], torch.Tensor]" = OrderedDict()
+
+
+def clip_encode(clip: Any, text: str) -> torch.Tensor:
+    """Encode like CLIP Text Encode (clip.tokenize + clip.encode_from_tokens_scheduled), once per CLIP and text."""
+    key = (object_token(clip), text)
+    emb = _ENCODED.get(key)
+    if emb is None:
+        emb, _ = conditioning_embeddings(clip.encode_from_tokens_scheduled(clip.tokenize(text)))
+        _ENCODED[key] = emb
+        while len(_ENCODED) > ENCODED_KEEP:
+            _ENCODED.popitem(last=False)
+    _ENCODED.move_to_end(key)
+    return emb
 
 
 def engine_config(what: str, recipe: str, drafter_recipe: str, target_recipe: str, decode_rule: str,

@@ -67,16 +67,24 @@ _EXPORTS: dict[str, str] = {
     "render_report_plot": ".engine.plot",
     "estimate_for_spec": ".engine.memory",
     "MemoryRefused": ".engine.memory",
+    # routing on a cheaper decoder: the same drafts scored under two decoders, compared
+    "calibrate": ".engine.calibration",
+    "Calibration": ".engine.calibration",
+    "render_calibration_plot": ".engine.calibration_plot",
     # models
     "CausalWan": ".models.wan",
     "WanDiTConfig": ".models.wan_config",
     "WanVAE": ".models.vae",
     "WanVAEConfig": ".models.vae",
+    "TAEHV": ".models.taehv",
+    "TAEHVConfig": ".models.taehv",
+    "TAEHVMemory": ".models.taehv",
     "ImageRewardScorer": ".models.reward",
     "ImageRewardConfig": ".models.reward_config",
     # loaders (local files only; nothing is downloaded)
     "load_wan_dit": ".io.checkpoint",
     "load_wan_vae": ".io.checkpoint",
+    "load_taehv": ".io.checkpoint",
     "CheckpointError": ".io.checkpoint",
     "load_scorer": ".io.reward_files",
     "load_model_files": ".io.model_files",
@@ -105,8 +113,10 @@ __all__ = [
     "PixelInput", "PixelInputError", "PIXEL_MODES",
     "Memo", "TieredMemo", "BlockNoise", "block_noise", "ComfyARNoise",
     "RunReport", "BlockReport", "build_report", "render_report_plot", "estimate_for_spec", "MemoryRefused",
-    "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "ImageRewardScorer", "ImageRewardConfig",
-    "load_wan_dit", "load_wan_vae", "CheckpointError", "load_scorer", "load_model_files", "ModelSet",
+    "calibrate", "Calibration", "render_calibration_plot",
+    "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "TAEHV", "TAEHVConfig", "TAEHVMemory",
+    "ImageRewardScorer", "ImageRewardConfig",
+    "load_wan_dit", "load_wan_vae", "load_taehv", "CheckpointError", "load_scorer", "load_model_files", "ModelSet",
     "load_embeddings", "save_embeddings", "encode_umt5", "UMT5Encoder", "write_video", "VideoWriter",
     "load_drafter", "DRAFTER_KINDS", "read_schedule", "parse_schedule",
     "tiny_models", "TinyModels",
@@ -132,6 +142,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .demo.tiny import TinyModels, tiny_models
     from .engine.config import DEFAULT_MEMO_BYTES, EngineConfig
     from .engine.engine import Callbacks, Engine, ProgressEvent, Scorer, to_image
+    from .engine.calibration import Calibration, calibrate
+    from .engine.calibration_plot import render_calibration_plot
     from .derived.memo import Memo, TieredMemo
     from .engine.memory import MemoryRefused, estimate_for_spec
     from .engine.noise import BlockNoise, ComfyARNoise, block_noise
@@ -145,7 +157,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .engine.state import BlockRecord, GenerationSpec, GenerationState, PendingBlock
     from .given.request import PIXEL_MODES, PixelInput
     from .given.errors import PixelInputError
-    from .io.checkpoint import CheckpointError, load_wan_dit, load_wan_vae
+    from .io.checkpoint import CheckpointError, load_taehv, load_wan_dit, load_wan_vae
     from .io.model_files import ModelSet, load_model_files
     from .io.reward_files import load_scorer
     from .io.text import UMT5Encoder, encode_umt5, load_embeddings, save_embeddings
@@ -154,6 +166,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .io.video import VideoWriter, write_video
     from .models.reward import ImageRewardScorer
     from .models.reward_config import ImageRewardConfig
+    from .models.taehv import TAEHV, TAEHVConfig, TAEHVMemory
     from .models.vae import WanVAE, WanVAEConfig
     from .models.wan import CausalWan
     from .models.wan_config import WanDiTConfig

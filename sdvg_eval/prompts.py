@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from sdvg_core.demo.pixel_args import PixelRequest
+from sdvg_core.given.errors import PixelInputError, refuse_url
 from sdvg_core.given.request import MODES, VIDEO_MODES, Extend, StartImage, VideoToVideo
 from sdvg_core.io.text import demo_embeddings, load_embeddings, save_embeddings
 
@@ -77,6 +78,10 @@ def parse_pixels(spec: str, base: Path, line_no: int) -> PixelRequest:
     keep = fields.get("keep_frames", "false").lower()
     if keep not in TRUE_WORDS + FALSE_WORDS or (keep in TRUE_WORDS and mode == StartImage.name):
         raise PromptRowError(f"{where}: keep_frames={fields['keep_frames']} must be true or false, for a video")
+    try:
+        refuse_url(fields[key], MODES[mode].what, "a file on this machine")
+    except PixelInputError as e:
+        raise PromptRowError(f"{where}: {e}") from None
     path = Path(fields[key]).expanduser()
     return PixelRequest(mode, path if path.is_absolute() else base / path, strength, keep in TRUE_WORDS)
 

@@ -65,7 +65,8 @@ def main() -> dict:
     from sdvg_pack.sdvg_core.demo.tiny import random_vae
     from sdvg_pack.sdvg_core.demo.vocab import synthetic_tiny_config, write_synthetic_vocab
     from sdvg_pack.sdvg_core.engine import comfy_ar
-    from sdvg_pack.sdvg_core.engine.engine import Engine, EngineConfig
+    from sdvg_pack.sdvg_core.engine.config import EngineConfig
+    from sdvg_pack.sdvg_core.engine.engine import Engine
     from sdvg_pack.sdvg_core.engine.noise import ComfyARNoise
     from sdvg_pack.sdvg_core.engine.policy import DraftOnly, ThresholdPolicy
     from sdvg_pack.sdvg_core.engine.recipes import SelfForcingRecipe

@@ -39,7 +39,7 @@ pack = comfy_probe_env.import_pack(a.repo)
 n = pack.nodes
 core = __import__("sdvg_pack.sdvg_core", fromlist=["x"])
 from sdvg_pack.sdvg_core.demo.tiny import random_vae  # noqa: E402
-from sdvg_pack.sdvg_core.engine.engine import EngineConfig  # noqa: E402
+from sdvg_pack.sdvg_core.engine.config import EngineConfig  # noqa: E402
 from sdvg_pack.sdvg_core.models.wan import build_random  # noqa: E402
 from sdvg_pack.sdvg_core.models.wan_config import PRESETS, WanDiTConfig  # noqa: E402
 
@@ -83,7 +83,7 @@ class ZeroScorer:
         return torch.zeros(frames.shape[0])
 
 
-session = n.run.Session(target, drafter, vae, ZeroScorer(), EngineConfig())
+session = n.session.Session(target, drafter, vae, ZeroScorer(), EngineConfig())
 spec = core.GenerationSpec(core.PromptConditioning.make("probe", torch.randn(1, 16, cfg.text_dim) * 0.3), 64, 48,
                            a.blocks, 0)
 state = session.engine().generate(spec, core.ThresholdPolicy(tau=-1.0))

@@ -98,7 +98,8 @@ def test_cores_noise_rule_offsets_a_start_image_by_its_latent_frame():
 def test_a_plan_of_given_sigmas_is_self_forcings_own_at_its_sigmas():
     from sdvg_core.demo.tiny import tiny_models
     from sdvg_core.engine.comfy_ar import sigma_plan, with_plan
-    from sdvg_core.engine.engine import Engine, EngineConfig
+    from sdvg_core.engine.config import EngineConfig
+    from sdvg_core.engine.engine import Engine
     from sdvg_core.engine.noise import ComfyARNoise
     from sdvg_core.engine.policy import TargetOnly
     from sdvg_core.engine.recipes import SelfForcingRecipe
@@ -211,7 +212,8 @@ def engine_run(pack, ex, prompt, policy, start_latents=None):
     from sdvg_core directly (no sampler code)."""
     core, nodes = pack.sdvg_core, pack.nodes
     comfy_ar = __import__(core.__name__ + ".engine.comfy_ar", fromlist=["x"])
-    from sdvg_pack.sdvg_core.engine.engine import Engine, EngineConfig
+    from sdvg_pack.sdvg_core.engine.config import EngineConfig
+    from sdvg_pack.sdvg_core.engine.engine import Engine
     from sdvg_pack.sdvg_core.engine.noise import ComfyARNoise
     from sdvg_pack.sdvg_core.engine.recipes import SelfForcingRecipe
     from sdvg_pack.sdvg_core.engine.state import PromptConditioning
@@ -257,7 +259,8 @@ def test_the_first_step_starts_from_the_noise_core_hands_the_sampler(env):
     core's KSAMPLER hands it), not a draw of its own."""
     pack, classes, _ = env
     from sdvg_pack.sdvg_core.engine.comfy_ar import StartLatentSpec, generate, sigma_plan, video_latents, with_plan
-    from sdvg_pack.sdvg_core.engine.engine import Engine, EngineConfig
+    from sdvg_pack.sdvg_core.engine.config import EngineConfig
+    from sdvg_pack.sdvg_core.engine.engine import Engine
     from sdvg_pack.sdvg_core.engine.noise import ComfyARNoise
     from sdvg_pack.sdvg_core.engine.policy import TargetOnly
     from sdvg_pack.sdvg_core.engine.recipes import SelfForcingRecipe

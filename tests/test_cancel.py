@@ -230,7 +230,7 @@ def _session(pack, recipe: str):
     cfg = PRESETS["tiny-target"]
     dit = n.hosted.host_file_dit(tiny.build_random(cfg, seed=0), cfg, torch.float32, "k-target")
     vae = n.hosted.HostedVAE(tiny.random_vae(1), "k-vae")
-    return n.run.Session(n.hosted.DiTHandle("target", dit, ""), None, vae, None,
+    return n.session.Session(n.hosted.DiTHandle("target", dit, ""), None, vae, None,
                         engine.EngineConfig(recipe=recipes.recipe_by_name(recipe)))
 
 

@@ -272,3 +272,35 @@ def test_a_block_made_at_another_strength_is_not_taken_from_the_memo(models, tmp
     assert b.blocks[2].lineage != a.blocks[2].lineage  # another strength, another block
     assert not {"drafter", "target"} & set(b.blocks[2].reused), b.blocks[2].reused  # its contexts may be reused
     assert {"drafter", "target"} & set(b.blocks[1].reused)  # the shared memo is used: block 1 came from run a
+
+
+def test_the_demo_replays_a_live_report_bit_for_bit(models, tmp_path):
+    """`python -m sdvg_core.demo --replay report.json`: the recorded seed, size, recipe and blocks, each block under its
+    recorded settings, on the demo's own tiny models, give the recorded lineage."""
+    import json
+
+    from sdvg_core import build_report
+    from sdvg_core.demo.cli import main
+
+    final, tl, engine = live_run(models, CHANGES)
+    tl.run = {"width": W, "height": H, "seed": 7, "max_blocks": BLOCKS, "recipe": "krea", "drafter_recipe": "auto",
+              "input": "none", "models": dict(engine.model_keys)}
+    report = build_report(final, "live", engine.recipe, engine.recipe.plan.num_steps, live=tl.to_dict(),
+                          meta={"lineage": final.lineage})
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text(report.to_json())
+    out = tmp_path / "replay"
+    assert main(["--replay", str(tmp_path / "run" / "report.json"), "--out", str(out), "--quiet"]) == 0
+    again = json.loads((out / "report.json").read_text())
+    assert again["meta"]["lineage"] == final.lineage
+    assert [b["policy"] for b in again["live"]["blocks"]] == [b.policy for b in tl.blocks]
+    assert again["num_blocks"] == BLOCKS and again["live"]["run"]["seed"] == 7
+
+
+def test_the_demo_refuses_a_report_that_is_not_a_live_run(tmp_path, capsys):
+    from sdvg_core.demo.cli import main
+
+    (tmp_path / "r.json").write_text('{"policy": "x"}')
+    assert main(["--replay", str(tmp_path / "r.json")]) == 2
+    assert "not a live run's report" in capsys.readouterr().err
+    assert main(["--replay", str(tmp_path / "missing.json")]) == 2

@@ -76,7 +76,7 @@ def generate(pack, models, **kw):
 def core_run(pack, models, pixels):
     """The same run through sdvg_core's public API (the node must add nothing)."""
     sd, n = pack.sdvg_core, pack.nodes
-    emb, text = n.run.conditioning_embeddings(models["positive"])
+    emb, text = n.session.conditioning_embeddings(models["positive"])
     emb = __import__(sd.__name__ + ".io.text", fromlist=["x"]).fit_text_len(emb, models["target"].dit.cfg.text_len)
     engine = sd.Engine(models["target"].dit, n.hosted.host_vae(models["vae"]), models["drafter"].dit,
                        models["image_reward"], sd.EngineConfig())

@@ -67,7 +67,7 @@ def _model_target(api: dict, backend: str | None = None) -> dict:
 def test_generate_stride_policy_routes_by_position_without_imagereward(env):
     pack, classes = env
     gen_cls = pack.nodes.generate
-    assert [p for p in gen_cls.POLICIES if p.startswith("stride_k")] == ["stride_k2", "stride_k3", "stride_k4"]
+    assert [p for p in gen_cls.POLICIES if p.startswith("stride")] == ["stride:k=2", "stride:k=3", "stride:k=4"]
     schema = gen_cls.SDVGGenerate.GET_SCHEMA()
     tip = next(i for i in schema.inputs if i.id == "policy").tooltip
     assert "K-th block" in tip and "blocks 0, K, 2K" in tip  # the tooltip says what k means

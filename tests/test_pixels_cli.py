@@ -161,7 +161,8 @@ def test_a_file_cut_short_is_refused_before_any_model_loads(tmp_path, capsys, mo
     cut, _ = _damaged(tmp_path)
     out = ["--out", str(tmp_path / "o")]
     err = _refused(capsys, [*out, "--input-video", str(cut), "--blocks", "12"], "cut short")
-    assert "says it lasts 12.50 s, but no frame at 8.75 s" in err  # block 11 ends at frame 141: 8.8 s
+    # blocks 0-11 read 141 frames: the 141st on the 16 fps clock needs 8.78 s (140.5 / 16, as ffmpeg's count rounds)
+    assert "says it lasts 12.50 s, but it stops at 5.75 s, before the 8.78 s the run reads" in err
     _refused(capsys, [*out, "--extend", str(cut)], "cut short")
     with pytest.raises(AssertionError, match="a model was loaded"):  # 4 blocks read 45 frames (2.8 s): they decode
         main(["--input-video", str(cut), "--blocks", "4", *out, *SMALL])

@@ -419,7 +419,7 @@ def test_reading_and_encoding_the_input_is_each_blocks_input_phase(models, monke
     """The time a block spends reading and encoding its input is in its record, as the `input` phase (and in the
     table's column): a source whose every piece takes 10 s of a fake clock shows 10 s per piece read in the block
     that read it; a start image's encode is block 0's."""
-    from sdvg_core.engine import tally
+    from sdvg_core.derived import tally
 
     clock = [0.0]
     monkeypatch.setattr(tally.time, "perf_counter", lambda: clock[0])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -30,6 +31,7 @@ from ..engine.policy import DEFAULT_TAU
 from ..engine.policy_names import POLICY_KINDS, policy_arg
 from ..engine.report import build_report, compiled_models
 from ..engine.state import MAX_BLOCKS, SIZE_MULTIPLE, GenerationSpec, GenerationState, PromptConditioning, PromptSchedule
+from ..given.request import PixelInput
 from ..io.checkpoint import CheckpointError
 from ..given.pixels import INPUT_UNREADABLE as UNREADABLE_CAUSE
 from .cli_args import (TINY_DEMO_TAU, INPUT_UNREADABLE, REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, USAGE_ERROR, add_compile_arg,
@@ -39,8 +41,10 @@ from ..io.drafters import DEFAULT_DRAFTER_KIND
 from ..models.dtypes import DTYPES
 from ..io.model_files import load_model_files
 from .pixel_args import add_pixel_args, pixel_request
+from .replay import add_replay_arg, apply_replay, read_replay
 from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
+from .claim import FolderTaken, OutputClaim, claim_dated, claim_output
 from .outputs import DEFAULT_ROOT, REPORT_JSON, REPORT_PNG, VIDEO_FORMATS, VIDEO_STEM, dated_folder
 from .preflight import MODEL_FLAGS, needs, preflight
 from .to_file import DeferredInterrupt, RunOutcome, generate_to_file
@@ -78,6 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-force-reject-first", action="store_true", help="let block 0 be drafted and accepted")
     add_recipe_args(p)
     add_pixel_args(p)
+    add_replay_arg(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard",
                    help="standard = equal to a one-shot decode; krea = the VAE cache rule of the published runs")
     p.add_argument("--drafter", help="drafter checkpoint (Self-Forcing self_forcing_dmd.pt, Causal Forcing "
@@ -145,6 +150,18 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else USAGE_ERROR
     real = any(getattr(a, k) for k in MODEL_FLAGS)
     out = Path(a.out) if a.out else dated_folder()
+    a.live = None
+    if a.replay:
+        try:
+            a.live = read_replay(a.replay)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return USAGE_ERROR
+        for flag in apply_replay(a, a.live):
+            print(f"note: {flag} is the recorded run's: --replay runs it as it was", file=sys.stderr)
+        if real and not a.umt5 and len(a.live.timeline.prompts) > 1:
+            print("error: --replay of a run with several prompts needs --umt5 to encode them", file=sys.stderr)
+            return USAGE_ERROR
     problems = preflight(a, real, out)
     if problems:
         mode = "real-model mode" if real else "the tiny default"
@@ -155,17 +172,23 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_ERROR
     for note in getattr(a, "pixel_notes", ()):  # e.g. a picture's transparency: said once, before anything loads
         print(f"note: {note}", file=sys.stderr)
-    try:
-        with stop_signals_raise():
-            engine, state, policy, size = _build(a, real)
-    except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
+    try:  # before any model loads: one run per folder (demo/claim.py)
+        claim = claim_output(out, overwrite=a.overwrite) if a.out else claim_dated(dated_folder)
+    except FolderTaken as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_ERROR
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
-        what, code = stopped_by(e)
-        print(f"{what} while loading the models; nothing was written", file=sys.stderr)
-        return code
-    return _run(a, real, out, engine, state, policy, size)
+    with claim.held():
+        try:
+            with stop_signals_raise():
+                engine, state, policy, size = _build(a, real)
+        except (CheckpointError, ValueError, FileNotFoundError, RuntimeError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return USAGE_ERROR
+        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP
+            what, code = stopped_by(e)
+            print(f"{what} while loading the models; nothing was written", file=sys.stderr)
+            return code
+        return _run(a, real, claim, engine, state, policy, size)
 
 
 def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, object, tuple[int, int]]:
@@ -181,15 +204,44 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, 
         drafter, target, vae, scorer = m.drafter, m.target, m.vae, m.scorer
         size, blocks = TINY_SIZE, TINY_BLOCKS
     width, height = a.width or size[0], a.height or size[1]
-    schedule = _schedule(a, target.cfg.text_dim, real)
     pixels = getattr(a, "pixel_input", None)  # built by the checks (preflight): the file is not read again
     if pixels is None and pixel_request(a) is not None:
         pixels = pixel_request(a).pixel_input()
+    if getattr(a, "live", None) is None:
+        schedule = _schedule(a, target.cfg.text_dim, real)
+    else:  # a replay: block 0's recorded prompt and input; each later block's settings come at its boundary
+        encode = _encoder(a, target.cfg.text_dim, real)
+        tl = a.live.timeline
+        text = tl.prompts[tl.blocks[0].prompt]
+        schedule = PromptSchedule.one(PromptConditioning.make(text, encode(text)))
+        source = a.live.source()
+        if source is not None:
+            pixels = PixelInput("video_to_video", source, tl.blocks[0].strength)
     spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
     config = run_engine_config(a, real)
     noise = noise_source(a.noise, spec, target.cfg.in_dim, config.num_renoise, a.device)
     engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))
-    return engine, engine.start(spec), run_policy(a, real), (width, height)
+    state = engine.start(spec)
+    policy = run_policy(a, real)
+    if getattr(a, "live", None) is not None:
+        recorded = a.live.timeline.run.get("models") or {}
+        differ = [role for role, key in recorded.items() if engine.model_keys.get(role) != key]
+        if differ:
+            print(f"note: the replay's {', '.join(differ)} are not the recorded run's models (by their identity): the "
+                  f"video is the same only with the same weights", file=sys.stderr)
+        a.live_run = a.live.live_run(engine, encode)
+        policy = a.live_run.first_policy(state)
+    return engine, state, policy, (width, height)
+
+
+def _encoder(a: argparse.Namespace, text_dim: int, real: bool):
+    """Prompt text -> embeddings as the demo encodes: umT5 (--umt5) for real models, the tiny stand-in otherwise."""
+    if real:
+        if a.umt5:
+            return UMT5Encoder(a.umt5, device=a.device)
+        stored_text, emb = load_embeddings(a.embeddings)
+        return lambda text: emb
+    return lambda text: demo_embeddings(text, text_dim)
 
 
 def _progress_bar(engine: Engine, total: int):
@@ -209,17 +261,21 @@ def _progress_bar(engine: Engine, total: int):
     return bar
 
 
-def _run(a: argparse.Namespace, real: bool, out: Path, engine: Engine, start: GenerationState, policy,
+def _run(a: argparse.Namespace, real: bool, claim: OutputClaim, engine: Engine, start: GenerationState, policy,
          size: tuple[int, int]) -> int:
-    """Generate into `out` from the started state (each block's frames go to the file as it commits: a long video
-    never sits in memory), then write the report and plot of what was committed. Ctrl-C: the same for the blocks
-    committed so far."""
+    """Generate into the claimed folder from the started state (each block's frames go to the file as it commits: a
+    long video never sits in memory), then write the report and plot of what was committed; the files are written
+    beside their names and moved into place when complete. Ctrl-C: the same for the blocks committed so far."""
     spec = start.spec
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim.folder
     print(f"writing to {out}/", file=sys.stderr, flush=True)
     bar = None if a.quiet else _progress_bar(engine, spec.num_blocks)
     with DeferredInterrupt() as guard:
-        outcome = generate_to_file(engine, start, policy, out / f"{VIDEO_STEM}.{a.format}", guard, HeapTrimmer())
+        live = getattr(a, "live_run", None)
+        outcome = generate_to_file(engine, start, policy, claim.staged(f"{VIDEO_STEM}.{a.format}"), guard,
+                                   HeapTrimmer(), boundary=None if live is None else live.boundary)
+        if live is not None and outcome.state is not None:
+            live.settle(outcome.state)
         if bar is not None:
             bar.close()
         state = outcome.state
@@ -231,7 +287,9 @@ def _run(a: argparse.Namespace, real: bool, out: Path, engine: Engine, start: Ge
                 return stop[1]
             print(f"error: {state.stopped}; nothing was written", file=sys.stderr)
             return INPUT_UNREADABLE if state.stop_cause == UNREADABLE_CAUSE else USAGE_ERROR
-        report, paths = _write_report(a, real, out, spec, outcome, policy, engine, size)
+        report, paths = _write_report(a, real, claim.staging, spec, outcome, policy, engine, size)
+        claim.publish()  # video, report.json, report.png: each complete, each moved into place with one rename
+        paths, outcome = tuple(map(claim.final, paths)), replace(outcome, video=claim.final(outcome.video))
         print(report.table())
         kept = (f"{outcome.committed} block(s) committed and written to {outcome.video} ({outcome.frames} frames, "
                 f"playable); their report: {paths[0]} and {paths[1]}")
@@ -257,14 +315,15 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
     meta = {"prompt": prompts.first.text if len(prompts) == 1 else " | ".join(f"{b}: {p.text}" for b, p in prompts),
             "size": f"{size[0]}x{size[1]}", "seed": str(a.seed),
             "models": "real" if real else "tiny random (embedded default)", "decode_rule": a.decode_rule,
-            "frames": str(outcome.frames)}
+            "frames": str(outcome.frames), "lineage": outcome.state.lineage}
     if outcome.interrupted_at is not None:
         meta.update(interrupted_at_block=str(outcome.interrupted_at), blocks_requested=str(spec.num_blocks))
     if spec.pixels is not None:
         meta["pixels"] = pixel_request(a).describe()
     report = build_report(outcome.state, policy, engine.recipe, engine.plan_for(spec).num_steps,
                           wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"],
-                          compiled=compiled_models(engine.target, engine.drafter))
+                          compiled=compiled_models(engine.target, engine.drafter),
+                          live=None if getattr(a, "live_run", None) is None else a.live_run.timeline.to_dict())
     (out / REPORT_JSON).write_text(report.to_json())
     render_report_plot(report).save(out / REPORT_PNG)
     return report, (out / REPORT_JSON, out / REPORT_PNG)

@@ -33,6 +33,8 @@ USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own con
 INPUT_UNREADABLE = 3  # the demo's exit status when the input video could not be read mid-run (the blocks before stay)
 INTERRUPTED = 128 + signal.SIGINT  # 130: exit status after Ctrl-C (128 + the signal, the shell's convention)
 TERMINATED = 128 + signal.SIGTERM  # 143: after SIGTERM (kill, timeout, systemd, docker stop), handled as Ctrl-C
+HANGUP = getattr(signal, "SIGHUP", None)  # a closed terminal or a dropped ssh session (none on Windows)
+HUNG_UP = 128 + (HANGUP or 1)  # 129: after SIGHUP, handled as SIGTERM
 PROBE_PREFIX = ".sdvg-write-probe-"  # the file the output-folder check creates and removes at once
 
 
@@ -153,17 +155,30 @@ class Terminated(KeyboardInterrupt):
     work kept, one message), with exit status TERMINATED."""
 
 
+class HungUp(Terminated):
+    """SIGHUP (the terminal closed, an ssh session dropped), handled as SIGTERM, with exit status HUNG_UP; what is
+    printed afterwards may find no terminal (demo/terminal.py: a failed print is dropped, the files are finished)."""
+
+
 def raise_for(signum: int, frame=None) -> None:
-    """The signal handler of both stop signals: Ctrl-C's KeyboardInterrupt, or Terminated for SIGTERM."""
+    """The signal handler of the stop signals: Ctrl-C's KeyboardInterrupt, Terminated for SIGTERM, HungUp for
+    SIGHUP."""
+    if signum == HANGUP:
+        from .terminal import forgive_lost_terminal
+
+        forgive_lost_terminal()
+        raise HungUp()
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def stopped_by(exc: BaseException) -> tuple[str, int]:
     """(what stopped the command, its exit status) for the exception a stop signal raised."""
+    if isinstance(exc, HungUp):
+        return "hung up (SIGHUP)", HUNG_UP
     return ("terminated (SIGTERM)", TERMINATED) if isinstance(exc, Terminated) else ("interrupted", INTERRUPTED)
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((HANGUP,) if HANGUP is not None else ()))
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.recipes import recipe_by_name
-from ..given.errors import PixelInputError
+from ..given.errors import PixelInputError, refuse_url
 from ..given.request import MODES, VIDEO_MODES, Extend, PixelInput, StartImage, VideoToVideo
 from ..models.vae import VAE_PRESETS
 
@@ -96,6 +96,18 @@ def flag_problems(a: argparse.Namespace) -> list[str]:
     return []
 
 
+def url_problems(a: argparse.Namespace) -> list[str]:
+    """A URL given as a file, said as such (as a path it would lose a slash and read as "not found")."""
+    problems = []
+    for flag in _given(a):
+        kind = StartImage if flag == FLAGS[StartImage.input] else (Extend if flag == EXTEND_FLAG else VideoToVideo)
+        try:
+            refuse_url(getattr(a, flag[2:].replace("-", "_")), kind.what, "a file on this machine")
+        except PixelInputError as e:
+            problems.append(f"{flag}: {e}")
+    return problems
+
+
 @dataclass(frozen=True)
 class Checked:
     """What the checks of a request found: problems (each one message), notes for the user, and the PixelInput
@@ -122,7 +134,7 @@ def check_request(req: PixelRequest, where: str, run_hw: tuple[int, int], recipe
 def pixel_problems(a: argparse.Namespace, run_hw: tuple[int, int], recipes: tuple[str, ...], blocks: int) -> Checked:
     """Every problem with the pixel flags at the run's (height, width), for a run of `blocks` blocks whose roles
     use `recipes`."""
-    problems = flag_problems(a)
+    problems = flag_problems(a) or url_problems(a)
     req = None if problems else pixel_request(a)
     if req is None:
         return Checked(problems, [])

@@ -19,6 +19,7 @@ from ..engine.prompt_schedule import ScheduleError, read_schedule
 from ..io.reward_files import ImageRewardError, find_vocab
 from ..io.text import load_embeddings, umt5_folders
 from ..models.wan_config import PRESETS
+from .claim import folder_state, taken_message
 from .outputs import earlier_outputs
 
 MODEL_FLAGS = ("drafter", "target", "vae", "reward")  # any of these switches the demo to real-model mode
@@ -121,6 +122,9 @@ def _output_problems(a: argparse.Namespace, out: Path) -> list[str]:
     problem = output_folder_problem(out)
     if problem:
         return [problem]
+    state = folder_state(out) if out.is_dir() else None  # another run writing there, or one that did not finish
+    if state is not None and (state[0] == "busy" or not a.overwrite):
+        return [taken_message(out, state)]
     earlier = earlier_outputs(out)
     if earlier and not a.overwrite:
         return [f"--out {out} holds an earlier run's {', '.join(earlier)}: give another folder, leave --out out for "

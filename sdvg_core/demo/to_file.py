@@ -87,7 +87,8 @@ class RunOutcome:
 
 def generate_to_file(engine: Engine, start: GenerationState, policy: Policy, video: Path, guard: DeferredInterrupt,
                      trimmer: HeapTrimmer | None = None,
-                     on_written: Callable[[GenerationState], None] | None = None) -> RunOutcome:
+                     on_written: Callable[[GenerationState], None] | None = None,
+                     boundary: Callable | None = None) -> RunOutcome:
     """Run every block of the started run (`Engine.start`'s state), writing each committed block's frames to `video`. Ctrl-C (SIGINT, through the
     installed `guard`) ends the run after the last block fully written; the file is closed either way and Ctrl-C
     is held from then on. A video without any block is removed."""
@@ -107,7 +108,7 @@ def generate_to_file(engine: Engine, start: GenerationState, policy: Policy, vid
             on_written(st)
 
     try:
-        final = engine.generate(start.spec, policy, on_block=on_block, state=start)
+        final = engine.generate(start.spec, policy, on_block=on_block, state=start, boundary=boundary)
         if final.stopped is not None:  # the input ended the run (or broke): the state says so (report)
             written[:] = [final]
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (cli_args.Terminated)

@@ -51,9 +51,11 @@ class EngineConfig:
         if drafter_recipe in (None, AUTO):
             own = drafter_own_recipe(drafter_kind) if drafter_kind is not None else None
             drafter_recipe = own or base
+        drafter = _recipe(drafter_recipe)
         target = base if target_recipe in (None, AUTO) else _recipe(target_recipe)
-        return cls(recipe=base, decode_rule=decode_rule, drafter_recipe=_recipe(drafter_recipe), target_recipe=target,
-                   **options)
+        # a role running the run's recipe is left to it (None): the published pairing stays a one-recipe config
+        return cls(recipe=base, decode_rule=decode_rule, drafter_recipe=None if drafter == base else drafter,
+                   target_recipe=None if target == base else target, **options)
 
     def recipe_for(self, role: str) -> Recipe:
         if role not in ROLES:

@@ -28,7 +28,7 @@ from ..derived.keys import RunKeys, require_key
 from ..derived.memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, NoiseSource, noise_identity
 from .decoded import DecodeEntry, PixelStore
-from .config import DECODE_RULES, DEFAULT_MEMO_BYTES, ROLES, EngineConfig
+from .config import DEFAULT_MEMO_BYTES, ROLES, EngineConfig
 from .policy import Policy, aggregate
 from .recipes import Recipe, check_prompt_switches
 from ..sampling.timesteps import StepPlan
@@ -36,8 +36,7 @@ from .state import BlockRecord, GenerationSpec, GenerationState, PendingBlock, e
 from ..derived.tally import PHASES, WORK_KEYS, Tally
 from .work import LAZY, REFERENCE
 
-__all__ = ["Engine", "EngineConfig", "Callbacks", "ProgressEvent", "Scorer", "DecodeEntry", "to_image",
-           "PHASES", "WORK_KEYS", "DEFAULT_MEMO_BYTES"]
+__all__ = ["Engine", "Callbacks", "ProgressEvent", "Scorer", "DecodeEntry", "to_image", "PHASES", "WORK_KEYS"]
 
 class Scorer(Protocol):
     key: str

@@ -5,6 +5,10 @@ offsets rounded), then resize to the run's size, bicubic with antialiasing, clam
 size is used as is. A picture whose aspect is so far from the run's that the crop would drop more than half of it (a
 portrait photo for a landscape run) is refused instead, with one `PixelInputError`.
 
+A video stored with non-square pixels (a sample aspect ratio other than 1:1, as anamorphic recordings and some
+broadcast files are) is fitted as a player shows it (`shown_hw`): the crop is cut from the shown picture and the one
+resize stretches the stored pixels to the run's size, so no second resampling is made.
+
 Frames come out in the VAE's range [-1, 1] ((x/255 - 0.5) / 0.5, as Krea converts them) and layout (B C T H W).
 """
 from __future__ import annotations
@@ -67,16 +71,28 @@ def check_aspect(src_hw: tuple[int, int], run_hw: tuple[int, int], what: str) ->
             f"its aspect ratio")
 
 
+def shown_hw(stored_hw: tuple[int, int], pixel_aspect: float = 1.0) -> tuple[int, int]:
+    """(height, width) of a picture as shown when each stored pixel is `pixel_aspect` times as wide as tall (as
+    players show it: the width scaled, the height kept)."""
+    h, w = stored_hw
+    return (h, w) if pixel_aspect == 1.0 else (h, max(1, round(w * pixel_aspect)))
+
+
 def to_vae_range(frames01: torch.Tensor) -> torch.Tensor:
     """[0, 1] -> [-1, 1] as (x - 0.5) / 0.5 (Krea's conversion; float32)."""
     return (frames01.float() - 0.5) / 0.5
 
 
-def fit_frames(frames: torch.Tensor, run_hw: tuple[int, int]) -> torch.Tensor:
+def fit_frames(frames: torch.Tensor, run_hw: tuple[int, int], pixel_aspect: float = 1.0) -> torch.Tensor:
     """Frames [T, H, W, 3] (uint8, or float in [0, 1] as a ComfyUI IMAGE) -> [T, 3, h, w] float32 in [0, 1] at the
-    run's size by the fit rule. The aspect check is the caller's (`check_aspect`): this crops whatever it gets."""
+    run's size by the fit rule, applied to the picture as shown (`pixel_aspect`: a stored pixel's width / height).
+    The aspect check is the caller's (`check_aspect`): this crops whatever it gets."""
     x = frames.permute(0, 3, 1, 2)  # [T, 3, H, W]
-    top, left, h, w = crop_box(tuple(x.shape[-2:]), run_hw)
+    stored = tuple(x.shape[-2:])
+    top, left, h, w = crop_box(shown_hw(stored, pixel_aspect), run_hw)
+    if pixel_aspect != 1.0:  # the crop's columns in stored pixels
+        left = min(round(left / pixel_aspect), stored[1] - 1)
+        w = max(1, min(round(w / pixel_aspect), stored[1] - left))
     x = x[:, :, top:top + h, left:left + w]  # cropped before the float copy: a big picture is converted once, cut
     x = x.float() / 255 if x.dtype == torch.uint8 else x.float()
     if (h, w) != tuple(run_hw):
@@ -84,10 +100,10 @@ def fit_frames(frames: torch.Tensor, run_hw: tuple[int, int]) -> torch.Tensor:
     return x
 
 
-def as_vae_frames(frames: torch.Tensor, run_hw: tuple[int, int]) -> torch.Tensor:
+def as_vae_frames(frames: torch.Tensor, run_hw: tuple[int, int], pixel_aspect: float = 1.0) -> torch.Tensor:
     """Frames [T, H, W, 3] (uint8 or [0, 1]) -> VAE input [1, 3, T, h, w] in [-1, 1] at the run's size."""
-    return to_vae_range(fit_frames(frames, run_hw)).permute(1, 0, 2, 3).unsqueeze(0)
+    return to_vae_range(fit_frames(frames, run_hw, pixel_aspect)).permute(1, 0, 2, 3).unsqueeze(0)
 
 
-__all__ = ["FIT_RULE", "MAX_CROPPED_FRACTION", "crop_box", "cropped_fraction", "share", "check_aspect", "to_vae_range",
-           "fit_frames", "as_vae_frames"]
+__all__ = ["FIT_RULE", "MAX_CROPPED_FRACTION", "crop_box", "cropped_fraction", "share", "check_aspect", "shown_hw",
+           "to_vae_range", "fit_frames", "as_vae_frames"]

@@ -4,6 +4,11 @@
 - Every Pillow mode becomes 8-bit RGB by its value range, never clipped: 16-bit greyscale (`I;16*`, and `I`, which is
   how Pillow holds 16-bit greyscale) / 257, floating point (`F`) taken as 0..1, palette, bilevel, CMYK and the rest
   through Pillow's own conversion.
+- Colour as a colour-managed viewer shows it: an embedded ICC profile (a phone's Display P3, Adobe RGB, a print
+  shop's CMYK) is converted to sRGB with Pillow's ImageCms (lcms), at the profile's own rendering intent; a profile
+  that moves no colour by more than `SRGB_LEVELS` (an sRGB profile, what most photos carry) changes nothing and is not
+  mentioned. The command lines say once when a profile was converted, or could not be read (colours used as stored).
+- An animated picture (GIF, WebP, APNG) starts the video with its first frame, and the command lines say so once.
 - Transparency (an alpha channel, or a palette's transparent entry) is composited over white (`ALPHA_BACKGROUND`):
   what a viewer on a page shows, never the colour stored under transparent pixels (editors leave anything there).
   The command lines say so once (`ImageInfo.notes`).
@@ -18,6 +23,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import os
 import warnings
 from dataclasses import dataclass
@@ -26,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import PixelInputError
+from .errors import PixelInputError, refuse_url
 from .fit import as_vae_frames, check_aspect, crop_box
 
 ALPHA_BACKGROUND = (255, 255, 255)  # transparent pixels are composited over white (docs/pixels.md §1)
@@ -37,6 +43,11 @@ SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 ALPHA_MODES = {"RGBA": "RGBa", "LA": "La", "PA": "RGBa", "RGBa": "RGBa", "La": "La"}  # -> premultiplied for reduce
 FIXED_CACHE = 4  # fitted pictures kept (file identity x run size): preflight and run decode a picture once
 KINDS = "a PNG, JPEG or WebP file"
+# A profile that moves no probe colour by more than this many 8-bit levels is sRGB in effect: the pixels are used as
+# stored (bit for bit) and nothing is said. One level: lcms's own rounding of an sRGB -> sRGB transform.
+SRGB_LEVELS = 1
+PROBE_STEPS = 6  # probe colours per channel (a 6 x 6 x 6 cube from 0 to 255) for that test
+PROFILE_INPUT = {"RGB ": "RGB", "GRAY": "L", "CMYK": "CMYK"}  # an ICC colour space -> the Pillow mode it converts
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,9 @@ def _bomb(path: Path, what: str, refused: bool, size: tuple[int, int] | None = N
 
 
 def image_info(path: str | os.PathLike, what: str = "start image") -> ImageInfo:
-    """A picture's header: upright size, mode, orientation and notes; refuses a file that is not a picture."""
+    """A picture's header: upright size, mode, orientation and notes (transparency, a colour profile converted, an
+    animation whose first frame is used, a size above Pillow's bomb warning); refuses a file that is not a picture."""
+    refuse_url(path, what, KINDS)
     path = Path(path).expanduser()
     img, notes = _open(path, what)
     with img:
@@ -106,7 +119,54 @@ def image_info(path: str | os.PathLike, what: str = "start image") -> ImageInfo:
         if _has_alpha(img):
             notes += (f"{what} {path} has transparent pixels: composited over white (docs/pixels.md §1); the colour "
                       f"stored under them is not used",)
+        notes += tuple(filter(None, [_colour_profile(img, path, what)[1]]))
+        if getattr(img, "is_animated", False):
+            notes += (f"{what} {path} is animated ({img.n_frames} frames): its first frame is used (docs/pixels.md "
+                      f"§1)",)
         return ImageInfo(path, h, w, img.mode, orientation, notes)
+
+
+def _colour_profile(img, path: Path, what: str):
+    """(the ImageCms transform of `img`'s embedded ICC profile to sRGB, or None; a note for the user, or None). None
+    and no note for no profile or one that is sRGB in effect (SRGB_LEVELS); None and a note for a profile that cannot
+    be read or does not fit the picture's colours (then used as stored)."""
+    icc = img.info.get("icc_profile")
+    if not icc or img.mode in SIXTEEN_BIT_MODES or img.mode == "F":
+        return None, None
+    from PIL import Image, ImageCms
+
+    try:
+        profile = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+        name = (ImageCms.getProfileDescription(profile) or "").strip() or "unnamed"
+        mode = PROFILE_INPUT.get(profile.profile.xcolor_space)
+        if mode is None or (mode == "CMYK") != (img.mode == "CMYK") or (mode == "L") != (img.mode in ("L", "LA", "La")):
+            return None, (f"{what} {path} has a colour profile ({name!r}, {profile.profile.xcolor_space.strip()}) that "
+                          f"does not fit its {img.mode} pixels: not applied, its colours are used as stored")
+        transform = _to_srgb(profile, mode)
+    except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as e:
+        return None, (f"{what} {path} has a colour profile that cannot be read ({e}): not applied, its colours are "
+                      f"used as stored (as sRGB)")
+    if mode != "CMYK":
+        levels = np.linspace(0, 255, PROBE_STEPS).round().astype(np.uint8)
+        cube = np.stack(np.meshgrid(levels, levels, levels, indexing="ij"), -1).reshape(1, -1, 3)  # [1, 216, 3]
+        probe = Image.fromarray(cube) if mode == "RGB" else Image.fromarray(cube[:, :, 0])
+        shown = np.asarray(transform.apply(probe), np.int16)
+        if np.abs(shown - np.asarray(probe.convert("RGB"), np.int16)).max() <= SRGB_LEVELS:
+            return None, None  # sRGB in effect: nothing changes, nothing to say
+    return transform, (f"{what} {path} carries the colour profile {name!r}: converted to sRGB, as a colour-managed "
+                       f"viewer shows it (docs/pixels.md §1)")
+
+
+def _to_srgb(profile, mode: str):
+    """An ImageCms transform from `profile` (pictures in `mode`) to sRGB RGB, at the profile's own rendering intent
+    (relative colorimetric where lcms cannot build that one)."""
+    from PIL import ImageCms
+
+    srgb = ImageCms.createProfile("sRGB")
+    try:
+        return ImageCms.buildTransform(profile, srgb, mode, "RGB", ImageCms.getDefaultIntent(profile))
+    except ImageCms.PyCMSError:
+        return ImageCms.buildTransform(profile, srgb, mode, "RGB", ImageCms.Intent.RELATIVE_COLORIMETRIC)
 
 
 def _orientation(img) -> int:
@@ -164,8 +224,9 @@ def _block_mean(a: np.ndarray, k: int) -> np.ndarray:
     return a[:h, :w].reshape(h // k, k, w // k, k).mean(axis=(1, 3), dtype=np.float64).astype(np.float32)
 
 
-def _to_rgb8(img, kind: str) -> np.ndarray:
-    """The decoded picture as uint8 RGB [H, W, 3]: values by their range, transparency composited over white."""
+def _to_rgb8(img, kind: str, transform=None) -> np.ndarray:
+    """The decoded picture as uint8 sRGB [H, W, 3]: values by their range, transparency composited over white, then
+    its colour profile converted (`transform`, from `_colour_profile`)."""
     from PIL import Image
 
     if kind != "pil":
@@ -175,6 +236,10 @@ def _to_rgb8(img, kind: str) -> np.ndarray:
         rgba = img.convert("RGBA" if img.mode == "RGBa" else "LA").convert("RGBA")
         back = Image.new("RGBA", rgba.size, (*ALPHA_BACKGROUND, 255))
         img = Image.alpha_composite(back, rgba)
+        if transform is not None and transform.input_mode == "L":
+            img = img.convert("L")
+    if transform is not None:
+        img = transform.apply(img if img.mode == transform.input_mode else img.convert(transform.input_mode))
     return np.asarray(img.convert("RGB"), dtype=np.uint8)
 
 
@@ -198,19 +263,21 @@ def _fitted(identity: tuple, path: str, run_hw: tuple[int, int], what: str) -> t
     check_aspect((info.height, info.width), run_hw, f"{what} {path}")
     img, _ = _open(Path(path), what)
     with img:
+        transform, _ = _colour_profile(img, Path(path), what)  # read before decoding: the header holds it
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the size note is the header's (image_info): no raw warning here
                 decoded, kind = _decode(img, _reduce_factor((info.height, info.width), run_hw))
         except (OSError, SyntaxError, ValueError) as e:  # a truncated or corrupt file fails here
             raise PixelInputError(f"{what} {path} is not an image Pillow can read ({e}): give {KINDS}") from None
-    rgb = _to_rgb8(_upright(decoded, kind, info.orientation), kind)  # [h, w, 3] uint8, reduced
+    rgb = _to_rgb8(_upright(decoded, kind, info.orientation), kind, transform)  # [h, w, 3] uint8 sRGB, reduced
     return as_vae_frames(torch.from_numpy(rgb.copy())[None], run_hw)[:, :, 0]
 
 
 def fitted_image(path: str | os.PathLike, run_hw: tuple[int, int], what: str = "start image") -> torch.Tensor:
     """A start image as VAE input [1, 3, H, W] in [-1, 1] at the run's size (the fit rule; decoded once per file and
     size: a later call for the same unchanged file is a cache hit)."""
+    refuse_url(path, what, KINDS)
     p = Path(path).expanduser()
     _missing(p, what)
     st = p.stat()

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Iterable, Protocol
 
 from ..sampling.timesteps import check_strength
 from .errors import PixelInputError
-from .sources import FrameSource, ImageLike, TensorFrames, image_source, video_source
+from .sources import FrameSource, ImageLike, image_source, video_source
 
 
 
@@ -214,8 +214,9 @@ class PixelInput:
     def check_run(self, run_hw: tuple[int, int], recipes: Iterable[Recipe], frames_per_block: int,
                   num_blocks: int, temporal_compression: int) -> None:
         """Refuse (PixelInputError), before any model call, what a run with these recipes cannot start from: a crop
-        that loses more than half, a strength a recipe has no plan for, an input the header says is too short, a
-        file that is cut short before the frames the run reads (checked by seeking, where the container can)."""
+        that loses more than half, a strength a recipe has no plan for, an input too short to start from (its first
+        frames decoded and counted on the run's clock), a file that is cut short before the frames the run reads
+        (its header's end looked for, where the header says how long it is)."""
         self.check_fit(run_hw)
         recipes = tuple(recipes)
         for recipe in recipes:
@@ -223,20 +224,14 @@ class PixelInput:
             if problem:
                 raise PixelInputError(problem)
         need = self.kind.min_frames([r.given_encoding for r in recipes], frames_per_block, temporal_compression)
-        have = self.header_frames()
+        count = getattr(self.source, "count_up_to", None)  # a FrameSource of a caller's own may not count
+        have = count(need) if count is not None else None  # decoded, not a header's word (missing or wrong)
         if have is not None and have < need:
             raise PixelInputError(f"{self.source.name} has {have} frame(s); {self.mode} needs at least {need} (one "
                                   f"block of {frames_per_block} latent frames): give a longer video")
         check = getattr(self.source, "check_readable", None)
         if check is not None:
             check(run_hw, self.kind.frames_read(num_blocks, frames_per_block, temporal_compression))
-
-    def header_frames(self) -> int | None:
-        """Frames on the run's clock the source says it has without decoding it (None: it cannot tell cheaply)."""
-        if isinstance(self.source, TensorFrames):
-            return self.source.count()
-        estimate = getattr(self.source, "header_count", None)
-        return estimate() if estimate is not None else None
 
     def report(self, given_frames: int) -> dict:
         """The report's `pixels` entry: the mode, the strength, the frames the run used (on the run's clock), the

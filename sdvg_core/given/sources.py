@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import cached_property
+from itertools import islice
 from pathlib import Path
 from typing import Iterator, Protocol, Union
 
@@ -17,8 +19,8 @@ from ..io.video import WAN_FPS
 from .errors import InputUnreadable, PixelInputError
 from .fit import as_vae_frames, check_aspect
 from .images import fitted_image, image_info
-from .videos import (PIECE_FRAMES, VideoInfo, check_readable_until, probe_video, read_video, resample_times,
-                     timed_frames)
+from .videos import (PIECE_FRAMES, VideoInfo, check_readable_until, no_timestamps, probe_video, read_video,
+                     resample_times, timed_frames)
 
 RUN_FPS = WAN_FPS  # the clock given frames are read on: Wan 2.1's 16 frames per second
 FILE_HASH_CHUNK = 1 << 20  # bytes read at a time when hashing a file (never the whole file in memory)
@@ -37,6 +39,10 @@ class FrameSource(Protocol):
 
     def count(self) -> int:
         """Number of frames on the run's clock (a video file is decoded once to count them)."""
+
+    def count_up_to(self, n: int) -> int:
+        """Frames on the run's clock, counted no further than n (a video file decodes at most what that takes;
+        optional: a source without it is not counted before the run)."""
 
     def pieces(self, run_hw: tuple[int, int], start: int = 0, stop: int | None = None,
                piece_frames: int = PIECE_FRAMES) -> Iterator[torch.Tensor]:
@@ -69,13 +75,16 @@ class TensorFrames:
         n = int(self.frames.shape[0])
         if not self.rate or not self.fps:
             return list(range(n))
-        return list(resample_times(((i / self.fps, i) for i in range(n)), self.rate))
+        return list(resample_times(((Fraction(i) / Fraction(self.fps), i) for i in range(n)), self.rate))
 
     def source_hw(self) -> tuple[int, int]:
         return int(self.frames.shape[1]), int(self.frames.shape[2])
 
     def count(self) -> int:
         return len(self._index)
+
+    def count_up_to(self, n: int) -> int:
+        return min(n, self.count())
 
     def pieces(self, run_hw, start=0, stop=None, piece_frames=PIECE_FRAMES):
         check_aspect(self.source_hw(), run_hw, self.name)
@@ -106,6 +115,9 @@ class ImageFile:
     def count(self) -> int:
         return 1
 
+    def count_up_to(self, n: int) -> int:
+        return min(n, 1)
+
     def pieces(self, run_hw, start=0, stop=None, piece_frames=PIECE_FRAMES):
         if start == 0 and (stop is None or stop > 0):
             yield fitted_image(self.path, run_hw).unsqueeze(2)  # [1, 3, 1, H, W]
@@ -125,12 +137,14 @@ class VideoFile:
 
     path: Path
     digest: str
-    hw: tuple[int, int]
+    hw: tuple[int, int]  # as shown: upright, its pixels' aspect applied
     header_frames: int | None = None
     fps: float | None = None  # the file's average frame rate (its header)
     rate: float | None = RUN_FPS
     what: str = "input video"
-    seconds: float | None = None  # the duration its header says
+    seconds: float | None = None  # how long its header says it lasts from its first frame
+    start: Fraction | None = Fraction(0)  # its first frame's time (None: its frames carry no timestamps)
+    pixel_aspect: float = 1.0  # a stored pixel's width / height as shown
 
     @property
     def name(self) -> str:
@@ -142,18 +156,19 @@ class VideoFile:
     def count(self) -> int:
         return sum(1 for _ in timed_frames(self.path, self.rate, self.what))  # headers can be wrong: count what decodes
 
-    def header_count(self) -> int | None:
-        """Frames on the run's clock the header says (its duration at `rate`, or its frame count), None if silent."""
-        if self.rate is None or self.seconds is None:
-            return self.header_frames
-        return int(self.seconds * self.rate + 0.5)
+    def count_up_to(self, n: int) -> int:
+        return sum(1 for _ in islice(timed_frames(self.path, self.rate, self.what), n))
 
     def check_readable(self, run_hw: tuple[int, int], frames: int | None) -> None:
-        """Refuse a file cut short before the `frames` the run reads (None: all of it): a seek there must decode."""
-        seconds = self.seconds if frames is None else frames / (self.rate or self.fps or RUN_FPS)
-        if self.seconds is not None:
-            check_readable_until(VideoInfo(self.path, *self.hw, self.fps, self.header_frames, self.seconds),
-                                 min(seconds, self.seconds), self.what)
+        """Refuse a file cut short before the `frames` the run reads (None: all of it): the end they need (the last
+        one's slot half filled, as ffmpeg's count rounds) must be found where the header says it is."""
+        rate = self.rate or self.fps or RUN_FPS
+        needs = None if frames is None else (Fraction(frames) - Fraction(1, 2)) / Fraction(rate)
+        check_readable_until(self.info, needs, self.what)
+
+    @property
+    def info(self) -> VideoInfo:
+        return VideoInfo(self.path, *self.hw, self.fps, self.header_frames, self.seconds, self.start, self.pixel_aspect)
 
     def pieces(self, run_hw, start=0, stop=None, piece_frames=PIECE_FRAMES):
         """Frames [start, stop): the frames before `start` are decoded and dropped (a reader that resumes). A frame
@@ -164,7 +179,7 @@ class VideoFile:
         held: list[torch.Tensor] = []
         try:
             for piece in read_video(self.path, run_hw, fps=self.rate, max_frames=stop, piece_frames=piece_frames,
-                                    what=self.what):
+                                    what=self.what, pixel_aspect=self.pixel_aspect):
                 t = piece.shape[2]
                 if skipped + t <= start:
                     skipped += t
@@ -249,8 +264,10 @@ def video_source(video: ImageLike, what: str = "input video", fps: float | None 
     if isinstance(video, (str, Path)):
         info = probe_video(video, what)
         rate = on_clock(keep_frames)
+        if rate is not None and not info.timestamped:
+            raise PixelInputError(no_timestamps(info.path, what))
         return VideoFile(info.path, _clocked(file_digest(info.path), rate), (info.height, info.width), info.frames,
-                         info.fps, rate, what, info.seconds)
+                         info.fps, rate, what, info.seconds, info.start, info.pixel_aspect)
     frames = check_tensor(video, what)
     fps = check_fps(fps, what)
     rate = None if fps is None or fps == RUN_FPS else on_clock(keep_frames)  # at the run's rate: as they are

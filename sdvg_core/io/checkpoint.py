@@ -1,4 +1,4 @@
-"""The Wan DiT / VAE loaders: a checkpoint's tensors (read by tensor_file.py, the one reader of every model file)
+"""The Wan DiT / VAE / TAEHV loaders: a checkpoint's tensors (read by tensor_file.py, the one reader of every model file)
 checked against the architecture and loaded strictly, a LoRA merged at load (lora.py).
 
 Every failure raises `CheckpointError` naming the file, what is wrong and what to do. Nothing here touches the
@@ -13,6 +13,7 @@ from typing import Mapping
 
 import torch
 
+from ..models.taehv import TAEHV, LatentSpace, detect_taehv_config
 from ..models.vae import VAE_LAYOUT, WanVAE, WanVAEConfig
 from ..models.wan import WanDiT
 from ..models.wan_config import (
@@ -27,7 +28,7 @@ from .tensor_file import (  # noqa: F401  (re-exported)
 
 __all__ = [
     "CheckpointError", "LoadReport", "DIT_LAYOUT", "check_path", "read_state_dict", "file_identity", "strict_load",
-    "load_wan_dit", "load_wan_vae", "save_state_dict", "SELF_FORCING_ENTRIES", "DEFAULT_PT_ENTRY", "LORA_ENTRY",
+    "load_wan_dit", "load_wan_vae", "load_taehv", "save_state_dict", "SELF_FORCING_ENTRIES", "DEFAULT_PT_ENTRY", "LORA_ENTRY",
 ]
 
 # Prefixes seen in the wild: ComfyUI saves (`model.diffusion_model.`), other tools (`diffusion_model.`), DDP
@@ -142,6 +143,46 @@ def load_wan_vae(path: str | os.PathLike, config: WanVAEConfig | str | None = No
         raise CheckpointError(f"{p}: {e}", p) from e
     vae.key = f"{file_identity(p)}|{str(dtype).replace('torch.', '')}"
     return vae
+
+
+# TAEHV files as published: madebyollin/taehv `taew2_1.pth` (also .safetensors) and LightX2V's `lighttaew2_1*`.
+# Wrappers seen on other VAEs are accepted too (a ComfyUI full-model dump, a `vae.` packager).
+TAEHV_LAYOUT = KeyLayout("TAEHV", ("decoder.22.bias",), ("first_stage_model.", "vae."), keep_unprefixed=False)
+# The file name is the only sign of which latents a TAEHV file takes (the weights have the same names and shapes):
+# LightX2V's LightTAE files decode the Wan VAE's own latents (its `need_scaled`), taew2_1 the DiT's normalised ones.
+RAW_LATENT_PREFIXES = ("lighttae",)
+# HunyuanVideo's tiny decoder has taew2_1's exact shapes but another latent space; its published names.
+HUNYUAN_PREFIXES = ("taehv", "lighttaehy")
+
+
+def taehv_latent_space(path: str | os.PathLike) -> LatentSpace:
+    """"raw" for a LightX2V LightTAE file name (lighttaew2_1*), else "normalised" (taew2_1)."""
+    return "raw" if Path(path).name.lower().startswith(RAW_LATENT_PREFIXES) else "normalised"
+
+
+def load_taehv(path: str | os.PathLike, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, *,
+               latent_space: LatentSpace | None = None) -> TAEHV:
+    """Load a TAEHV for Wan 2.1 (taew2_1.pth / .safetensors, lighttaew2_1*) strictly; sets `taehv.key`.
+
+    Recognised as ComfyUI does (a `decoder.22.bias` key; latent channels = decoder.1.weight.shape[1], which must be
+    16); widths and strides are read from the shapes. `latent_space`: which latents the file decodes, by default
+    from its name (`taehv_latent_space`). A wrong file raises CheckpointError naming it and what is wrong.
+    """
+    p = str(path)
+    name = Path(p).name
+    if name.lower().startswith(HUNYUAN_PREFIXES):
+        raise CheckpointError(f"{p}: '{name}' is named as HunyuanVideo's tiny decoder (taehv / lighttaehy), which "
+                              f"decodes HunyuanVideo latents; SDVG needs the Wan 2.1 one: taew2_1.pth or lighttaew2_1", p)
+    raw, _ = read_state_dict(p, pt_entry=None, what="TAEHV (tiny Wan 2.1 autoencoder) checkpoint")
+    sd, _ = normalize_prefix(raw, TAEHV_LAYOUT, p)
+    space = taehv_latent_space(p) if latent_space is None else latent_space
+    try:
+        config = detect_taehv_config(sd, name=Path(p).stem, latent_space=space)
+        model = TAEHV.from_state_dict(sd, config, dtype=dtype, device=device)
+    except CheckpointError as e:
+        raise CheckpointError(f"{p}: {e}", p) from e
+    model.key = f"{file_identity(p)}|{str(dtype).replace('torch.', '')}|{space}"
+    return model
 
 
 def save_state_dict(sd: Mapping[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:

@@ -17,7 +17,7 @@ import torch
 from ..engine.policy import Policy
 from ..engine.policy_names import policy_by_name, spec_of
 from ..engine.prompts import PromptConditioning
-from ..engine.recipes import check_prompt_switches
+from ..engine.recipes import RECIPE_NAMES, check_prompt_switches, recipe_by_name
 from ..engine.state import GenerationState
 from ..given.pixels import INPUT_ENDED
 from .controls import LiveSettings
@@ -27,6 +27,11 @@ from .timeline import BlockSettings, Timeline
 USER_STOP = "user_stop"  # GenerationState.stop_cause of a run ended by Stop
 USER_STOPPED = "stopped by the user"
 DRAFTER_OFF_POLICY = "target-only"  # the policy while the drafter is off: the target makes every block
+# The recipes a live run takes: those that can change the prompt between blocks and hold a bounded context (a run of
+# any length at flat cost: their KV window does not grow with the video), the published pairing first.
+_PROBE_FRAMES = 10_000  # latent frames of a long video, to tell a bounded window from a growing one
+LIVE_RECIPES = tuple(n for n in RECIPE_NAMES if recipe_by_name(n).supports_prompt_switch
+                     and recipe_by_name(n).window_frames(3, _PROBE_FRAMES) < _PROBE_FRAMES)
 
 Encode = Callable[[str], torch.Tensor]  # prompt text -> umT5 embeddings [1, L, D]
 
@@ -145,9 +150,17 @@ class LiveRun:
     def run(self, state: GenerationState, on_block: Callable | None = None) -> GenerationState:
         """Every block until Stop, the input's end or the spec's last block; `on_block(engine, state)` after each
         commit. The timeline holds what each committed block was made under."""
-        first = live_policy(self.settings_for(state.next_block), self.base_policy)
-        final = self.engine.generate(state.spec, first, on_block, state=state, boundary=self.boundary)
-        del self.timeline.blocks[len(final.blocks):]  # a block the input ended before is not part of the record
+        final = self.engine.generate(state.spec, self.first_policy(state), on_block, state=state,
+                                     boundary=self.boundary)
+        return self.settle(final)
+
+    def first_policy(self, state: GenerationState) -> Policy:
+        """The policy before the first boundary is read (Engine.generate's `policy`; the boundary gives each block's)."""
+        return live_policy(self.settings_for(state.next_block), self.base_policy)
+
+    def settle(self, final: GenerationState) -> GenerationState:
+        """The run ended at `final`: a block the input ended before, or one cut by a stop, is not part of the record."""
+        del self.timeline.blocks[len(final.blocks):]
         return final
 
 

@@ -47,6 +47,9 @@ def recipe_params(recipe: Recipe) -> dict[str, object]:
 def recipe_spec(recipe: Recipe) -> str:
     """The name `recipe_by_name` reads back as this recipe: its name, and the parameters that differ from that
     name's defaults (`longlive:window=15`)."""
+    named = next((name for name, make in REGISTRY.items() if make() == recipe), None)
+    if named is not None:  # a registered recipe with its defaults (longlive_infinity, not longlive:variant=...)
+        return named
     try:
         default = recipe_by_name(recipe.name)
     except ValueError:
