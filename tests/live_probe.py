@@ -219,15 +219,24 @@ FOCUS = r"""
 
 
 # ------------------------------------------------------------------------------------------------ the run
-def small_run(api: dict, size: tuple[int, int], max_blocks: int, schedule_files: list[str], tau: float) -> dict:
-    """The page's API prompt for the tiny test models: saved embeddings for the schedule (no umT5 here), no CLIP on
-    SDVG Live (so the page can switch among the prepared prompts only), a small size, a start tau."""
+async def set_up(p: LivePage, a: argparse.Namespace, **widgets) -> None:
+    """The node's widgets as a person sets them before queueing: a small size, max_blocks, the start tau."""
+    for name, value in {"width": a.size[0], "height": a.size[1], "max_blocks": a.max_blocks, "tau": a.tau[0],
+                        **widgets}.items():
+        await p.widget(name, value)
+
+
+def small_run(api: dict, a: argparse.Namespace) -> dict:
+    """The page's API prompt for the tiny test models: saved embeddings for the schedule (no umT5 here) and no CLIP on
+    SDVG Live (so the page can switch among the prepared prompts only); the widgets are the page's own."""
     out = json.loads(json.dumps(api))
     for node in out.values():
         if node["class_type"] == "SDVGLive":
             node["inputs"].pop("clip", None)
-    out = wt.swap_schedule_encoder(out, schedule_files)
-    return wt.set_inputs(out, "SDVGLive", width=size[0], height=size[1], max_blocks=max_blocks, tau=tau)
+            got = {k: node["inputs"][k] for k in ("width", "height", "max_blocks", "tau")}
+            if got != {"width": a.size[0], "height": a.size[1], "max_blocks": a.max_blocks, "tau": a.tau[0]}:
+                raise RuntimeError(f"the page queues SDVG Live with {got}, not the widgets the probe set")
+    return wt.swap_schedule_encoder(out, a.schedule_files)
 
 
 async def end_of(p: LivePage, run_id: str, what: str) -> dict:
@@ -244,7 +253,9 @@ async def controls_scenario(br: Browser, url: str, a: argparse.Namespace, out: d
     for p in (tab_a, tab_b):
         await p.load(wf)
     out["before_run"] = await tab_a.text()
-    api = small_run(await tab_a.prompt(), a.size, a.max_blocks, a.schedule_files, a.tau[0])
+    for p in (tab_a, tab_b):
+        await set_up(p, a)
+    api = small_run(await tab_a.prompt(), a)
     out["prompt_id"] = await tab_a.queue(api)
     run = await tab_a.new_run([], "the run's start event")
     out["run_id"] = run
@@ -279,7 +290,7 @@ async def controls_scenario(br: Browser, url: str, a: argparse.Namespace, out: d
     await tab_b.control("replay")
     api = await tab_b.prompt()
     out["replay_widget"] = next(n["inputs"]["replay"] for n in api.values() if n["class_type"] == "SDVGLive")
-    out["replay_prompt_id"] = await tab_b.queue(small_run(api, a.size, a.max_blocks, a.schedule_files, a.tau[0]))
+    out["replay_prompt_id"] = await tab_b.queue(small_run(api, a))
     replay = await tab_b.new_run([run], "the replay's start event")
     out["replay_run_id"] = replay
     out["replay"] = await end_of(tab_b, replay, "the replay's end")
@@ -290,10 +301,10 @@ async def controls_scenario(br: Browser, url: str, a: argparse.Namespace, out: d
 async def camera_scenario(br: Browser, url: str, a: argparse.Namespace, out: dict) -> None:
     p = await br.page(url)
     await p.load(wt.load(WORKFLOW))
-    await p.widget("input", "camera")
+    await set_up(p, a, input="camera")
     await p.control("camera")  # the panel's Camera button: the fake camera, previewed on the panel
     await p.wait(f"{PANEL}.camera.on && {PANEL}.video.readyState >= 2", "the camera plays on the panel", timeout=60)
-    api = small_run(await p.prompt(), a.size, a.max_blocks, a.schedule_files, a.tau[0])
+    api = small_run(await p.prompt(), a)
     out["input"] = next(n["inputs"]["input"] for n in api.values() if n["class_type"] == "SDVGLive")
     out["prompt_id"] = await p.queue(api)
     run = await p.new_run([], "the camera run's start event")

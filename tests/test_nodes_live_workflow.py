@@ -71,7 +71,9 @@ def live_run(env):  # noqa: F811
         if event == "sdvg.live.block" and data["block"] in CHANGES:
             answers.append((data["block"], *post(live_server, data["run_id"], CHANGES[data["block"]])))
 
+    progress = sys.modules["comfy.utils"].PROGRESS
     server.EVENTS.clear()
+    progress.clear()
     server.HOOKS.append(page)
     try:
         api = live_api(classes)
@@ -82,6 +84,7 @@ def live_run(env):  # noqa: F811
     finally:
         server.HOOKS.remove(page)
     events = list(server.EVENTS)
+    events.append(("progress", list(progress)))  # the node's progress bar: (value, total, has_preview, node)
     end = next(d for e, d in events if e == "sdvg.live.end")
     server.EVENTS.clear()
     again = MiniExecutor(classes)
@@ -92,6 +95,8 @@ def live_run(env):  # noqa: F811
 
 def test_the_page_gets_every_block_with_its_frames_and_who_made_it(live_run):
     events, answers, report, _, _ = live_run
+    bar = next(d for e, d in events if e == "progress")
+    assert bar and not any(has_preview for _, _, has_preview, _ in bar)  # the panel plays the blocks: no preview images
     kinds = [e for e, _ in events if e.startswith("sdvg.live.")]
     assert kinds == ["sdvg.live." + k for k in ("start", "block", "block", "settings", "block", "settings", "block",
                                                   "settings", "end")], kinds

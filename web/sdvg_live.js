@@ -267,9 +267,10 @@ class Camera {
 const CSS = `
 .sdvg-live { display: flex; flex-direction: column; gap: 4px; font: 12px/1.35 sans-serif; color: var(--input-text, #ddd);
   box-sizing: border-box; padding: 2px; overflow: hidden; }
-.sdvg-live .screen { position: relative; flex: 1 1 auto; min-height: 120px; background: #000; border-radius: 4px;
+.sdvg-live > * { flex: 0 0 auto; }
+.sdvg-live > .screen { position: relative; flex: 1 1 auto; min-height: 120px; background: #000; border-radius: 4px;
   overflow: hidden; display: flex; align-items: center; justify-content: center; }
-.sdvg-live .screen canvas { width: 100%; height: 100%; object-fit: contain; image-rendering: auto; }
+.sdvg-live > .screen canvas { width: 100%; height: 100%; object-fit: contain; image-rendering: auto; }
 .sdvg-live .screen video { position: absolute; right: 4px; bottom: 4px; width: 25%; border: 1px solid #fff8;
   border-radius: 3px; display: none; }
 .sdvg-live .idle { position: absolute; inset: 0; display: flex; align-items: center; justify-content: center;
