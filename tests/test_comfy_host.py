@@ -499,7 +499,9 @@ def test_every_workflow_runs(server, path):
         given = pixels and pixels["mode"] != "video_to_video"
         frames = FRAMES + (pixels["given_frames"] - (3 if rep["recipe"] == "krea" else 0) if given else 0)
         expected.append(frames)
-        assert rep["num_blocks"] == SMALL["num_blocks"] and int(rep["meta"]["frames"]) == frames
+        assert rep["num_blocks"] == SMALL["num_blocks"]
+        if api[nid]["class_type"] != "SDVGLive":  # SDVG Live's report names its video; its frames are counted below
+            assert int(rep["meta"]["frames"]) == frames
         assert rep["blocks"][0]["producer"] == "target"
         policy = api[nid]["inputs"].get("policy", "sdvg")
         decisions = [b["decision"] for b in rep["blocks"]]
