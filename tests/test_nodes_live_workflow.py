@@ -12,7 +12,6 @@ import base64
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
