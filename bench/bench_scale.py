@@ -15,7 +15,13 @@ Sizes (weights are always seeded random init at these shapes, never read from fi
 
 Configurations (`--configs`, ids): target-only; reference (the reference algorithm, lazy=False, at 6 of 8
 accepted); sdvg (this engine at the same 6 of 8); all-accept; all-reject; stride:k=2 (the StrideAR baseline: the target
-makes every 2nd block, no scorer; `stride:k=K` for another K). After one untimed warm-up generation,
+makes every 2nd block, no scorer; `stride:k=K` for another K); sdvg-taehv (sdvg's 6 of 8 with the drafts scored on a
+tiny routing decoder, TAEHV at taew2_1's widths with random weights; the video still decoded by the VAE). Each row
+names its routing decoder (`route_decoder`) and its routing cost per drafted block (`route_overhead_per_block`:
+one block's decode by that decoder + scoring its frames, priced with the unit costs); the JSON's
+`route_overhead_per_block` has it for every decoder the runs used, and the projection at full size. With --compile,
+`compile`: the graphs torch.compile made and its graph breaks, per recipe and role (warm-up included; per row: the
+row's fastest run). After one untimed warm-up generation,
 `--rounds` interleaved rounds run every configuration once each, the order rotated by one per round; min and
 median wall time are reported. On the CPU each run is a forked child of the process that built the models (its
 peak RSS is that run's alone: `ru_maxrss` of the child); on CUDA `torch.cuda.max_memory_allocated` per run and
@@ -50,6 +56,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from compile_counters import CompileCounter, add as add_counts, by_recipe  # noqa: E402
 from scale_models import SCALES, Models, Scale, build_meta, build_models, run_dtypes, weight_bytes  # noqa: E402
 from units import (  # noqa: E402
     DIT_KINDS, CallClass, CallLog, Geometry, UnitBench, class_flops, price, shares, units_by_block,
@@ -64,6 +71,7 @@ from sdvg_core.engine.policy import DEFAULT_STRIDE_K, FixedPattern  # noqa: E402
 from sdvg_core.engine.policy_names import parse_policy, policy_by_name  # noqa: E402
 from sdvg_core.engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name  # noqa: E402
 from sdvg_core.engine.report import compiled_line, compiled_models  # noqa: E402
+from sdvg_core.engine.route_decoder import WAN_VAE, decoder_name  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
 from sdvg_core.demo.cli_args import add_compile_arg  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
@@ -73,9 +81,9 @@ BLOCKS = 9  # the paper's 9 blocks
 # The reference's ~73% acceptance over blocks 1..8 as 6 of 8 (block 0 always comes from the target); longer runs
 # repeat the 8-block pattern.
 PATTERN_6_OF_8 = (False, True, True, False, True, True, True, False, True)
-PHASES = ("context", "draft", "decode", "score", "target")
+PHASES = ("context", "draft", "decode", "score", "target", "route_decode")
 WORK = ("drafter_forwards", "target_forwards", "drafter_context_forwards", "target_context_forwards",
-        "vae_decode_frames", "vae_encodes", "scored_frames")
+        "vae_decode_frames", "vae_encodes", "scored_frames", "route_decode_frames")
 DEFAULT_ROUNDS = 3  # interleaved rounds: a shared machine's drift hits every configuration alike
 WARMUP_PATTERN = (False, True, False)  # 3 blocks: target, drafter, target (block 2 needs Krea's anchor)
 TREND_FROM_BLOCK = 50  # per-block slope fitted from this block on (issue 15 item 7: blocks 50-300)
@@ -96,6 +104,7 @@ class Config:
     name: str
     lazy: bool
     policy: Callable[[int], Any]  # blocks -> Policy
+    route: bool = False  # the drafts scored on the tiny routing decoder (Models.route_vae), not the VAE
 
 
 CONFIGS: dict[str, Config] = {c.id: c for c in (
@@ -105,6 +114,8 @@ CONFIGS: dict[str, Config] = {c.id: c for c in (
     Config("all-accept", "all-accept", True, lambda n: FixedPattern((False,) + (True,) * (n - 1))),
     Config("all-reject", "all-reject", True, lambda n: FixedPattern((False,) * n)),
 )}
+ROUTE_CONFIG = Config("sdvg-taehv", "this engine, 6/8, drafts scored on TAEHV", True, lambda n: FixedPattern(pattern(n)),
+                      route=True)
 # StrideAR (SpecAR) as a baseline, named in the policy grammar: `stride:k=K` runs StridePolicy(K) (the target makes
 # blocks 0, K, 2K, ..., no scorer); `all` runs k=2 (DEFAULT_STRIDE_K, the k of its published comparison with SDVG).
 
@@ -123,6 +134,7 @@ def stride_config(name: str) -> Config | None:
 
 
 CONFIGS[f"stride:k={DEFAULT_STRIDE_K}"] = stride_config(f"stride:k={DEFAULT_STRIDE_K}")
+CONFIGS[ROUTE_CONFIG.id] = ROUTE_CONFIG
 
 
 # ----------------------------------------------------------------------------------------------- memory probes
@@ -169,6 +181,7 @@ class Setup:
     target_recipe: Any
     memo_bytes: int
     geometry: Geometry
+    compile: bool | str = False  # the DiTs are compiled: count torch.compile's graphs and breaks per role
 
     @property
     def cuda(self) -> bool:
@@ -185,8 +198,10 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
     """One generation on a fresh engine (its own empty memo): every model call and every block recorded."""
     blocks = blocks or s.spec.num_blocks
     spec = replace(s.spec, num_blocks=blocks)
-    engine = Engine(s.models.target, s.models.vae, s.models.drafter, s.models.scorer, engine_config(s, cfg.lazy))
+    engine = Engine(s.models.target, s.models.vae, s.models.drafter, s.models.scorer, engine_config(s, cfg.lazy),
+                    route_vae=s.models.route_vae if cfg.route else None)
     log = CallLog(s.cuda).attach(s.models)
+    counter = CompileCounter({"drafter": s.models.drafter, "target": s.models.target}) if s.compile else None
     per_block: list[dict] = []
     marks: list[float] = []
     cpu_marks: list[float] = []  # process CPU seconds: what a block cost even when other processes share the cores
@@ -215,6 +230,8 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
         device_start = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
     try:
+        if counter is not None:
+            counter.__enter__()
         t0, c0 = time.perf_counter(), time.process_time()
         # the command lines' heap policy (sdvg_core/engine/heap.py): RSS follows the memo, not the run's high mark
         trimmer = HeapTrimmer()
@@ -223,6 +240,8 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     finally:
+        if counter is not None:
+            counter.__exit__()
         log.detach()
     starts = [t0] + marks[:-1]
     cpu_starts = [c0] + cpu_marks[:-1]
@@ -234,6 +253,7 @@ def run_config(s: Setup, cfg: Config, blocks: int | None = None) -> dict:
     counts = {k: int(sum(r["work"].get(k, 0) for r in rows)) for k in WORK}
     peaks = [r.get("device_peak_bytes") for r in rows]
     return {"config": cfg.id, "wall": wall, "blocks": rows, "calls": log.calls, "counts": counts,
+            "route_decoder": engine.route_decoder, "compile": None if counter is None else counter.counts,
             "phases": {p: sum(float(r["seconds"].get(p, 0.0)) for r in rows) for p in PHASES},
             "model_s": log.seconds(), "rss_start_bytes": rss_start,
             "rss_peak_bytes": max([r["rss_peak_bytes"] or 0 for r in rows] + [rss_start or 0]) or None,
@@ -303,6 +323,7 @@ def run_rounds(s: Setup, configs: list[Config], rounds: int, isolation: str, uni
     runs: dict[str, list[dict]] = {c.id: [] for c in configs}
     orders: list[list[str]] = []
     units = UnitBench(s.models, s.geometry, sync=s.cuda)
+    units.add(route_classes(s))  # every routing decoder's cost per block, whichever configurations run
     last = 0.0
     stopped = False
     for r in range(max(rounds, 1)):
@@ -322,6 +343,31 @@ def run_rounds(s: Setup, configs: list[Config], rounds: int, isolation: str, uni
         units.rep(unit_reps)
         last = time.perf_counter() - t_round
     return Rounds(runs, orders, units, stopped)
+
+
+# ----------------------------------------------------------------------------------------------- routing cost
+def route_classes(s: Setup) -> list[CallClass]:
+    """What routing one block costs: a steady-state latent frame decoded by each decoder and a scored frame."""
+    return [CallClass("decode"), CallClass("score_frame")] + (
+        [CallClass("route_decode")] if s.models.route_vae is not None else [])
+
+
+def route_overhead(s: Setup, unit_s: dict[CallClass, float]) -> dict[str, dict[str, float]]:
+    """Per drafted block, with each routing decoder: its decode of the block's latent frames (steady state: after
+    the first block) and ImageReward on the block's pixel frames, priced with the unit costs `unit_s` (seconds per
+    unit: this size's measured ones, or the projection's full-size ones)."""
+    F = s.spec.frames_per_block
+    frames = s.models.vae.config.pixel_frames(F, includes_first=False)
+    score = unit_s.get(CallClass("score_frame"))
+    decoders = [(WAN_VAE, CallClass("decode"))]
+    if s.models.route_vae is not None:
+        decoders.append((decoder_name(s.models.route_vae), CallClass("route_decode")))
+    out = {}
+    for name, cls in decoders:
+        if cls in unit_s and score is not None:
+            decode = F * unit_s[cls]
+            out[name] = {"decode_s": decode, "score_s": frames * score, "total_s": decode + frames * score}
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- summary
@@ -367,6 +413,8 @@ def summarize(s: Setup, configs: list[Config], rr: Rounds) -> tuple[list[dict], 
     base, base_pred = best[base_id], price(run_units(best[base_id]), unit_s)
     base_median = statistics.median(r["wall"] for r in rr.runs[base_id])
     n = s.spec.num_blocks
+    overhead = route_overhead(s, unit_s)
+    recipes = {"drafter": s.drafter_recipe.name, "target": s.target_recipe.name}
     rows = []
     for c in configs:
         r = best[c.id]
@@ -392,6 +440,10 @@ def summarize(s: Setup, configs: list[Config], rr: Rounds) -> tuple[list[dict], 
                        "child_maxrss_bytes": r.get("child_maxrss_bytes"),
                        "device_start_bytes": r["device_start_bytes"], "device_peak_bytes": r["device_peak_bytes"]},
             "counts": r["counts"], "calls": {cls.label: k for cls, k in sorted(units.items())},
+            "route_decoder": r["route_decoder"],
+            # a configuration that scores no draft routes on nothing
+            "route_overhead_per_block": overhead.get(r["route_decoder"]) if r["counts"]["scored_frames"] else None,
+            "compile": None if r["compile"] is None else by_recipe(r["compile"], recipes),
             "decisions": [b["decision"] for b in blocks],
             "per_block_seconds": per_block_s, "per_block": blocks,
             "trend": {"from_block": start, "s_per_block_slope": trend(per_block_s, start),
@@ -431,7 +483,7 @@ def projection(s: Setup, rows: list[dict], runs_units: dict[str, Counter], unit_
     layers). Each class's full-size seconds = its FLOPs at full size x this machine's seconds per FLOP for that
     kind of work (the DiTs: the role's costliest denoising forward; the VAE decode, encode and scorer: their own).
     """
-    classes = set().union(*runs_units.values())
+    classes = set().union(*runs_units.values()) | {c for c in route_classes(s) if c in unit_s}
     full = SCALES["full"]
     here = class_flops(build_meta(s.scale, s.device.type), s.geometry, classes)
     g_full = replace(s.geometry, width=full.width, height=full.height,
@@ -441,8 +493,9 @@ def projection(s: Setup, rows: list[dict], runs_units: dict[str, Counter], unit_
     def rate(cls: CallClass) -> float:
         if cls.kind in DIT_KINDS or cls.kind == "text":
             ref = max((c for c in classes if c.kind == "denoise" and c.role == cls.role), key=lambda c: here[c].flops)
-        elif cls.kind == "decode_first":
-            ref = CallClass("decode") if CallClass("decode") in classes else cls
+        elif cls.kind in ("decode_first", "route_decode_first"):
+            steady = CallClass(cls.kind.removesuffix("_first"))
+            ref = steady if steady in classes else cls
         else:
             ref = cls
         return unit_s[ref] / here[ref].flops if here[ref].flops else 0.0
@@ -461,6 +514,8 @@ def projection(s: Setup, rows: list[dict], runs_units: dict[str, Counter], unit_
             "projected_shares": shares(units, projected),
             "full_size_flop_shares": shares(units, flops_full),
             "shares_here": shares(units, unit_s)}
+    # routing one block at full size with each decoder (the tiny decoder at taew2_1's widths there)
+    out["route_overhead_per_block"] = route_overhead(s, projected)
     return out
 
 
@@ -486,8 +541,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
              f"isolation `{meta['isolation']}`; "
              f"command: `{meta['command']}`", "",
              "| configuration | D fw | T fw | s/block min | s/block median | context | draft | decode | score | "
-             f"target | {peak_head} | resident GiB | estimate GiB | speedup min | speedup median | "
-             "predicted (unit costs) | engine overhead |", "|" + "---|" * 17]
+             f"target | route decode | {peak_head} | resident GiB | estimate GiB | speedup min | speedup median | "
+             "predicted (unit costs) | engine overhead |", "|" + "---|" * 18]
     resident = meta["resident_bytes"]
     est = meta["memory_estimate"]["bench_peak_bytes"]
     for r in rows:
@@ -502,6 +557,21 @@ def markdown(rows: list[dict], meta: dict) -> str:
             + " | ".join(f"{p[k]:.3f}" for k in PHASES)
             + f" | {_gib(peak)} | {_gib(resident if cuda else start)} | {_gib(est)} | {r['speedup_measured']:.2f}x | "
             f"{r['speedup_measured_median']:.2f}x | {pred} | {r['overhead_s']:.3f} s ({r['overhead_share']:.1%}) |")
+    over = meta.get("route_overhead_per_block") or {}
+    if over:
+        lines += ["", "Routing cost per drafted block (decode of its latent frames by the routing decoder + ImageReward "
+                  "on its frames, unit costs measured here" + (", and projected at full size" if meta.get("projection")
+                                                               else "") + "): " + "; ".join(
+            f"{name} {o['total_s'] * 1e3:.1f} ms ({o['decode_s'] * 1e3:.1f} + {o['score_s'] * 1e3:.1f})"
+            + (f", full size {meta['projection']['route_overhead_per_block'][name]['total_s'] * 1e3:.0f} ms"
+               if meta.get("projection") and name in meta["projection"]["route_overhead_per_block"] else "")
+            for name, o in over.items()) + ". Rows' routing decoders: " + ", ".join(
+            f"{r['id']} {r['route_decoder']}" for r in rows if r["route_overhead_per_block"] is not None) + "."]
+    if meta.get("compile_counters"):
+        lines += ["", "torch.compile per recipe and role (graphs compiled / graph breaks; warm-up plus each row's "
+                  "fastest run): " + "; ".join(f"{recipe} {role} {c['compilations']} / {c['graph_breaks']}"
+                                                for recipe, roles in meta["compile_counters"].items()
+                                                for role, c in roles.items())]
     if meta["blocks"] >= 2 * TREND_FROM_BLOCK:
         lines += ["", f"Seconds per block from block {rows[0]['trend']['from_block']} on (least-squares slope; median "
                   f"per {TREND_WINDOW}-block window of the accepted blocks, wall / CPU ms) and memory "
@@ -522,7 +592,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
     proj = meta.get("projection")
     if proj:
         lines += ["", f"**Projection, not a measurement** ({proj['label']}):", "",
-                  "| configuration | shares here (dit / dit context / decode / encode / score) | full-size FLOP shares "
+                  "| configuration | shares here (dit / dit context / decode / route decode / encode / score) | "
+                  "full-size FLOP shares "
                   "| projected full-size time shares | projected full-size speedup |", "|---|---|---|---|---|"]
         for r in rows:
             pc = proj["configs"][r["id"]]
@@ -533,7 +604,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def _shares(d: dict[str, float]) -> str:
-    order = ("dit", "dit context", "decode", "encode", "score")
+    order = ("dit", "dit context", "decode", "route decode", "encode", "score")
     return " / ".join(f"{d.get(k, 0.0):.0%}" for k in order)
 
 
@@ -590,7 +661,7 @@ def make_setup(a: argparse.Namespace, workdir: Path) -> tuple[Setup, float]:
     spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, emb), scale.width, scale.height, a.blocks, 42)
     geometry = Geometry(scale.width, scale.height, spec.frames_per_block, emb, DEMO_PROMPT)
     setup = Setup(a.size, scale, device, models, spec, recipe_by_name(a.drafter_recipe or a.recipe),
-                  recipe_by_name(a.target_recipe or a.recipe), int(a.memo_gb * GIB), geometry)
+                  recipe_by_name(a.target_recipe or a.recipe), int(a.memo_gb * GIB), geometry, compile=a.compile)
     for r in (setup.drafter_recipe, setup.target_recipe):
         r.validate(spec)
     return setup, build_s
@@ -616,7 +687,7 @@ def bench(a: argparse.Namespace, setup: Setup, build_s: float, command: str) -> 
     resident = torch.cuda.memory_allocated() if setup.cuda else rss_bytes()
     t_warm = time.perf_counter()
     warm = Config("warm-up", "warm-up", True, lambda n: FixedPattern(WARMUP_PATTERN[:n]))
-    run_config(setup, warm, blocks=min(len(WARMUP_PATTERN), a.blocks))  # every model and kernel shape, untimed
+    warm_res = run_config(setup, warm, blocks=min(len(WARMUP_PATTERN), a.blocks))  # every model and kernel shape, untimed
     warm_s = time.perf_counter() - t_warm
     print(f"size {a.size}: built in {build_s:.1f} s, warm-up {warm_s:.1f} s; isolation {isolation}", flush=True)
     rr = run_rounds(setup, configs, a.rounds, isolation, a.unit_reps, a.deadline_s)
@@ -642,12 +713,26 @@ def bench(a: argparse.Namespace, setup: Setup, build_s: float, command: str) -> 
                              "interpolated": u.measured_at.prefix < 0} for c, u in sorted(costs.items())},
         "forward_ratio": _forward_ratio(unit_s),
         "memory_estimate": memory_estimate(setup, weights),
+        "route_overhead_per_block": route_overhead(setup, unit_s),
+        "compile_counters": compile_totals(setup, warm_res, rr),
     }
     if a.project == "yes" or (a.project == "auto" and a.size == "mid"):
         best = {r["id"]: Counter({c: n for c, n in run_units(min(rr.runs[r["id"]], key=lambda x: x["wall"])).items()})
                 for r in rows}
         meta["projection"] = projection(setup, rows, best, unit_s)
     return {**meta, "rows": rows}
+
+
+def compile_totals(s: Setup, warm: dict, rr: Rounds) -> dict | None:
+    """torch.compile's graphs and graph breaks per recipe and role: the warm-up (this process: it compiles what the
+    first blocks meet) plus each configuration's fastest run (forked children compile again what they meet first).
+    None when the DiTs run eager."""
+    if not s.compile:
+        return None
+    total = warm["compile"]
+    for runs in rr.runs.values():
+        total = add_counts(total, min(runs, key=lambda r: r["wall"])["compile"])
+    return by_recipe(total, {"drafter": s.drafter_recipe.name, "target": s.target_recipe.name})
 
 
 def _forward_ratio(unit_s: dict[CallClass, float]) -> float | None:

@@ -14,7 +14,12 @@ The real run (one H200 or H100, within `--budget-s`, 8 minutes by default, model
    blocks, forced / accepted / rejected, under a dispatch-mode counter of device crossings and host reads, plus the
    syncs CUDA itself reports; once with ImageReward's PIL preprocessing, once with the tensor path)
    -> DIR/traffic.json, DIR/traffic.md;
-5. the CUDA graph phase (bench/cuda_graph.py; UNVERIFIED, never run on a GPU; in the time the budget has left,
+5. the routing-cost phase (bench/route_phase.py; UNVERIFIED, never run on a GPU; in the time the budget has left):
+   one block's decode by the full VAE and by the tiny routing decoder (TAEHV at taew2_1's widths, random weights)
+   and ImageReward on its frames, each decoder's device peak -> DIR/route-overhead.json (the benchmark's own JSON
+   also prices routing a block with each decoder from its unit costs: `route_overhead_per_block`; its tiny-decoder
+   configuration, sdvg-taehv, is left out of the default plan to keep the budget: --configs adds it);
+5b. the CUDA graph phase (bench/cuda_graph.py; UNVERIFIED, never run on a GPU; in the time the budget has left,
    skipped with a note under GRAPH_MIN_S): each DiT's steady-state Krea block
    call captured as a torch.cuda.CUDAGraph with static input, output and KV buffers, replayed against eager (max
    |diff|), replayed again for the next block (new context rebuilt into the same KV buffer, new latents copied into
@@ -61,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_scale as bs  # noqa: E402
 import cuda_graph  # noqa: E402
+import route_phase  # noqa: E402
 import traffic  # noqa: E402
 from gpu_model import (  # noqa: E402
     CPU_INIT_PARAMS_PER_S, ENGINE_S_PER_BLOCK, FIRST_CALL_S, GPUS, MEMORY_EFFICIENCY, STARTUP_S,
@@ -68,7 +74,8 @@ from gpu_model import (  # noqa: E402
     call_seconds, fits,
 )
 from scale_models import SCALES, Models, build_meta, run_dtypes, weight_bytes  # noqa: E402
-from units import DIT_KINDS, CallClass, Geometry, _dit_plan, _Setup, class_flops, price, unit_call  # noqa: E402
+from units import (DIT_KINDS, ROUTE_DECODE_KINDS, CallClass, Geometry, _dit_plan, _Setup, class_flops, price,  # noqa: E402
+                   unit_call)
 
 from sdvg_core.demo.tiny import DEMO_PROMPT, random_vae  # noqa: E402
 from sdvg_core.engine.config import DEFAULT_MEMO_BYTES  # noqa: E402
@@ -77,7 +84,9 @@ from sdvg_core.engine.memory import GIB, estimate_for_spec  # noqa: E402
 from sdvg_core.engine.recipes import recipe_arg, recipe_by_name  # noqa: E402
 from sdvg_core.engine.state import GenerationSpec, PromptConditioning  # noqa: E402
 from sdvg_core.io.text import demo_embeddings  # noqa: E402
+from sdvg_core.models.taehv import TAEHVMemory  # noqa: E402
 from sdvg_core.models.vae import VAE_PRESETS, DecoderCache  # noqa: E402
+from sdvg_core.demo.tiny_taehv import tiny_taehv  # noqa: E402
 from sdvg_core.models.wan import CausalWan, build_random  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,6 +107,13 @@ TRAFFIC_OVERHEAD = 1.5
 # the CUDA graph phase runs in what the budget has left after the measured phases (the dry run estimates it at
 # ~9 s for the 1.3B and 14B block calls on an H100; it is not in the budgeted total), when at least this is left
 GRAPH_MIN_S = 20.0
+# the routing-cost phase runs after the CUDA graph phase in what is left, when at least this is left (the dry run
+# estimates it at about a second on an H100: 2 x 5 block decodes and 8 scorings of 12 frames)
+ROUTE_MIN_S = 10.0
+# the benchmark's configurations the check runs by default: all but the tiny-decoder one (bench_scale.ROUTE_CONFIG),
+# which would add a sixth of the rounds' time to a budget that has no room for it; the routing-cost phase measures
+# the tiny decoder instead
+DEFAULT_CONFIGS = ",".join(cid for cid in bs.CONFIGS if cid != bs.ROUTE_CONFIG.id)
 # the docs/vram.md rows: (role, recipe) per DiT call, then the VAE decode and the scorer
 MEMORY_ROWS = (("target", "krea"), ("drafter", "krea"), ("target", "self_forcing"), ("drafter", "self_forcing"))
 
@@ -130,6 +146,20 @@ def stub_vae(vae) -> None:
     vae.encode_anchor_frame = encode_anchor_frame
 
 
+def stub_route_vae(taehv) -> None:
+    """Replace a TAEHV's decode with a shape-correct stand-in (zeros; no compute)."""
+    cfg = taehv.config
+    f = cfg.spatial_compression
+
+    def decode_stream(z, cache=None, rule="standard", interrupt=None):
+        consumed = cache.frames_consumed if cache is not None else 0
+        n = cfg.pixel_frames(z.shape[2], includes_first=consumed == 0)
+        return (torch.zeros(z.shape[0], cfg.image_channels, n, z.shape[3] * f, z.shape[4] * f),
+                TAEHVMemory((None,) * taehv.decoder_slots, consumed + z.shape[2]))
+
+    taehv.decode_stream = decode_stream
+
+
 def count_calls(configs: list[bs.Config], blocks: int, drafter_recipe: str, target_recipe: str,
                 memo_bytes: int) -> tuple[dict[str, Counter], Counter]:
     """Units per call class of every configuration and of the warm-up: the real engine, recipes and (tiny) DiTs,
@@ -139,7 +169,9 @@ def count_calls(configs: list[bs.Config], blocks: int, drafter_recipe: str, targ
             for i, c in enumerate(replace(cfg, num_layers=1) for cfg in (tiny.drafter, tiny.target))]
     vae = random_vae(0, tiny.vae)
     stub_vae(vae)
-    models = Models(nets[0], nets[1], vae, StubScorer())
+    route_vae = tiny_taehv(0)
+    stub_route_vae(route_vae)
+    models = Models(nets[0], nets[1], vae, StubScorer(), route_vae)
     emb = demo_embeddings(DEMO_PROMPT, tiny.target.text_dim)
     spec = GenerationSpec(PromptConditioning.make(DEMO_PROMPT, emb), tiny.width, tiny.height, blocks, 42)
     setup = bs.Setup("tiny", tiny, torch.device("cpu"), models, spec, recipe_by_name(drafter_recipe),
@@ -162,9 +194,9 @@ def expected_shape(cls: CallClass, scale, g: Geometry, vae_cfg, frames_per_block
         return (cls.prefix * cfg.tokens_per_frame(h, w),)
     if cls.kind == "text":
         return (cfg.num_layers, 1, cfg.num_heads, cfg.text_len, cfg.head_dim)
-    if cls.kind == "decode_first":
+    if cls.kind in ("decode_first", "route_decode_first"):
         return (1, vae_cfg.image_channels, vae_cfg.pixel_frames(1), g.height, g.width)
-    if cls.kind == "decode":
+    if cls.kind in ("decode", "route_decode"):
         return (1, vae_cfg.image_channels, vae_cfg.pixel_frames(1, includes_first=False), g.height, g.width)
     if cls.kind == "encode":
         return (1, vae_cfg.z_dim, 1, h, w)
@@ -274,7 +306,9 @@ def measure_plan(plan: Plan, log=print) -> Measured:
     for u in [*per_config.values(), warm]:
         all_units.update(u)
     micro = _dit_plan(all_units) | {c for c in all_units if c.kind not in DIT_KINDS}
-    classes = set(all_units) | micro | {c for cs in mem_rows.values() for c in cs}
+    route = {CallClass(k) for k in ("decode_first", "decode", *ROUTE_DECODE_KINDS, "score_frame")}  # route phase
+    micro |= {CallClass("route_decode")}  # the benchmark's unit costs price routing with the tiny decoder too
+    classes = set(all_units) | micro | route | {c for cs in mem_rows.values() for c in cs}
     log(f"call counts of {len(per_config)} configurations ({plan.blocks} blocks, real engine, stubbed VAE/scorer) "
         f"in {time.perf_counter() - t1:.1f} s; {len(classes)} call classes")
 
@@ -320,6 +354,7 @@ def price_plan(plan: Plan, m: Measured) -> dict:
                  cfg_s.get("sdvg", max(cfg_s.values())))
     graph_s = sum(unit_s.get(CallClass("denoise", role, spec.frames_per_block, cuda_graph.CONTEXT_FRAMES), 0.0) *
                   cuda_graph.CALLS_PER_ROLE for role in ("drafter", "target"))
+    route_s = route_phase.dry_run_seconds(unit_s, spec.frames_per_block)
     phases = {"build": build_s, "warm-up": warm_s, "benchmark rounds": plan.rounds * round_s,
               "memory table": mem_s, "traffic": traffic_s, "peer probe": PEER_S if plan.peer else 0.0}
     total_s = sum(phases.values())
@@ -347,7 +382,7 @@ def price_plan(plan: Plan, m: Measured) -> dict:
         "estimated_config_s": cfg_s, "full_size_flop_shares": shares,
         "estimated_phase_s": phases, "estimated_total_s": total_s,
         # run in the time the budget has left after the others (real_run skips it otherwise): not in the total
-        "optional_phase_s": {"cuda graph": graph_s},
+        "optional_phase_s": {"cuda graph": graph_s, "route overhead": route_s},
         "memory": {"bench": bench_mem, "memory_table_peak_bytes": table_peak, "memory_table": table_rows,
                    "estimated_peak_bytes": peak, "limit_bytes": int(plan.gpu.memory_bytes * USABLE_MEMORY_FRACTION)},
         "fits_memory": ok_mem, "fits_budget": ok_time, "ok": ok_mem and ok_time and shapes_ok,
@@ -375,7 +410,8 @@ def _bytes_moved(c: CallClass, models: Models, g: Geometry) -> float:
         tpf = dit.cfg.tokens_per_frame(g.height // f, g.width // f)
         kv = 2 * dit.cfg.num_layers * (c.prefix + c.frames) * tpf * dit.cfg.dim * dit.dtype.itemsize
         return w + kv
-    module = models.vae if c.kind in ("decode", "decode_first", "encode") else models.scorer
+    module = (models.vae if c.kind in ("decode", "decode_first", "encode") else
+              models.route_vae if c.kind in ROUTE_DECODE_KINDS else models.scorer)
     return sum(p.numel() * p.element_size() for p in module.parameters())
 
 
@@ -651,6 +687,18 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
     graph_md = cuda_graph.markdown(graph_doc)
     save()
 
+    t = time.perf_counter()
+    left = BUDGET_S - (t - t_start) - (PEER_S if a.comfyui else 0.0)
+    if left < ROUTE_MIN_S and cuda:
+        route_doc = {"label": route_phase.LABEL, "skipped": f"{left:.0f} s of the budget left"}
+    else:
+        route_doc = route_phase.phase(setup.models, setup.spec, setup.geometry.prompt)
+    doc["phase_s"]["route overhead"] = time.perf_counter() - t
+    doc["route_overhead"] = route_doc
+    (out / "route-overhead.json").write_text(json.dumps(route_doc, indent=1))
+    route_md = route_phase.markdown(route_doc)
+    save()
+
     peer_md = "Peer ratio: not run (no ComfyUI checkout: --comfyui or COMFYUI_DIR).\n"
     if a.comfyui and cuda:
         del setup
@@ -672,7 +720,7 @@ def real_run(a: argparse.Namespace, plan: Plan, out: Path) -> int:
     md = [f"# GPU check on {doc['gpu']} (torch {doc['torch']}, CUDA {doc['cuda']}): measured, size {plan.size}",
           f"command: `./dev.sh gpu-check {' '.join(a.argv)}`; total {doc['total_s']:.0f} s (budget {BUDGET_S:.0f} s); "
           "phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in doc["phase_s"].items()), "", bench_md, mem_md, traffic_md,
-          graph_md, peer_md]
+          graph_md, route_md, peer_md]
     (out / "gpu-check.md").write_text("\n".join(md))
     print("\n".join(md))
     return 0
@@ -715,7 +763,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a ComfyUI checkout for the peer ratio (default $COMFYUI_DIR)")
     ap.add_argument("--rounds", type=int, default=bs.DEFAULT_ROUNDS)
     ap.add_argument("--blocks", type=int, default=bs.BLOCKS)
-    ap.add_argument("--configs", default="all")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS,
+                    help=f"the benchmark's configurations (default {DEFAULT_CONFIGS}; all: every one, the tiny-decoder "
+                         f"one too)")
     ap.add_argument("--recipe", default="krea", type=recipe_arg)
     ap.add_argument("--drafter-recipe", default=None, type=recipe_arg)
     ap.add_argument("--target-recipe", default=None, type=recipe_arg)

@@ -37,10 +37,12 @@ USABLE_MEMORY_FRACTION = 0.95
 # share of peak tensor-core FLOP/s reached per kind of call. DiT calls are large bf16 GEMMs + flash attention
 # (~0.5-0.7 of peak is typical on Hopper; 0.40 leaves room for CausalWan's fp32 elementwise work); the VAE's
 # 3x3x3 convs and the ViT-L scorer at batch 12 reach less.
-EFFICIENCY = {"dit": 0.40, "dit context": 0.40, "decode": 0.20, "encode": 0.20, "score": 0.20}
+# The tiny routing decoder (TAEHV: 2D 3x3 convs at <= 256 channels) is assumed to reach what the VAE's convs reach.
+EFFICIENCY = {"dit": 0.40, "dit context": 0.40, "decode": 0.20, "route decode": 0.20, "encode": 0.20, "score": 0.20}
 MEMORY_EFFICIENCY = 0.70  # share of datasheet HBM bandwidth a streaming read reaches
 # fixed seconds per call: Python and kernel launches (a DiT forward launches ~40 kernels per layer)
-CALL_OVERHEAD_S = {"dit": 0.02, "dit context": 0.02, "decode": 0.01, "encode": 0.01, "score": 0.005}
+CALL_OVERHEAD_S = {"dit": 0.02, "dit context": 0.02, "decode": 0.01, "route decode": 0.01, "encode": 0.01,
+                   "score": 0.005}
 # host work per scored frame: the PIL-exact preprocessing on the CPU (the scorer's default path)
 SCORE_HOST_S_PER_FRAME = 0.005
 # host work per block outside the model calls (latent hashing, pixel copies, memo bookkeeping)

@@ -1,4 +1,5 @@
-"""The benchmark's model sizes and how to build them: real random-weight models, or shape-only models on `meta`.
+"""The benchmark's model sizes and how to build them: real random-weight models, or shape-only models on `meta`
+(the four models of a run, and a tiny routing decoder, TAEHV at taew2_1's widths, for the `route` configurations).
 
 - `build_models`: random weights at the real shapes (full-size DiTs are made on the device directly, meta init);
 - `build_meta`: the same four models on the meta device (no memory, no weights): the GPU check's dry run runs
@@ -16,12 +17,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdvg_core.demo.tiny import random_vae  # noqa: E402
+from sdvg_core.demo.tiny_taehv import TINY_NAME, TINY_WIDTHS, random_taehv  # noqa: E402
 from sdvg_core.demo.vocab import write_synthetic_vocab  # noqa: E402
 from sdvg_core.io.reward_files import count_vocab_lines, random_scorer, read_vocab_bytes  # noqa: E402
 from sdvg_core.models.reward import _reset_position_ids, empty_model  # noqa: E402
 from sdvg_core.models.reward_config import (  # noqa: E402
     BERT_BASE_VOCAB_TOKENS, EXTRA_SPECIAL_TOKENS, IMAGEREWARD_V1, TINY as TINY_REWARD,
 )
+from sdvg_core.models.taehv import TAEHV, TAEHV_PRESETS, TAEHVConfig  # noqa: E402
 from sdvg_core.models.vae import VAE_PRESETS, WanVAE  # noqa: E402
 from sdvg_core.models.wan import CausalWan, WanDiT, build_random, build_random_on  # noqa: E402
 from sdvg_core.models.wan_config import PRESETS, WanDiTConfig  # noqa: E402
@@ -38,13 +41,15 @@ class Scale:
     width: int
     height: int
     exact_init: bool  # True: build_random on the CPU (tiny, bit-stable); False: meta init on the device
+    route_vae: TAEHVConfig = TAEHV_PRESETS["taew2_1"]  # the tiny routing decoder (taew2_1's widths)
 
 
 # mid: one layer each keeps the 14B:1.3B per-layer FLOP ratio (~7.2 at these widths, vs 7.4 per forward at full
 # size). Its shares of DiT / decode / scoring are NOT those of full size (one DiT layer against the real VAE): the
 # benchmark projects them to full size from the measured unit costs and the FLOPs of each unit (bench/units.py).
 SCALES: dict[str, Scale] = {
-    "tiny": Scale(PRESETS["tiny-drafter"], PRESETS["tiny-target"], "tiny", TINY_REWARD, 48, 32, True),
+    "tiny": Scale(PRESETS["tiny-drafter"], PRESETS["tiny-target"], "tiny", TINY_REWARD, 48, 32, True,
+                  TAEHVConfig.from_widths(TINY_WIDTHS, name=TINY_NAME)),
     "mid": Scale(replace(PRESETS["wan2.1-t2v-1.3b"], name="1.3b-widths-1-layer", num_layers=1),
                  replace(PRESETS["wan2.1-t2v-14b"], name="14b-widths-1-layer", num_layers=1),
                  "wan2.1-vae", replace(IMAGEREWARD_V1, name="imagereward-widths-2-layers", vision_layers=2,
@@ -60,6 +65,7 @@ class Models:
     target: CausalWan
     vae: Any
     scorer: Any  # ImageRewardScorer (real) or ImageRewardModel (meta)
+    route_vae: Any = None  # TAEHV: the tiny routing decoder of the `route` configurations
 
 
 def run_dtypes(device: torch.device) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
@@ -82,7 +88,8 @@ def build_models(scale: Scale, device: torch.device, compile: bool, workdir: Pat
     vocab = write_synthetic_vocab(workdir / "vocab.txt")
     reward_cfg = scale.reward.with_vocab(count_vocab_lines(read_vocab_bytes(vocab)) + len(EXTRA_SPECIAL_TOKENS))
     scorer = random_scorer(reward_cfg, vocab, seed=4, device=device, dtype=reward_dtype)
-    return Models(nets[0], nets[1], vae, scorer)
+    route_vae = random_taehv(scale.route_vae, seed=5, dtype=vae_dtype, device=device)
+    return Models(nets[0], nets[1], vae, scorer, route_vae)
 
 
 def build_meta(scale: Scale, device_type: str = "cuda") -> Models:
@@ -99,11 +106,13 @@ def build_meta(scale: Scale, device_type: str = "cuda") -> Models:
         nets.append(CausalWan(net, cfg, dtype=dit_dtype, device=meta, key=f"meta-{cfg.name}"))
     with meta:
         vae = WanVAE(VAE_PRESETS[scale.vae]).to(vae_dtype)
+        route_vae = TAEHV(scale.route_vae).to(vae_dtype)
+    route_vae.key = f"meta-{scale.route_vae.name}"
     reward_cfg = scale.reward.with_vocab(BERT_BASE_VOCAB_TOKENS + len(EXTRA_SPECIAL_TOKENS))
     reward = empty_model(reward_cfg)
     _reset_position_ids(reward, meta)
     reward.blip.to(reward_dtype)
-    return Models(nets[0], nets[1], vae, reward.eval())
+    return Models(nets[0], nets[1], vae, reward.eval(), route_vae.eval())
 
 
 def weight_bytes(models: Models) -> dict[str, int]:
@@ -112,5 +121,8 @@ def weight_bytes(models: Models) -> dict[str, int]:
         return sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
 
     scorer = getattr(models.scorer, "model", models.scorer)
-    return {"drafter": size(models.drafter.net), "target": size(models.target.net), "vae": size(models.vae),
-            "scorer": size(scorer)}
+    out = {"drafter": size(models.drafter.net), "target": size(models.target.net), "vae": size(models.vae),
+           "scorer": size(scorer)}
+    if models.route_vae is not None:
+        out["route_vae"] = size(models.route_vae)
+    return out

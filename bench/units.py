@@ -3,7 +3,8 @@
 A `CallClass` names one kind of call with the shape that sets its cost: a DiT denoising forward or context forward
 (a context forward writes the cache only and skips the last layer's attention, CausalWan.forward want_output=False)
 of `frames` query latent frames against `prefix` cached frames, per role; a text encode; one decoded latent frame
-(the video's first latent frame decodes to 1 pixel frame, the others to 4); one anchor encode; one scored frame.
+(the video's first latent frame decodes to 1 pixel frame, the others to 4), by the VAE or by the tiny routing decoder
+(`route_decode*`, TAEHV); one anchor encode; one scored frame.
 
 - `CallLog` wraps the models during a run and records every call's class, units, seconds and block;
 - `measure_units` times each class in isolation (micro-benchmarks: separate calls on the same models, never the
@@ -25,10 +26,14 @@ from torch.utils.flop_counter import FlopCounterMode
 from sdvg_core.models.wan import KVCache
 
 DIT_KINDS = ("denoise", "context")
-KINDS = (*DIT_KINDS, "text", "decode_first", "decode", "encode", "score_frame")
-# Groups for shares of a block's time: the DiTs (with their context forwards apart), the VAE, the scorer.
+ROUTE_DECODE_KINDS = ("route_decode_first", "route_decode")  # the tiny routing decoder's (Models.route_vae)
+DECODE_KINDS = ("decode_first", "decode", *ROUTE_DECODE_KINDS)
+KINDS = (*DIT_KINDS, "text", *DECODE_KINDS, "encode", "score_frame")
+# Groups for shares of a block's time: the DiTs (with their context forwards apart), the VAE, the tiny routing
+# decoder, the scorer.
 GROUPS = {"denoise": "dit", "context": "dit context", "text": "dit", "decode_first": "decode", "decode": "decode",
-          "encode": "encode", "score_frame": "score"}
+          "route_decode_first": "route decode", "route_decode": "route decode", "encode": "encode",
+          "score_frame": "score"}
 T_DENOISE = 937.5  # a Krea / Self-Forcing denoising timestep (any value costs the same)
 
 
@@ -129,6 +134,11 @@ class CallLog:
             return [(CallClass("decode"), n)]
 
         self._wrap(models.vae, "decode_stream", decode)
+        if getattr(models, "route_vae", None) is not None:
+            def route_decode(z, cache=None, *a, **k):
+                return [(CallClass("route_" + c.kind), n) for c, n in decode(z, cache)]
+
+            self._wrap(models.route_vae, "decode_stream", route_decode)
         self._wrap(models.vae, "encode_anchor_frame", lambda *a, **k: [(CallClass("encode"), 1)])
         self._wrap(models.scorer, "score_frames", lambda frames, *a, **k: [(CallClass("score_frame"),
                                                                              int(frames.shape[0]))])
@@ -191,6 +201,7 @@ class _Setup:
         self._text: dict[str, Any] = {}
         self._kv: dict[tuple, Any] = {}
         self._cache = None
+        self._route_cache = None
 
     def text(self, role: str):
         if role not in self._text:
@@ -221,6 +232,13 @@ class _Setup:
             self._cache = self.models.vae.decode_stream(z, None)[1]
         return self._cache
 
+    def route_decoder_cache(self):
+        """The tiny routing decoder's memory after one latent frame (what a later frame continues)."""
+        if self._route_cache is None:
+            z = self.latents(1).permute(0, 2, 1, 3, 4)
+            self._route_cache = self.models.route_vae.decode_stream(z, None)[1]
+        return self._route_cache
+
     def pixel_frames(self, n: int) -> torch.Tensor:
         """n decoded frames [n, H, W, 3] in 0..1 (what the engine hands the scorer)."""
         gen = torch.Generator().manual_seed(n)
@@ -250,6 +268,13 @@ def unit_call(setup: _Setup, cls: CallClass) -> tuple[Callable[[], Any], int]:
         z = setup.latents(1).permute(0, 2, 1, 3, 4)
         cache = setup.decoder_cache()
         return (lambda: m.vae.decode_stream(z, cache)), 1
+    if cls.kind == "route_decode_first":
+        z = setup.latents(1).permute(0, 2, 1, 3, 4)
+        return (lambda: m.route_vae.decode_stream(z, None)), 1
+    if cls.kind == "route_decode":
+        z = setup.latents(1).permute(0, 2, 1, 3, 4)
+        cache = setup.route_decoder_cache()
+        return (lambda: m.route_vae.decode_stream(z, cache)), 1
     if cls.kind == "encode":
         frame = (torch.rand(1, 3, g.height, g.width) * 2 - 1).to(setup.dev, m.vae.dtype)  # [1, 3, H, W]
         return (lambda: m.vae.encode_anchor_frame(frame, (g.height, g.width))), 1

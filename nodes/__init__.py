@@ -13,6 +13,7 @@ from .loaders import SDVGLoadDrafter, SDVGLoadImageReward, SDVGLoadTarget
 from .loop import SDVGLoopEnd, SDVGLoopStart
 from .prompts import SDVGLoadPromptEmbeddings, SDVGSavePromptEmbeddings
 from .prompt_schedule import SDVGPromptFromBlock, SDVGPromptSchedule
+from .route_loader import SDVGLoadRouteDecoder
 from .start import SDVGStart
 from .steps import SDVGDecodeBlock, SDVGDraftBlock, SDVGRoute, SDVGScoreBlock
 
@@ -20,7 +21,7 @@ NODES: list[type[io.ComfyNode]] = [
     SDVGLoadDrafter, SDVGLoadTarget, SDVGLoadImageReward,
     SDVGStart, SDVGLoopStart, SDVGDraftBlock, SDVGDecodeBlock, SDVGScoreBlock, SDVGRoute, SDVGLoopEnd, SDVGFinish,
     SDVGGenerate, SDVGShowVideo, SDVGSavePromptEmbeddings, SDVGLoadPromptEmbeddings, SDVGPromptSchedule,
-    SDVGPromptFromBlock, SDVGSamplerARVideo, SDVGARReport, SDVGLive,
+    SDVGPromptFromBlock, SDVGSamplerARVideo, SDVGARReport, SDVGLive, SDVGLoadRouteDecoder,
 ]
 
 register_folders()

@@ -11,14 +11,16 @@ from comfy_api.latest import io
 from ..sdvg_core.engine.comfy_ar import AR_RECIPES
 from ..sdvg_core.engine.config import DECODE_RULES
 from ..sdvg_core.engine.policy import DEFAULT_TAU
-from ..sdvg_core.engine.policy_names import TAU_SLIDER, PolicyNameError, parse_policy
+from ..sdvg_core.engine.policy_names import TAU_SLIDER
 from . import shared_memo
 from .outputs import to_image_batch
-from .ar_sampling import KEPT_REPORTS, POLICIES, WHAT, AROptions, ar_sampler, check_options, report_of
-from .surface import CATEGORY, SDVGError, SDVGModel, SDVGReward, sentence
+from .ar_sampling import KEPT_REPORTS, POLICIES, WHAT, AROptions, ar_sampler, check_options, missing_inputs, report_of
+from .surface import CATEGORY, SDVGError, SDVGModel, SDVGReward
 
 NODE_ID = "SDVGSamplerARVideo"
-DEFAULT_FRAMES_PER_BLOCK = 3  # Self-Forcing / Causal Forcing chunk-wise (core's widget defaults to 1, frame-wise)
+# core's Sampler AR Video's default (comfy_extras/nodes_ar_video.py: 1, frame-wise Causal Forcing, what core's
+# video_causal_forcing_i2v template runs): a workflow swapping core's sampler for SDVG's keeps its block size
+DEFAULT_FRAMES_PER_BLOCK = 1
 REPORT_FOLDER_PREFIX = "sdvg_ar/SDVG_AR"  # report.json / report.png under ComfyUI's output folder
 
 
@@ -32,13 +34,15 @@ class SDVGSamplerARVideo(io.ComfyNode):
             description="Put it where core's Sampler AR Video was (SamplerCustomAdvanced's sampler): the guider's "
                         "MODEL is the target, this node's drafter proposes every block, ImageReward scores it, and the "
                         "target redoes a block whose min score < tau. Takes core's latent, start image (AR Video I2V), "
-                        "sigmas and noise; gives the LATENT VAE Decode decodes. Needs blocks of num_frame_per_block "
-                        "latent frames.",
+                        "sigmas, noise and conditioning as they are; gives the LATENT VAE Decode decodes. Blocks of "
+                        "num_frame_per_block latent frames, the last one shorter where they do not divide the "
+                        "length, as core runs them.",
             inputs=[
                 io.Int.Input("num_frame_per_block", default=DEFAULT_FRAMES_PER_BLOCK, min=1, max=64,
-                             tooltip="Latent frames per block, as on core's Sampler AR Video (3: Self-Forcing and "
-                                     "Causal Forcing chunk-wise). The latent's frames after the start image must be "
-                                     "whole blocks."),
+                             tooltip="Latent frames per block, as on core's Sampler AR Video (1: frame-wise Causal "
+                                     "Forcing; 3: Self-Forcing and Causal Forcing chunk-wise). Must match what both "
+                                     "models were trained for; the last block is shorter where the length asks it, "
+                                     "as in core's loop."),
                 io.Model.Input("drafter", optional=True,
                                tooltip="The drafter as a ComfyUI MODEL (Load Diffusion Model of a Wan 2.1 1.3B "
                                        "Self-Forcing / Causal Forcing safetensors). Or use 'sdvg_drafter'. Not needed "
@@ -46,7 +50,9 @@ class SDVGSamplerARVideo(io.ComfyNode):
                 SDVGModel.Input("sdvg_drafter", optional=True,
                                 tooltip="The drafter from SDVG Load Drafter (reads self_forcing_dmd.pt, Causal Forcing "
                                         "and LongLive files, with LoRA). Leave 'drafter' unconnected then."),
-                io.Vae.Input("vae", tooltip="The Wan 2.1 VAE (Load VAE): decodes each draft for ImageReward."),
+                io.Vae.Input("vae", optional=True,
+                             tooltip="The Wan 2.1 VAE (Load VAE): decodes each draft for ImageReward. Needed for "
+                                     "policy sdvg only (the video itself is decoded by VAE Decode after the sampler)."),
                 SDVGReward.Input("image_reward", optional=True,
                                  tooltip="ImageReward (SDVG Load ImageReward): scores each draft. Needed for policy "
                                          "sdvg."),
@@ -81,21 +87,20 @@ class SDVGSamplerARVideo(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, policy: str = "sdvg") -> bool | str:
-        """The policy in the core's grammar, or a value an older workflow saved (target_only, draft_only: the core's
-        table reads them), which the host's own combo check would refuse."""
-        try:
-            spec = parse_policy(policy)
-        except PolicyNameError as e:
-            return f"{WHAT}: {sentence(e)}"
-        return True if spec.name in POLICIES or spec.kind in POLICIES else (
-            f"{WHAT}: policy {policy!r} is not one of {POLICIES}")
+    def validate_inputs(cls, policy: str | None = None, input_types=None) -> bool | str:
+        """Before anything runs (ComfyUI's validation of the queued graph): the policy is a name of the core's grammar
+        (an older workflow's target_only, draft_only: the core's table reads them, which the host's own combo check
+        would refuse) and the inputs it uses are connected, named when one is not. A policy fed by a link (no value
+        yet) is checked when the node runs."""
+        if policy is None:
+            return True
+        return missing_inputs(str(policy), set(input_types or ())) or True
 
     @classmethod
-    def execute(cls, num_frame_per_block, vae, prompt="", policy="sdvg", tau=DEFAULT_TAU, force_reject_first=True,
-                drafter_recipe=AR_RECIPES[0], decode_rule="standard", cache_gb=shared_memo.DEFAULT_CACHE_GB,
-                filename_prefix=REPORT_FOLDER_PREFIX, drafter=None, sdvg_drafter=None,
-                image_reward=None) -> io.NodeOutput:
+    def execute(cls, num_frame_per_block=DEFAULT_FRAMES_PER_BLOCK, vae=None, prompt="", policy="sdvg",
+                tau=DEFAULT_TAU, force_reject_first=True, drafter_recipe=AR_RECIPES[0], decode_rule="standard",
+                cache_gb=shared_memo.DEFAULT_CACHE_GB, filename_prefix=REPORT_FOLDER_PREFIX, drafter=None,
+                sdvg_drafter=None, image_reward=None) -> io.NodeOutput:
         options = AROptions(int(num_frame_per_block), vae, str(prompt), policy, float(tau), bool(force_reject_first),
                             drafter_recipe, decode_rule, float(cache_gb), filename_prefix, drafter, sdvg_drafter,
                             image_reward, node_id=_own_id(cls))

@@ -20,26 +20,34 @@ import folder_paths
 from ..sdvg_core.engine.comfy_ar import (AR_RECIPES, CORE_AR_RECIPE, ARVideo, StartLatentSpec, generate,
                                          latent_digest, sigma_plan, video_latents, with_plan)
 from ..sdvg_core.engine.config import DECODE_RULES, EngineConfig
+from ..sdvg_core.engine.decoded import NoVAE
 from ..sdvg_core.engine.engine import Engine, ProgressEvent
 from ..sdvg_core.engine.noise import ComfyARNoise
 from ..sdvg_core.engine.plot import render_report_plot
 from ..sdvg_core.engine.policy import Policy
+from ..sdvg_core.engine.policy_names import PolicyNameError, parse_policy
 from ..sdvg_core.engine.prompts import PromptConditioning, PromptSchedule
 from ..sdvg_core.engine.recipes import recipe_by_name
 from ..sdvg_core.engine.report import build_report
 from ..sdvg_core.engine.state import LATENT_SPATIAL
-from ..sdvg_core.io.text import fit_text_len
 from . import shared_memo
 from .comfy_compiler import compiler_off
 from .comfy_model import host_comfy_model
 from .hosted import DiTHandle, host_vae
 from .session import Session, current_run_id, engine_errors, node_policy
-from .surface import SDVGError
+from .surface import SDVGError, sentence
 
 LOG = logging.getLogger("SDVG")
 
 WHAT = "SDVG Sampler (AR video)"
 POLICIES = ["sdvg", "target-only", "draft-only"]  # the core's grammar (older workflows' target_only...: its table)
+DRAFTER_INPUTS = ("drafter", "sdvg_drafter")
+# what a conditioning entry may carry besides its prompt embeddings: keys core's sampling acts on and SDVG's own
+# forward does not (an area or mask, ControlNet, GLIGEN, hooks, a timestep range), refused rather than ignored
+UNSUPPORTED_COND_KEYS = {"area": "ConditioningSetArea", "mask": "ConditioningSetMask", "control": "ControlNet",
+                         "gligen": "GLIGEN", "hooks": "hooks", "timestep_start": "ConditioningSetTimestepRange",
+                         "timestep_end": "ConditioningSetTimestepRange", "start_percent": "ConditioningSetTimestepRange",
+                         "end_percent": "ConditioningSetTimestepRange"}
 KEPT_REPORTS = 8  # finished runs whose report SDVG AR Report can still show (by the latent they made)
 # the same latent, read back after the guider's un-normalising on its device (GPU arithmetic may differ in the last bit)
 MATCH_TOLERANCE = 1e-5
@@ -51,7 +59,7 @@ class AROptions:
     """The node's inputs, carried by the SAMPLER to the sampling (no model work happens before it)."""
 
     num_frame_per_block: int
-    vae: Any
+    vae: Any  # a ComfyUI VAE, or None (policies that decode nothing)
     prompt: str
     policy: str
     tau: float
@@ -71,22 +79,59 @@ class AROptions:
         return node_policy(WHAT, self.policy, self.tau, self.force_reject_first)
 
 
+def missing_inputs(policy: str, connected: set[str]) -> str | None:
+    """Why `policy` (a name of the core's grammar, or an older workflow's value) cannot run with the `connected`
+    inputs (the node's input names), naming the input; None: it can. What a policy uses is the policy's to say
+    (`uses_drafter`, `uses_scorer`): the VAE only decodes a draft ImageReward scores (the sampler gives latents: core's
+    VAE Decode decodes the video). ComfyUI's validation (validate_inputs, before anything runs) and the node ask it."""
+    try:
+        spec = parse_policy(policy)
+    except PolicyNameError as e:
+        return f"{WHAT}: {sentence(e)}"
+    if spec.name not in POLICIES and spec.kind not in POLICIES:
+        return f"{WHAT}: policy must be one of {POLICIES}, got {policy!r}"
+    routing = spec.policy()
+    drafters = [n for n in DRAFTER_INPUTS if n in connected]
+    if len(drafters) > 1:
+        return f"{WHAT}: both 'drafter' and 'sdvg_drafter' are connected; connect one of them"
+    if routing.uses_drafter and not drafters:
+        return (f"{WHAT}: policy {policy} needs a drafter: connect 'drafter' (a MODEL) or 'sdvg_drafter' "
+                f"(SDVG Load Drafter), or set policy target-only")
+    if routing.uses_scorer and "image_reward" not in connected:
+        return f"{WHAT}: policy {policy} scores drafts: connect SDVG Load ImageReward to 'image_reward'"
+    if routing.uses_scorer and "vae" not in connected:
+        return (f"{WHAT}: policy {policy} decodes each draft for ImageReward: connect the Wan 2.1 VAE (Load VAE) to "
+                f"'vae' (target-only and draft-only decode nothing and need none)")
+    return None
+
+
 def check_options(o: AROptions) -> None:
     """Refuse, when the node runs (before any sampling), inputs that cannot make a run."""
-    policy = o.routing
-    if o.drafter is not None and o.sdvg_drafter is not None:
-        raise SDVGError(f"{WHAT}: both 'drafter' and 'sdvg_drafter' are connected; connect one of them")
-    if policy.uses_drafter and o.drafter is None and o.sdvg_drafter is None:
-        raise SDVGError(f"{WHAT}: policy {o.policy} needs a drafter: connect 'drafter' (a MODEL) or 'sdvg_drafter' "
-                        f"(SDVG Load Drafter), or set policy target-only")
-    if policy.uses_scorer and o.image_reward is None:
-        raise SDVGError(f"{WHAT}: policy sdvg scores drafts: connect SDVG Load ImageReward to 'image_reward'")
-    if policy.uses_scorer and not o.prompt.strip():
+    connected = {name for name, value in (("drafter", o.drafter), ("sdvg_drafter", o.sdvg_drafter),
+                                          ("image_reward", o.image_reward), ("vae", o.vae)) if value is not None}
+    why = missing_inputs(o.policy, connected)
+    if why:
+        raise SDVGError(why)
+    if o.routing.uses_scorer and not o.prompt.strip():
         raise SDVGError(f"{WHAT}: ImageReward needs the prompt text: fill 'prompt' with the text you encoded")
     if o.drafter_recipe not in AR_RECIPES:
         raise SDVGError(f"{WHAT}: drafter_recipe must be one of {list(AR_RECIPES)}, got {o.drafter_recipe!r}")
     if o.decode_rule not in DECODE_RULES:
         raise SDVGError(f"{WHAT}: decode_rule must be one of {list(DECODE_RULES)}, got {o.decode_rule!r}")
+    check_block_size(o)
+
+
+def check_block_size(o: AROptions) -> None:
+    """Both models run the workflow's num_frame_per_block, as core's loop runs its one MODEL. A drafter whose loader
+    knows its trained block size (SDVG Load Drafter's kinds are chunk-wise: 3) is refused at another size: its
+    causal structure would be wrong. A ComfyUI MODEL does not say its block size: it runs the workflow's."""
+    native = getattr(o.sdvg_drafter, "block_frames", None) if o.policy != "target_only" else None
+    if native is not None and native != o.num_frame_per_block:
+        raise SDVGError(f"{WHAT}: the drafter from SDVG Load Drafter was trained for blocks of {native} latent frames, "
+                        f"but num_frame_per_block is {o.num_frame_per_block} (both models run the workflow's block "
+                        f"size, as core's loop runs its MODEL): set num_frame_per_block to {native} with a target of "
+                        f"that size, or load a drafter trained for {o.num_frame_per_block}-frame blocks (e.g. "
+                        f"frame-wise Causal Forcing for 1) with Load Diffusion Model into 'drafter'")
 
 
 def ar_sampler(options: AROptions) -> Any:
@@ -115,7 +160,11 @@ class ARRun:
 
     # ------------------------------------------------------------------------------------------ core's inputs
     def conditioning(self) -> torch.Tensor:
-        """The guider's positive prompt embeddings [1, L, 4096]; a guider that mixes in a negative is refused."""
+        """The guider's positive prompt embeddings [1, L, D] exactly as core passes them to the model (any L: a
+        ConditioningConcat's 1024 rows, a long prompt's, a short one's; no cut, no padding). A guider that mixes in
+        a negative, several entries (ConditioningCombine: core averages one prediction per entry) or an entry core's
+        sampling treats in a way SDVG's own forward does not (an area, a mask, ControlNet, a timestep range) is
+        refused with the reason."""
         conds = getattr(self.guider, "conds", None) or {}
         cfg = float(getattr(self.guider, "cfg", 1.0))
         if cfg != 1.0 and conds.get("negative"):
@@ -127,7 +176,15 @@ class ARRun:
             raise SDVGError(f"{WHAT}: the guider has no positive conditioning: connect CLIP Text Encode (a 'wan' CLIP) "
                             f"to the guider's conditioning")
         if len(positive) > 1:
-            LOG.warning("SDVG: the guider's conditioning holds %d entries; the first is used", len(positive))
+            raise SDVGError(f"{WHAT}: the guider's conditioning holds {len(positive)} entries (ConditioningCombine, "
+                            f"or a list of prompts): core's sampling runs the model once per entry and averages the "
+                            f"predictions, SDVG runs one prompt per block. Join the prompts with ConditioningConcat "
+                            f"(one entry, the rows of both; it runs as in core), or give one prompt")
+        found = sorted({UNSUPPORTED_COND_KEYS[k] for k in positive[0] if k in UNSUPPORTED_COND_KEYS})
+        if found:
+            raise SDVGError(f"{WHAT}: the guider's conditioning carries {', '.join(found)}, which core's sampling "
+                            f"applies around its model call and SDVG's own forward does not: connect the prompt's "
+                            f"conditioning without it")
         return positive[0]["cross_attn"][:1].float().cpu()
 
     def start_latents(self) -> torch.Tensor | None:
@@ -154,7 +211,11 @@ class ARRun:
         g = 0 if start is None else start.shape[2]
         with engine_errors(WHAT):
             plan = sigma_plan(self.sigmas)
-            video = ARVideo(x.shape[2], g, o.num_frame_per_block)
+            video = ARVideo(x.shape[2], g, o.num_frame_per_block)  # core's blocks: a shorter last one included
+        policy = o.routing
+        if o.vae is None and any(policy.needs_score(b) for b in range(video.num_blocks)):
+            raise SDVGError(f"{WHAT}: policy {policy.describe()} scores drafts, which needs them decoded: connect the "
+                            f"Wan 2.1 VAE (Load VAE) to 'vae'")
         target = host_comfy_model(self.guider.model_patcher, "target")
         drafter = o.sdvg_drafter if o.sdvg_drafter is not None else (
             host_comfy_model(o.drafter, "drafter") if o.drafter is not None and o.routing.uses_drafter else None)
@@ -163,19 +224,20 @@ class ARRun:
             config = EngineConfig.for_run(with_plan(recipe_by_name(CORE_AR_RECIPE), plan),
                                           with_plan(recipe_by_name(o.drafter_recipe), plan),
                                           decode_rule=o.decode_rule, decode_committed=False)
-            emb = fit_text_len(self.conditioning(), target.dit.cfg.text_len)
-            prompt = PromptSchedule.one(PromptConditioning.make(o.prompt.strip(), emb))
+            # the conditioning as core passes it to the model: both DiTs read the same rows
+            prompt = PromptSchedule.one(PromptConditioning.make(o.prompt.strip(), self.conditioning()))
             seed = int(self.extra_args.get("seed", 0) or 0)
             width, height = x.shape[4] * LATENT_SPATIAL, x.shape[3] * LATENT_SPATIAL
             spec = StartLatentSpec(prompt, width, height, video.num_blocks, seed, frames_per_block=video.frames_per_block,
+                                   latent_frames=video.latent_frames,
                                    start_digest="" if given is None else latent_digest(given))
             shared_memo.set_cache_budget(o.cache_gb)
-            session = Session(target, drafter, host_vae(o.vae), o.image_reward, config)
+            vae = host_vae(o.vae) if o.vae is not None else NoVAE(needed_for=f"{WHAT}: decoding a draft")
+            session = Session(target, drafter, vae, o.image_reward, config)
             session.reserve(spec)
             noise = ComfyARNoise(channels=x.shape[1], num_renoise=plan.num_renoise, device=str(x.device),
                                  first_frame=g, video=x)
             engine = self.engine(session, noise, spec.num_blocks)
-            policy = o.routing
             t0 = time.perf_counter()
             try:
                 state = generate(engine, spec, policy, given)

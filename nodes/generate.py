@@ -14,8 +14,9 @@ from ..sdvg_core.engine.policy import DEFAULT_TAU
 from ..sdvg_core.engine.policy_names import TAU_SLIDER, PolicyNameError, parse_policy
 from . import shared_memo
 from .outputs import BlockProgress, finish_outputs, open_video, result_outputs
-from .session import (AUTO, block_steps, engine_errors, need, node_policy, node_run_id, pixel_input, pixel_inputs,
-                  prepare_run, run_inputs, start)
+from .routing import route_input
+from .session import (AUTO, MAX_FRAMES, block_steps, engine_errors, need, node_policy, node_run_id, pixel_input,
+                      pixel_inputs, prepare_run, run_inputs, start)
 from .surface import CATEGORY, SDVGError, sentence, show_text
 from .video_file import save_inputs
 
@@ -58,6 +59,13 @@ class SDVGGenerate(io.ComfyNode):
                                          "changed block."),
                 *save_inputs(),
                 *pixel_inputs(),
+                io.Int.Input("frames", default=0, min=0, max=MAX_FRAMES, optional=True,
+                             tooltip="The video's length in frames instead of num_blocks (0: num_blocks whole blocks). "
+                                     "N gives (N - 1) // 4 + 1 latent frames, as ComfyUI's video latents count "
+                                     "them, in blocks of 3, the last one shorter where they do not divide (81: 7 "
+                                     "blocks; 25: 3 + 3 + 1), as ComfyUI core's AR loop runs them. A start image or "
+                                     "a video to extend comes before them; video-to-video needs whole blocks."),
+                route_input(),
             ],
             outputs=result_outputs(),
             hidden=[io.Hidden.prompt, io.Hidden.extra_pnginfo],
@@ -80,13 +88,14 @@ class SDVGGenerate(io.ComfyNode):
                 cache_gb=shared_memo.DEFAULT_CACHE_GB, fresh_run=False, drafter=None, image_reward=None,
                 schedule=None, drafter_recipe=AUTO, target_recipe=AUTO, save_video=False,
                 filename_prefix="", start_image=None, input_video=None, video_mode=VIDEO_MODES[0],
-                strength=VideoToVideo.default_strength, fps=None) -> io.NodeOutput:
+                strength=VideoToVideo.default_strength, fps=None, frames=0, route_vae=None) -> io.NodeOutput:
         what = "SDVG Generate"
         pol = node_policy(what, policy, tau, force_reject_first)
         pixels = pixel_input(what, start_image, input_video, video_mode, strength, fps)
         session, spec = prepare_run(what, target, vae, positive, prompt, width, height, num_blocks, seed, recipe,
                                     decode_rule, cache_gb, drafter, image_reward, schedule, drafter_recipe,
-                                    target_recipe, pixels)
+                                    target_recipe, pixels, frames=int(frames or 0), route_vae=route_vae)
+        num_blocks = spec.num_blocks  # `frames` decides it when given
         need(what, session, spec, drafter=pol.uses_drafter, scorer=pol.uses_scorer, where=what)
         # fresh_run: a private memo for this call only (nothing taken from or left for other nodes' runs)
         memo = TieredMemo(int(cache_gb * shared_memo.GIB)) if fresh_run else shared_memo.MEMO

@@ -146,6 +146,9 @@ class DiTHandle:
     dit: HostedWan | RunWan
     info: str
     kind: str | None = None  # a drafter's kind (io/drafters.py DRAFTER_KINDS: its own recipe on auto); None: a target
+    # latent frames per block the model was trained for, when the loader knows it (SDVG Load Drafter's kinds: 3);
+    # None: not known (a ComfyUI MODEL says nothing of it)
+    block_frames: int | None = None
 
     @property
     def own_recipe(self) -> str | None:

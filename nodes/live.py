@@ -26,6 +26,7 @@ from . import live_server, shared_memo
 from .live_session import (BLOCK_SECONDS, WHAT, LiveStream, VideoFeeder, check_same_models, prepared_prompts,
                            read_replay, run_folder)
 from .outputs import BlockProgress, image_output, to_image_batch
+from .routing import route_input
 from .session import AUTO, ROLE_RECIPES, block_steps, engine_errors, need, node_run_id, prepare_run, start
 from .surface import CATEGORY, SDVGError, SDVGModel, SDVGReward, SDVGSchedule, show_text
 from .video_file import WAN_FPS, StreamingVideo, metadata_of
@@ -98,6 +99,7 @@ class SDVGLive(io.ComfyNode):
                                 tooltip="A live run's report (its path under the output folder, e.g. "
                                         "sdvg_live/SDVG_LIVE_00001_/report.json): runs that run's timeline again, "
                                         "bit for bit, with the same models. Empty: a new live run."),
+                route_input(),
             ],
             outputs=[io.Image.Output(display_name="frames", tooltip="a preview of the video (evenly spaced frames)"),
                      io.String.Output(display_name="report", tooltip="per-block table and the live run's files"),
@@ -118,7 +120,7 @@ class SDVGLive(io.ComfyNode):
                 tau=DEFAULT_TAU, recipe="krea", drafter_recipe=AUTO, input=INPUTS[0],
                 strength=VideoToVideo.default_strength, cache_gb=shared_memo.DEFAULT_CACHE_GB,
                 filename_prefix=DEFAULT_PREFIX, replay="", drafter=None, image_reward=None, prompts=None,
-                positive=None, clip=None, input_video=None) -> io.NodeOutput:
+                positive=None, clip=None, input_video=None, route_vae=None) -> io.NodeOutput:
         recorded = read_replay(replay) if str(replay).strip() else None
         if recorded is not None:  # the recorded run's own settings, whatever the widgets say
             timeline, folder_of_report = recorded
@@ -146,7 +148,7 @@ class SDVGLive(io.ComfyNode):
         pixels = None if source is None else PixelInput("video_to_video", source, float(strength))
         session, spec = prepare_run(WHAT, target, vae, None, "", width, height, max_blocks, seed, recipe, "standard",
                                     cache_gb, drafter, image_reward, PromptSchedule.one(first), drafter_recipe,
-                                    AUTO, pixels)
+                                    AUTO, pixels, route_vae=route_vae)
         need(WHAT, session, spec, drafter=True, scorer=True, where=WHAT)
         if recorded is not None:
             check_same_models(timeline, session)
@@ -215,7 +217,8 @@ class SDVGLive(io.ComfyNode):
                                     "replay_of": str(replay).strip()},
                               drafter_recipe=session.config.recipe_for("drafter"),
                               compiled=compiled_models(session.target.dit, session.drafter.dit if session.drafter else None),
-                              live=live.timeline.to_dict())
+                              live=live.timeline.to_dict(), route_decoder=engine.route_decoder,
+                              output_decoder=engine.output_decoder)
         text = report.to_json()
         with open(os.path.join(folder, REPORT_JSON), "w", encoding="utf-8") as f:
             f.write(text)

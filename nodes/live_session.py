@@ -135,6 +135,8 @@ def check_same_models(timeline: Timeline, session) -> None:
         now["drafter"] = session.drafter.key
     if session.scorer is not None:
         now["scorer"] = session.scorer.key
+    if session.route_vae is not None:  # a tiny routing decoder decides too: a replay routes on the same one
+        now["route_vae"] = session.route_vae.key
     differ = [role for role, key in recorded.items() if now.get(role) != key]
     if differ:
         raise SDVGError(f"{WHAT}: the replay's {', '.join(differ)} differ from the recorded run's: connect the models "

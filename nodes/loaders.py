@@ -8,7 +8,8 @@ from comfy_api.latest import io, ui
 import comfy.model_management as mm
 
 from ..sdvg_core.io.checkpoint import DEFAULT_PT_ENTRY, SELF_FORCING_ENTRIES, CheckpointError, load_wan_dit
-from ..sdvg_core.io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, DrafterError, drafter_problems, load_drafter
+from ..sdvg_core.io.drafters import (CHUNK_FRAMES, DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, DrafterError, drafter_problems,
+                                     load_drafter)
 from ..sdvg_core.io.reward_files import find_vocab, load_scorer
 from .comfy_model import host_comfy_model
 from .folders import (
@@ -106,12 +107,14 @@ class SDVGLoadTarget(io.ComfyNode):
         return _loaded(_file_handle("target", net, cfg, dtype, rep, compile))
 
 
-def _file_handle(role: str, net, cfg, dtype, rep, compile: bool, kind: str | None = None) -> DiTHandle:
+def _file_handle(role: str, net, cfg, dtype, rep, compile: bool, kind: str | None = None,
+                 block_frames: int | None = None) -> DiTHandle:
     # the loader's key (file identity, entry, dtype, LoRA file and alpha); a compiled model may round differently:
     # its derived data is kept apart
     key = rep.key + ("|compiled" if compile else "")
     return DiTHandle(role, host_file_dit(net, cfg, dtype, key, compile=compile),
-                     f"{role}: {rep.describe()}" + (", compiled" if compile else ""), kind=kind)
+                     f"{role}: {rep.describe()}" + (", compiled" if compile else ""), kind=kind,
+                     block_frames=block_frames)
 
 
 def _kind_source(kind: str) -> str:
@@ -192,7 +195,8 @@ class SDVGLoadDrafter(io.ComfyNode):
                 raise SDVGError(f"{what}: lora_name {lora!r} is set but a MODEL is connected; apply the LoRA with "
                                 f"ComfyUI's 'LoraLoaderModelOnly' before the 'model' input, or set lora_name to none")
             handle = host_comfy_model(model, "drafter")
-            return _loaded(DiTHandle(handle.role, handle.dit, f"{handle.info}, kind {kind}", kind))
+            return _loaded(DiTHandle(handle.role, handle.dit, f"{handle.info}, kind {kind}", kind,
+                                     block_frames=CHUNK_FRAMES))  # every kind it loads is chunk-wise
         path = resolve_file(DIFFUSION_FOLDER, model_name, what, _kind_source(kind))
         lora_path = None if lora is None else resolve_file(LORA_FOLDER, lora, what, SOURCES["lora"])
         dtype = pick_dtype(weight_dtype, mm.get_torch_device())
@@ -204,7 +208,7 @@ class SDVGLoadDrafter(io.ComfyNode):
             raise SDVGError(f"{what}: {sentence(e)}") from e
         except CheckpointError as e:
             raise _checkpoint_error(what, e, _kind_source(kind)) from e
-        return _loaded(_file_handle("drafter", net, cfg, dtype, rep, compile, kind))
+        return _loaded(_file_handle("drafter", net, cfg, dtype, rep, compile, kind, block_frames=CHUNK_FRAMES))
 
 
 class SDVGLoadImageReward(io.ComfyNode):

@@ -109,7 +109,8 @@ def _report(run: Run, wall: float | None, engine: Engine, frames: int) -> RunRep
     return build_report(run.state, run.policy or "-", s.config.recipe_for("target"),
                         engine.plan_for(run.state.spec, "target").num_steps, wall_seconds=wall, meta=meta,
                         run_id=engine.callbacks.run_id or current_run_id(), drafter_recipe=s.config.recipe_for("drafter"),
-                        compiled=compiled_models(s.target.dit, s.drafter.dit if s.drafter else None))
+                        compiled=compiled_models(s.target.dit, s.drafter.dit if s.drafter else None),
+                        route_decoder=engine.route_decoder, output_decoder=engine.output_decoder)
 
 
 def finish_outputs(run: Run, wall: float | None, engine: Engine, frames: torch.Tensor | None = None,

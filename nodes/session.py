@@ -25,11 +25,13 @@ from ..sdvg_core.given.request import MODES, VIDEO_MODES, PixelInput, StartImage
 from ..sdvg_core.engine.policy import Policy
 from ..sdvg_core.engine.policy_names import PolicyNameError, policy_by_name
 from ..sdvg_core.engine.prompts import PromptSchedule
+from ..sdvg_core.derived.digest import tensor_digest
 from ..sdvg_core.engine.recipes import RECIPE_NAMES, recipe_by_name
-from ..sdvg_core.engine.state import MAX_BLOCKS, GenerationSpec, GenerationState, PromptConditioning
-from ..sdvg_core.io.text import fit_text_len
+from ..sdvg_core.engine.state import MAX_BLOCKS, MAX_FRAMES, GenerationSpec, GenerationState, PromptConditioning  # noqa: F401
+from ..sdvg_core.io.text import cut_note, fit_text_len
 from . import shared_memo
 from .hosted import DiTHandle, HostedScorer, HostedVAE, host_vae, object_token
+from .routing import HostedTAEHV, resolve as resolve_route
 from .surface import SDVGError, SDVGModel, SDVGReward, SDVGSchedule, sentence
 
 LOG = logging.getLogger("SDVG")
@@ -79,6 +81,7 @@ class Session:
     vae: HostedVAE
     scorer: HostedScorer | None
     config: EngineConfig
+    route_vae: HostedTAEHV | None = None  # a tiny routing decoder (routing.py); None: the VAE routes
 
     def __post_init__(self):
         object.__setattr__(self, "target", self.target.for_run())
@@ -90,7 +93,7 @@ class Session:
         """A light Engine over the shared memo (or `memo`: a private one for a fresh run), with ComfyUI's Cancel as
         interrupt callback and the current execution's id as run id (or `run_id`)."""
         e = Engine(self.target.dit, self.vae, self.drafter.dit if self.drafter else None, self.scorer,
-                   self.config, memo=shared_memo.MEMO if memo is None else memo)
+                   self.config, memo=shared_memo.MEMO if memo is None else memo, route_vae=self.route_vae)
         e.callbacks.interrupt = mm.throw_exception_if_processing_interrupted
         e.callbacks.progress = progress
         e.callbacks.run_id = run_id or current_run_id()
@@ -101,11 +104,12 @@ class Session:
         refuse, before any work, a size whose estimated peak exceeds the device's memory (MemoryRefused names the
         estimate and the limit). Weights of ComfyUI-managed MODELs are not counted (ComfyUI can stream them)."""
         handles = [h for h in (self.target, self.drafter) if h is not None]
-        vae = self.vae.inner
+        vae = getattr(self.vae, "inner", self.vae)  # a HostedVAE's network (NoVAE: a run that decodes nothing)
+        weights = mm.module_size(vae) if isinstance(vae, torch.nn.Module) else 0
         # each DiT is sized for its own recipe (e.g. a LongLive drafter's window next to a Krea target's rebuild)
         est = estimate_for_spec(spec, [self.config.recipe_for(h.role) for h in handles],
                                 [(h.dit.cfg, h.dit.dtype) for h in handles], vae.config, vae.dtype,
-                                vae_weight_bytes=mm.module_size(vae))
+                                vae_weight_bytes=weights)
         for h, d in zip(handles, est.dits):
             h.dit.work_bytes = d.step
         counted = dataclasses.replace(est, dits=tuple(d if h.dit.full_load else dataclasses.replace(d, weights=0)
@@ -209,7 +213,9 @@ def conditioning_embeddings(conditioning: Any) -> tuple[torch.Tensor, str]:
         raise SDVGError("the conditioning input is empty or not ComfyUI CONDITIONING; connect CLIP Text Encode "
                         "(with a 'wan' CLIP loader) or SDVG Load Prompt Embeddings") from e
     if len(conditioning) > 1:
-        LOG.warning("SDVG: the conditioning holds %d prompts; only the first is used", len(conditioning))
+        raise SDVGError(f"the conditioning holds {len(conditioning)} entries (ConditioningCombine, or a list of "
+                        f"prompts); SDVG runs one prompt per block: join the prompts with ConditioningConcat (one "
+                        f"entry of both prompts' rows), or use SDVG Prompt Schedule for prompts that change")
     if not isinstance(cond, torch.Tensor) or cond.dim() != 3:
         raise SDVGError(f"the conditioning tensor must be [1, L, 4096] umT5 embeddings, got {type(cond).__name__} "
                         f"{list(getattr(cond, 'shape', []))}")
@@ -262,12 +268,28 @@ def prompt_schedule(what: str, positive, prompt: str, schedule: PromptSchedule |
         if prompt.strip():
             raise SDVGError(f"{what}: 'prompt' is filled but a schedule is connected, whose entries carry their own "
                             f"texts (ImageReward scores each block against its entry's): clear 'prompt'")
-        return schedule.map(lambda p: PromptConditioning.make(p.text, fit_text_len(p.embeddings, text_len)))
+        return schedule.map(lambda p: wan_prompt(what, p.text, p.embeddings, text_len))
     if positive is None:
         raise SDVGError(f"{what}: connect 'positive' (CLIP Text Encode or SDVG Load Prompt Embeddings) or 'schedule' "
                         f"(SDVG Prompt Schedule)")
     emb, carried = conditioning_embeddings(positive)
-    return PromptSchedule.one(PromptConditioning.make(prompt.strip() or carried, fit_text_len(emb, text_len)))
+    return PromptSchedule.one(wan_prompt(what, prompt.strip() or carried, emb, text_len))
+
+
+_TOLD_CUTS: set[str] = set()  # conditionings whose cut was said (by content: once per ComfyUI session)
+
+
+def wan_prompt(what: str, text: str, emb: torch.Tensor, text_len: int) -> PromptConditioning:
+    """The prompt as Wan reads it (its 512-row rule: cut or padded to `text_len` rows); a conditioning that loses rows
+    is said once, with how many (a ConditioningConcat of two prompts, a prompt of more than 511 tokens)."""
+    about = f"{what}: the conditioning" + (f" of {text[:40]!r}" if text else "")
+    note = cut_note(emb.shape[-2], text_len, about)
+    if note:
+        key = tensor_digest(emb, text)
+        if key not in _TOLD_CUTS:
+            _TOLD_CUTS.add(key)
+            LOG.warning("SDVG: %s", note)
+    return PromptConditioning.make(text, fit_text_len(emb, text_len))
 
 
 def pixel_inputs() -> list:
@@ -322,15 +344,25 @@ def prepare_run(what: str, target: DiTHandle, vae, positive, prompt: str, width:
                 num_blocks: int, seed: int, recipe: str, decode_rule: str, cache_gb: float,
                 drafter: DiTHandle | None = None, image_reward: HostedScorer | None = None,
                 schedule: PromptSchedule | None = None, drafter_recipe: str = AUTO, target_recipe: str = AUTO,
-                pixels: PixelInput | None = None) -> tuple[Session, GenerationSpec]:
+                pixels: PixelInput | None = None, frames: int = 0, route_vae: Any = None) -> tuple[Session, GenerationSpec]:
     """The session and the spec of the inputs, not started yet: the prompt schedule and the given pixels become part
-    of the spec, each model's recipe part of the engine config, and ComfyUI's reservation is sized for both."""
+    of the spec (`frames`: the video's length in frames, its last block maybe shorter; 0: `num_blocks` whole blocks),
+    each model's recipe part of the engine config, and ComfyUI's reservation is sized for both. `route_vae`: the
+    `route_vae` input (routing.py): a tiny decoder to route on, which may decode the video."""
     config = engine_config(what, recipe, drafter_recipe, target_recipe, decode_rule, drafter)
+    router, decodes_output = resolve_route(what, route_vae)
+    if decodes_output:
+        config = dataclasses.replace(config, output_decoder="route")
     shared_memo.set_cache_budget(cache_gb)
     with engine_errors(what):
         entries = prompt_schedule(what, positive, prompt, schedule, target.dit.cfg.text_len)
-        session = Session(target, drafter, host_vae(vae), image_reward, config)
-        spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
+        session = Session(target, drafter, host_vae(vae), image_reward, config, router)
+        if frames:  # the video's length in frames: its last block may be shorter (GenerationSpec.for_frames)
+            spec = GenerationSpec.for_frames(entries, width, height, frames, seed, pixels=pixels)
+            if spec.num_blocks > MAX_BLOCKS:
+                raise ValueError(f"frames {frames} makes {spec.num_blocks} blocks, more than {MAX_BLOCKS}: give fewer")
+        else:
+            spec = GenerationSpec(entries, width, height, num_blocks, seed, pixels=pixels)
         session.reserve(spec)  # size this run's reservation for its window; refuse sizes that cannot fit
     return session, spec
 
@@ -380,4 +412,7 @@ def describe_start(run: Run) -> str:
         text += "\nprompts: " + "; ".join(f"block {b}: {p.text[:50]!r}" for b, p in spec.schedule)
     if spec.pixels is not None:
         text += f"\npixels: {describe(spec.pixels)} (from {spec.pixels.source.name})"
+    if run.session.route_vae is not None:
+        text += f"\nrouting decoder: {run.session.route_vae.info}" + (
+            "; it decodes the video too (preview)" if config.output_decoder == "route" else "")
     return text

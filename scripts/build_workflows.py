@@ -493,8 +493,10 @@ def ar_sampler_workflow(sp: dict) -> dict:
            "guider, sigmas, **SamplerCustomAdvanced**, VAE Decode) with **SDVG Sampler (AR video)** where core's "
            "*Sampler AR Video* goes. The guider's MODEL is the 14B **target**; the sampler's drafter proposes each "
            "block, ImageReward scores it and the target redoes it when the lowest frame score is < **tau**. Noise, "
-           "sigmas, latent and start image are core's; `length` must give whole blocks of 3 latent frames: 81 "
-           "(7 blocks), or 85 from a start image.\n\n**Start image**: unmute the group, connect **AR Video I2V**'s "
+           "sigmas, latent, conditioning and start image are core's. Blocks of `num_frame_per_block` latent frames: 3 "
+           "here, as the Self-Forcing drafter from SDVG Load Drafter was trained (1 for frame-wise Causal Forcing "
+           "models loaded with Load Diffusion Model); a `length` that does not give whole blocks ends in a shorter "
+           "block, as in core's loop.\n\n**Start image**: unmute the group, connect **AR Video I2V**'s "
            "MODEL to the guider and its LATENT to SamplerCustomAdvanced's `latent_image`.\n\n" + files_note(),
            pos=(1520, 780), size=(540, 260))
     return g.to_json(needs=("0.33.0", AR_CORE_NODES))

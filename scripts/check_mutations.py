@@ -76,6 +76,11 @@ PIXEL_KEY_TESTS = tuple(f"tests/test_pixels_engine.py::{t}" for t in (
     "test_requeue_after_moving_tau_reuses_every_block_before_the_first_flip",
     "test_every_recipe_and_mode_runs_and_the_output_begins_with_the_given_frames",
     "test_fixture_run_through_the_engine"))
+ROUTE_TESTS = ("tests/test_route_decoder.py",)
+# a draft's decode and scores name the routing decoder (DraftDecodeKey.vae): with the VAE routing that identity is in
+# the draft's BlockKey too, so only a run on a routing decoder of its own tells a dropped field
+ROUTE_KEYS = ("DraftDecodeKey", "ScoreKey")
+ROUTE_KEY_TESTS = (*DEFAULT_TESTS, *ROUTE_TESTS)
 # what the accounting mutations are checked against: fresh-run costs, reuse and carry-over, re-queues
 ACCOUNT_TESTS = (
     "tests/test_memo.py", "tests/test_engine.py", "tests/test_run_scope.py", "tests/test_memo_keys.py")
@@ -318,7 +323,7 @@ MUTATIONS = [
     Mutation("G4", GIVEN, "video-to-video runs the text-to-video plan, not the strength's",
              "return recipe.strength_plan(spec.pixels.strength)", "return recipe.plan", tests=("tests/test_pixels_engine.py::test_video_to_video_blocks_start_from_the_noised_input_at_the_strength",)),
     Mutation("G5", APPEND, "SF/LongLive blocks after given latents keep RoPE 3b (not shifted by g)",
-             "prefix=prefix if g else None), g + b * F", "prefix=prefix if g else None), b * F", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
+             "prefix=prefix if g else None), g + spec.block_start(b)", "prefix=prefix if g else None), spec.block_start(b)", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
     Mutation("G6", APPEND, "the given latents never enter the SF/LongLive cache (no prefix calls)",
              "prefix=prefix if g else None)", "prefix=None)", tests=("tests/test_pixels_engine.py::test_fixture_run_through_the_engine",)),
     Mutation("G7", KREA, "Krea block 0 ignores the start image (no rebuild from the given latents)",
@@ -452,6 +457,36 @@ MUTATIONS = [
              "            if partial_files(self.folder):\n                self.abandon()",
              "            if True:\n                self.abandon()",
              tests=("tests/test_demo_outputs.py::test_a_crash_before_any_file_is_begun_leaves_the_folder_free",)),
+    # a routing decoder of its own (engine/route_decoder.py): drafts scored on its frames, from its committed memory
+    Mutation("RD1", ENGINE, "a draft decoded by the output VAE although a routing decoder was given",
+             "entry = self.route_pixels.decode_draft(", "entry = self.pixels.decode_draft(", tests=ROUTE_TESTS),
+    Mutation("RD2", ENGINE, "the routing decoder's committed memory advanced by a rejected draft",
+             "routed = self.route_pixels.commit(state, latents, lineage, draft, tally)",
+             "routed = self.route_pixels.commit(state, latents, lineage, self.keys.draft_decode(state), tally)",
+             tests=ROUTE_TESTS),
+    Mutation("RD3", ENGINE, "an accepted draft's tiny decode not taken as its committed one (decoded again)",
+             "routed = self.route_pixels.commit(state, latents, lineage, draft, tally)",
+             "routed = self.route_pixels.commit(state, latents, lineage, None, tally)", tests=ROUTE_TESTS),
+    Mutation("RD4", KEYS, "draft decodes and scores keyed by the VAE whatever decoder routed",
+             "return self.models.get(ROUTE_ROLE, self.models[\"vae\"])", "return self.models[\"vae\"]",
+             tests=ROUTE_TESTS),
+    Mutation("RD5", ENGINE, "the video decoded by the routing decoder without output_decoder 'route'",
+             "self.output_pixels = self.route_pixels if routed_output else self.pixels",
+             "self.output_pixels = self.route_pixels", tests=ROUTE_TESTS),
+    Mutation("RD6", ENGINE, "a routing decoder's decodes counted as the VAE's",
+             'role="route_", work_key="route_decode_frames"', 'role="route_", work_key="vae_decode_frames"',
+             tests=ROUTE_TESTS),
+    Mutation("RD7", ENGINE, "a draft's tiny decode timed as the VAE's decode phase",
+             'return "decode" if self.route_pixels is self.pixels else "route_decode"', 'return "decode"',
+             tests=ROUTE_TESTS),
+    Mutation("RD8", ENGINE, "the routing decoder's store shares the VAE's hold slots (its memory evicts the VAE's)",
+             'role="route_", work_key=', 'role="", work_key=', tests=ROUTE_TESTS),
+    Mutation("CR1", "sdvg_core/engine/calibration_run.py", "the candidate takes the reference's scores (not its own decode)",
+             "cand, _ = candidate.scored(drafted)", "cand, _ = candidate.scored(ref)",
+             tests=("tests/test_calibration_run.py",)),
+    Mutation("CR2", "sdvg_core/engine/calibration_run.py", "the history follows the candidate's decisions",
+             "state = reference.route(ref, policy)", "state = reference.route(cand, policy)",
+             tests=("tests/test_calibration_run.py",)),
     Mutation("C3", "nodes/ar_sampling.py", "the AR sampler decodes every committed block (core's VAE Decode does it after)",
              "decode_committed=False)", "decode_committed=True)",
              tests=("tests/test_ar_sampler.py::test_target_only_equals_the_engine_on_cores_terms",)),
@@ -481,7 +516,8 @@ def key_field_mutations(keys_text: str) -> list[Mutation]:
                 return out.replace(future, future + "from dataclasses import field as _field\n", 1)
 
             out.append(Mutation(f"K:{cls}.{name}", KEYS, f"{cls}.{name} dropped from the key", edit=edit,
-                                tests=PIXEL_KEY_TESTS if cls in PIXEL_KEYS else ()))
+                                tests=PIXEL_KEY_TESTS if cls in PIXEL_KEYS else
+                                ROUTE_KEY_TESTS if cls in ROUTE_KEYS else ()))
     return out
 
 

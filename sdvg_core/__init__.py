@@ -71,6 +71,8 @@ _EXPORTS: dict[str, str] = {
     "calibrate": ".engine.calibration",
     "Calibration": ".engine.calibration",
     "render_calibration_plot": ".engine.calibration_plot",
+    "paired_scores": ".engine.calibration_run",
+    "PairedBlock": ".engine.calibration_run",
     # models
     "CausalWan": ".models.wan",
     "WanDiTConfig": ".models.wan_config",
@@ -102,6 +104,7 @@ _EXPORTS: dict[str, str] = {
     # tiny random models (demo, tests, benchmarks)
     "tiny_models": ".demo.tiny",
     "TinyModels": ".demo.tiny",
+    "tiny_taehv": ".demo.tiny_taehv",
 }
 
 __all__ = [
@@ -113,13 +116,13 @@ __all__ = [
     "PixelInput", "PixelInputError", "PIXEL_MODES",
     "Memo", "TieredMemo", "BlockNoise", "block_noise", "ComfyARNoise",
     "RunReport", "BlockReport", "build_report", "render_report_plot", "estimate_for_spec", "MemoryRefused",
-    "calibrate", "Calibration", "render_calibration_plot",
+    "calibrate", "Calibration", "render_calibration_plot", "paired_scores", "PairedBlock",
     "CausalWan", "WanDiTConfig", "WanVAE", "WanVAEConfig", "TAEHV", "TAEHVConfig", "TAEHVMemory",
     "ImageRewardScorer", "ImageRewardConfig",
     "load_wan_dit", "load_wan_vae", "load_taehv", "CheckpointError", "load_scorer", "load_model_files", "ModelSet",
     "load_embeddings", "save_embeddings", "encode_umt5", "UMT5Encoder", "write_video", "VideoWriter",
     "load_drafter", "DRAFTER_KINDS", "read_schedule", "parse_schedule",
-    "tiny_models", "TinyModels",
+    "tiny_models", "TinyModels", "tiny_taehv",
     "__version__",
 ]
 
@@ -140,10 +143,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real definitions
     from .demo.tiny import TinyModels, tiny_models
+    from .demo.tiny_taehv import tiny_taehv
     from .engine.config import DEFAULT_MEMO_BYTES, EngineConfig
     from .engine.engine import Callbacks, Engine, ProgressEvent, Scorer, to_image
     from .engine.calibration import Calibration, calibrate
     from .engine.calibration_plot import render_calibration_plot
+    from .engine.calibration_run import PairedBlock, paired_scores
     from .derived.memo import Memo, TieredMemo
     from .engine.memory import MemoryRefused, estimate_for_spec
     from .engine.noise import BlockNoise, ComfyARNoise, block_noise

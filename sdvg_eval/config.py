@@ -15,6 +15,10 @@ CURVE_KINDS = ("sdvg", "sdvg-mean")  # one curve per kind, one point per tau
 # StrideAR (published as SpecAR): the target makes every k-th block, block 0 included, the drafter the rest, no scorer.
 # Its own series on the Pareto plot (one point per k), compared with SDVG's tau curve at equal counted cost.
 STRIDE_KIND = "stride"
+# A tiny routing decoder (--route-vae): `sdvg:-0.7@route` routes on it (the drafts scored on its frames; the video is
+# the VAE's), a curve of its own on the Pareto plot; `sdvg:-0.7@calibrate` routes on the VAE at that tau and scores
+# every draft through the tiny decoder too (the paired scores: calibration.json / calibration.png of the report).
+ROUTERS = ("route", "calibrate")
 SPEEDUP_BASELINE = "target-only"  # speedups are relative to this config (the paper's convention)
 DEFAULT_SEEDS = (42,)  # the paper's seed (docs/design.md §1)
 MAX_UNIT_RETRIES = 1  # a unit whose worker died is re-queued this many times before the run gives up on it
@@ -32,6 +36,12 @@ class SweepConfig:
 
     name: str
     spec: PolicySpec
+    router: str = ""  # "" (the VAE routes), "route" or "calibrate" (ROUTERS)
+
+    @property
+    def series(self) -> str:
+        """The plot's series: the kind, `<kind>@route` for a tiny-decoder router, `<kind>@calibrate` (not plotted)."""
+        return f"{self.kind}@{self.router}" if self.router else self.kind
 
     @property
     def kind(self) -> str:
@@ -59,8 +69,17 @@ class SweepConfig:
 
 def parse_config(name: str) -> SweepConfig:
     """A config name in the policy grammar (`target-only`, `sdvg:-0.7` or `sdvg:tau=-0.7`, `random:p=0.73`,
-    `stride:k=2`, ...) -> SweepConfig; the grammar's own message for a bad one."""
-    return SweepConfig(name, parse_policy(name))
+    `stride:k=2`, ...), optionally `@route` / `@calibrate` after it (ROUTERS) -> SweepConfig; the grammar's own message
+    for a bad one."""
+    policy, _, router = name.partition("@")
+    if router and router not in ROUTERS:
+        raise ValueError(f"config {name!r}: after '@' comes one of {', '.join(ROUTERS)} (a tiny routing decoder, "
+                         f"--route-vae), not {router!r}")
+    c = SweepConfig(name, parse_policy(policy), router)
+    if router and not c.needs_scorer:
+        raise ValueError(f"config {name!r}: @{router} decodes the drafts for ImageReward with the tiny decoder, but "
+                         f"{policy!r} scores nothing; use a policy with a tau (sdvg:-0.7@{router})")
+    return c
 
 
 def parse_configs(names: list[str]) -> list[SweepConfig]:

@@ -98,6 +98,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--width", type=int), p.add_argument("--height", type=int), p.add_argument("--blocks", type=int)
     add_recipe_args(p)
     p.add_argument("--decode-rule", choices=["standard", "krea"], default="standard")
+    p.add_argument("--route-vae", metavar="FILE", default=None,
+                   help="the tiny routing decoder of the @route / @calibrate configs (taew2_1 / lighttaew2_1; "
+                        "with --tiny: default the embedded tiny TAEHV). sdvg:-0.7@route scores the drafts on it; "
+                        "sdvg:-0.7@calibrate routes on the VAE and scores every draft through both (calibration.json)")
     add_compile_arg(p)
     p.add_argument("--memo-gb", type=float, default=DEFAULT_MEMO_BYTES / GIB, help="per-worker memo for big caches")
     p.add_argument("--out", default="out/eval", help="results folder (rows.csv, run.json, summary.md, pareto.png)")
@@ -178,11 +182,25 @@ def preflight(a: argparse.Namespace) -> list[str]:
         if not a.umt5 and not _all_entries_have_embeddings(a):
             problems.append("--umt5 is missing (a local umT5 folder: each prompt is encoded once and cached)")
     problems += _drafter_flag_problems(a)
+    problems += _route_problems(a, cfgs)
     problems += recipe_problems(a, real=not a.tiny)
     problems += _umt5_width_problems(a)
     if a.workers != 0 and importlib.util.find_spec("ray") is None:
         problems.append("Ray is not installed: pip install -r requirements-eval.txt, or run with --workers 0")
     return problems
+
+
+def _route_problems(a: argparse.Namespace, cfgs: list) -> list[str]:
+    """A tiny routing decoder where a config routes on it (@route, @calibrate), and its file."""
+    routed = [c.name for c in cfgs if c.router]
+    if routed and not a.route_vae and not a.tiny:
+        return [f"--route-vae FILE is missing: {', '.join(routed)} score drafts on a tiny decoder (taew2_1 / "
+                f"lighttaew2_1)"]
+    if a.route_vae and a.route_vae != "tiny" and not Path(a.route_vae).is_file():
+        return [f"--route-vae {a.route_vae}: file not found"]
+    if a.route_vae == "tiny" and not a.tiny:
+        return ["--route-vae tiny names the embedded tiny decoder: only with --tiny"]
+    return []
 
 
 def _prompt_problems(a: argparse.Namespace) -> list[str]:
@@ -380,13 +398,14 @@ def main(argv: list[str] | None = None) -> int:
                        width=a.width or size[0], height=a.height or size[1], blocks=a.blocks or blocks,
                        recipe=a.recipe, drafter_recipe=drafter_recipe, target_recipe=target_recipe,
                        decode_rule=a.decode_rule, memo_bytes=int(a.memo_gb * GIB), compile=a.compile,
+                       route_vae=a.route_vae or ("tiny" if a.tiny and any(c.router for c in configs) else None),
                        threads=max(1, int(a.cpus_per_worker)),
                        needs_drafter=any(c.needs_drafter for c in configs),
                        needs_scorer=any(c.needs_scorer for c in configs) or "imagereward" in a.metrics)
     out = Path(a.out)
     encoder = make_encoder(a)
     metric_cols = [metric_name(s) for s in a.metrics]
-    header = columns(metric_cols, block_columns(setup.blocks))
+    header = columns(metric_cols, block_columns(setup.blocks), route=setup.route_vae is not None)
     opts = metric_options(a)
     # --fresh-timing changes what time_s means: rows of the two timings are never mixed in one folder
     timing = "fresh: own memo per config, warmed-up worker" if a.fresh_timing else "shared memo per (prompt, seed)"

@@ -23,6 +23,10 @@ TAIL = ["fresh_time", "counted_cost", "target_only_cost", "counted_speedup", "dr
 # recipe: the context recipes that ran (`krea`, or `drafter longlive / target krea`); prompt_text: the prompt, or a
 # prompt schedule as `0: text | 12: text`
 END = ["frames_digest", "video", "worker", "run", "recipe", "prompt_text"]
+# with a tiny routing decoder in the sweep (@route / @calibrate configs): each row's routing decoder, and a @calibrate
+# row's paired scores of its drafts, JSON {"decoder": the tiny decoder's name, "pairs": [[full VAE, tiny decoder], ...]}
+# (each draft's min over frames)
+ROUTE_COLUMNS = ["route_decoder", "paired"]
 UNIT_COLUMNS = ["prompt", "seed", "configs", "computed_forwards", "naive_forwards", "computed_cost", "naive_cost",
                 "saving"]
 CODE_PACKAGES = ("sdvg_core", "sdvg_eval")  # their sources define what a row means
@@ -33,12 +37,12 @@ class RunMismatch(RuntimeError):
     """The results folder holds rows of another setup (models, code, geometry, metrics)."""
 
 
-def columns(metric_names: list[str], block_cols: list[str]) -> list[str]:
+def columns(metric_names: list[str], block_cols: list[str], route: bool = False) -> list[str]:
     """The CSV header: the paper's columns in its order (config, prompt, vr when measured, time_s, s1.., b1..),
-    then the seed, the other metrics, counted cost, digest and video."""
+    then the seed, the other metrics, counted cost, digest and video; `route`: ROUTE_COLUMNS at the end."""
     paper = [PAPER_METRIC] if PAPER_METRIC in metric_names else []
     others = [m for m in metric_names if m != PAPER_METRIC]
-    return HEAD + paper + [TIME] + block_cols + [SEED] + others + TAIL + END
+    return HEAD + paper + [TIME] + block_cols + [SEED] + others + TAIL + END + (ROUTE_COLUMNS if route else [])
 
 
 def metric_columns(header: list[str]) -> list[str]:

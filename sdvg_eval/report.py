@@ -47,12 +47,14 @@ def summarise(rows: list[dict], metrics: list[str]) -> list[ConfigSummary]:
         counted = sum(float(r["target_only_cost"]) for r in rs) / sum(float(r["counted_cost"]) for r in rs)
         fresh = all(r["fresh_time"] == "1" for r in rs)
         out.append(ConfigSummary(  # a measured speedup only between fresh-run times
-            name, c.kind, c.value, len(rs), {m: _mean([float(r[m]) for r in rs]) for m in metrics}, secs,
+            name, c.series, c.value, len(rs), {m: _mean([float(r[m]) for r in rs]) for m in metrics}, secs,
             fresh, base_s / secs if fresh and base_fresh and secs else None, counted,
             sum(decisions) / len(decisions) if decisions else None))
     order = {k: i for i, k in enumerate(("target-only", "draft-only", "accept-all", "random", STRIDE_KIND, "sdvg",
                                          "sdvg-mean"))}
-    return sorted(out, key=lambda s: (order[s.kind], (s.value or 0) if s.kind == STRIDE_KIND else -(s.value or 0)))
+    base = lambda s: s.kind.partition("@")[0]  # noqa: E731  (a tiny-decoder router after its kind's curve)
+    return sorted(out, key=lambda s: (order[base(s)], s.kind, (s.value or 0) if s.kind == STRIDE_KIND else
+                                      -(s.value or 0)))
 
 
 @dataclass(frozen=True)
@@ -156,8 +158,9 @@ def series_style(kind: str, index: int) -> tuple[str, str]:
 def plot_points(summ: list[ConfigSummary], metric: str) -> dict:
     """What the Pareto plot draws: one curve per tau kind and StrideAR's points as a series of their own (each
     sorted by speedup), baselines as labelled points."""
+    kinds = (*CURVE_KINDS, *(f"{k}@route" for k in CURVE_KINDS), STRIDE_KIND)  # the tiny-decoder router: its own
     curves = {k: sorted([[s.speedup_counted, s.metrics[metric], s.config] for s in summ if s.kind == k])
-              for k in (*CURVE_KINDS, STRIDE_KIND) if any(s.kind == k for s in summ)}
+              for k in kinds if any(s.kind == k for s in summ)}
     points = [[s.speedup_counted, s.metrics[metric], s.config] for s in summ if s.kind in BASELINE_KINDS]
     data = {"x": "speedup vs target-only (counted)", "y": metric,
             "y_title": METRIC_TITLES.get(metric, f"{metric} (mean per video)"), "curves": curves, "points": points}
@@ -186,6 +189,8 @@ def curve_label(kind: str, points: list) -> str:
     """Legend text of a curve kind: a curve when it has several taus (or ks), else the one point it is."""
     if kind == STRIDE_KIND:
         return "StrideAR (stride k)" if len(points) > 1 else "StrideAR (one k)"
+    if kind.endswith("@route"):
+        kind = f"{kind.partition('@')[0]}, tiny decoder routes"
     return f"{kind} (tau curve)" if len(points) > 1 else f"{kind} (one tau)"
 
 
@@ -414,7 +419,50 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
     independent = [m for m in metrics if m != ImageRewardMean.name]
     shown = "vr" if "vr" in metrics else (independent or metrics)[0]
     plot = render_plot(plot_points(summ, shown), out / PLOT_FILE)
+    cal = write_calibration(out, rows, summ)
+    if cal is not None:  # the tiny decoder against the full VAE, from the @calibrate rows' paired scores
+        summary.write_text(summary.read_text() + "\n" + calibration_lines(cal))
     return summary, plot
+
+
+CALIBRATION_FILE, CALIBRATION_PLOT = "calibration.json", "calibration.png"
+
+
+def write_calibration(out: Path, rows: list[dict], summ: list[ConfigSummary]) -> dict | None:
+    """calibration.json / calibration.png of the @calibrate rows (None without any): every paired draft score, the
+    agreement and matched tau at each tau of the sweep's tau configs and of the @calibrate configs themselves."""
+    from sdvg_core.engine.calibration import calibrate
+    from sdvg_core.engine.calibration_plot import render_calibration_plot
+
+    docs = [json.loads(r["paired"]) for r in rows if r.get("paired")]
+    paired = [p for d in docs for p in d["pairs"]]
+    if not paired:
+        return None
+    reference, candidate = [p[0] for p in paired], [p[1] for p in paired]
+    cal_taus = sorted({s.value for s in summ if s.kind.endswith("@calibrate") and s.value is not None})
+    taus = sorted({s.value for s in summ if s.value is not None and s.kind.partition("@")[0] in CURVE_KINDS})
+    result = calibrate(reference, candidate, taus)
+    doc = {"reference_decoder": "wan_vae", "candidate_decoder": docs[0]["decoder"], "calibrate_taus": cal_taus,
+           "calibration": {**result.as_dict(), "reference": reference, "candidate": candidate}}
+    (out / CALIBRATION_FILE).write_text(json.dumps(doc, indent=1))
+    render_calibration_plot(reference, candidate, cal_taus[0] if cal_taus else None,
+                            labels=("full Wan VAE", doc["candidate_decoder"])).save(out / CALIBRATION_PLOT)
+    return doc
+
+
+def calibration_lines(doc: dict) -> str:
+    """The summary's calibration section: per tau, acceptance on both scales, agreement, the matched tau."""
+    c = doc["calibration"]
+    corr = lambda v: "-" if v is None else f"{v:+.3f}"  # noqa: E731
+    lines = [f"## Routing decoder calibration ({doc['candidate_decoder']} against the full VAE)", "",
+             f"{c['blocks']} drafts of the @calibrate rows scored through both decoders; Pearson {corr(c['pearson'])}, "
+             f"Spearman {corr(c['spearman'])} ({CALIBRATION_FILE}, {CALIBRATION_PLOT}).", "",
+             "| tau | acceptance (full VAE) | acceptance (tiny, same tau) | agreement | matched tau (tiny) | "
+             "agreement at matched tau |", "|---|---|---|---|---|---|"]
+    for t in c["taus"]:
+        lines.append(f"| {t['tau']:g} | {t['reference_acceptance']:.1%} | {t['candidate_acceptance']:.1%} | "
+                     f"{t['agreement']:.1%} | {t['matched_tau']:.4f} | {t['matched_agreement']:.1%} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

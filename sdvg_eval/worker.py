@@ -5,6 +5,7 @@ Used in-process (`--workers 0`) and as the body of each Ray actor, so both paths
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 import uuid
@@ -56,6 +57,7 @@ class ModelSetup:
     needs_drafter: bool = True
     needs_scorer: bool = True
     compile: bool | str = False  # both DiTs' CausalWan(compile=...): True = inductor, a string = another backend
+    route_vae: str | None = None  # the tiny routing decoder of @route / @calibrate configs: a file, or "tiny"
 
     def role_recipes(self) -> dict[str, str]:
         """Each role's context recipe name: its own when set, else `recipe` (EngineConfig's rule)."""
@@ -84,6 +86,8 @@ class ModelSetup:
                           else repr(float(self.drafter_lora_alpha)))
         r = self.role_recipes()
         # compiled kernels may round differently from eager ones (and time differently): rows are never mixed
+        if self.route_vae:  # a tiny decoder's scores are its own: rows of two decoders are never mixed
+            models["route_vae"] = self.route_vae if self.route_vae == "tiny" else file_identity(self.route_vae)
         return {**models, "compiled": compile_backend(self) or "no", "dtype": self.dtype,
                 "size": f"{self.width}x{self.height}", "blocks": str(self.blocks), "drafter_recipe": r["drafter"], "target_recipe": r["target"],
                 "decode_rule": self.decode_rule, "device": self.device.split(":")[0]}
@@ -128,6 +132,22 @@ def load_models(s: ModelSetup):
                          drafter_lora=s.drafter_lora if draft else None, drafter_lora_alpha=s.drafter_lora_alpha,
                          compile=s.compile)
     return m.drafter, m.target, m.vae, m.scorer
+
+
+def load_route_vae(s: ModelSetup):
+    """The tiny routing decoder of the setup (None without one), in the VAE's dtype for the device."""
+    if not s.route_vae:
+        return None
+    from sdvg_core.demo.route_args import TINY_ROUTE, TINY_ROUTE_SEED
+
+    if s.route_vae == TINY_ROUTE:
+        from sdvg_core.demo.tiny_taehv import tiny_taehv
+
+        return tiny_taehv(TINY_ROUTE_SEED, device=s.device)
+    from sdvg_core.io.checkpoint import load_taehv
+    from sdvg_core.io.model_files import vae_dtype_for
+
+    return load_taehv(s.route_vae, device=s.device, dtype=vae_dtype_for(s.device))
 
 
 def frames_digest(frames: torch.Tensor) -> str:
@@ -180,6 +200,7 @@ class UnitRunner:
         self.setup, self.out_dir, self.save_videos, self.run_fp = setup, Path(out_dir), save_videos, run_fp
         self.worker_name, self.share_memo = worker_name, share_memo
         self.drafter, self.target, self.vae, self.scorer = load_models(setup)
+        self.route_vae = load_route_vae(setup)
         self.metrics = [(spec, build_metric(spec, self.scorer, setup.device, metric_options))
                         for spec in metric_specs]
         self.engine_config = setup.engine_config()
@@ -239,13 +260,24 @@ class UnitRunner:
         spec = GenerationSpec(schedule, s.width, s.height, s.blocks, unit.seed,
                               pixels=unit.pixels.pixel_input() if unit.pixels is not None else None)
         policy = cfg.policy(unit.prompt_id, unit.seed)
+        memo = self._memo_for(unit)
         engine = Engine(self.target, self.vae, self.drafter if cfg.needs_drafter else None,
-                        self.scorer if cfg.needs_scorer else None, self.engine_config, memo=self._memo_for(unit))
+                        self.scorer if cfg.needs_scorer else None, self.engine_config, memo=memo,
+                        route_vae=self.route_vae if cfg.router == "route" else None)
         # each config is its own execution: results an earlier config left in the shared memo are an earlier
         # run's (its seconds are then not a fresh run's), results of this config's own earlier blocks are not
         run_id = engine.callbacks.run_id = f"{self.worker_name}:{cfg.name}:{unit.prompt_id}:{unit.seed}:{uuid.uuid4().hex}"
         t0 = time.perf_counter()
-        state = engine.generate(spec, policy, on_block=lambda eng, st: self.trimmer.block_done())
+        paired = None
+        if cfg.router == "calibrate":  # the VAE routes; each draft is also decoded and scored by the tiny decoder
+            from sdvg_core.engine.calibration_run import paired_scores
+
+            tiny = Engine(self.target, self.vae, self.drafter, self.scorer, self.engine_config, memo=memo,
+                          route_vae=self.route_vae)
+            tiny.callbacks.run_id = run_id
+            state, paired = paired_scores(engine, tiny, spec, policy)
+        else:
+            state = engine.generate(spec, policy, on_block=lambda eng, st: self.trimmer.block_done())
         if schedule.switches:  # engine.frames, keeping where each block's frames start (segments are scored apart)
             parts = [engine.block_frames(state, b) for b in range(len(state.blocks))]
             frames = torch.cat(parts)
@@ -279,5 +311,9 @@ class UnitRunner:
             row["video"] = str(write_video(frames, self.out_dir / "videos" / f"{safe}_p{unit.prompt_id}_s{unit.seed}.mp4"))
         row.update(worker=self.worker_name, run=self.run_fp,
                    recipe=recipe_label(engine.recipes["target"], engine.recipes["drafter"]), prompt_text=unit.label)
+        if self.route_vae is not None:  # records.ROUTE_COLUMNS
+            row["route_decoder"] = engine.route_decoder
+            row["paired"] = "" if paired is None else json.dumps(
+                {"decoder": tiny.route_decoder, "pairs": [[p.reference, p.candidate] for p in paired]})
         return row
 

@@ -11,7 +11,10 @@ WAN21_CausalAR, network CausalWanModel); a full-width random Wan 2.1 VAE by comf
 - target-only: core's SamplerARVideo and SDVG's sampler on the same MODEL, noise, sigmas -> max |difference| of the
   LATENTs, text-to-video and from a start image (AR Video I2V);
 - with a drafter (a second causal_ar network, SDVG's policies draft_only and sdvg with a tiny ImageReward): SDVG's
-  sampler LATENT vs the SDVG engine run directly on the same hosted models with core's noise rule (`ComfyARNoise`).
+  sampler LATENT vs the SDVG engine run directly on the same hosted models with core's noise rule (`ComfyARNoise`);
+- `parity`: target-only against core's sampler over other conditionings (a ConditioningConcat's 1024 rows, a
+  40-row one, a 600-row prompt past Wan's 512) and block sizes 1 / 2 / 3 / 4 with a shorter last block, text-to-video
+  and from a start image: max |difference| and the blocks core makes, per case.
 
 `--rounds N` (a benchmark, not a test): then N interleaved rounds of the text-to-video sampling, core's sampler then
 SDVG's target-only with SDVG's cache emptied first (every block computed), as `t2v_rounds` (seconds) and
@@ -72,7 +75,6 @@ def main() -> dict:
     from sdvg_pack.sdvg_core.engine.recipes import SelfForcingRecipe
     from sdvg_pack.sdvg_core.engine.state import PromptConditioning
     from sdvg_pack.sdvg_core.io.reward_files import random_scorer
-    from sdvg_pack.sdvg_core.io.text import fit_text_len
 
     nodes = pack.nodes
     os.makedirs(WORK, exist_ok=True)
@@ -93,8 +95,8 @@ def main() -> dict:
     sigmas = cs.ManualSigmas.execute(SIGMAS).args[0]
     noise = cs.RandomNoise.execute(SEED).args[0]
 
-    def sample(model, sampler, latent):
-        guider = cs.BasicGuider.execute(model, conditioning).args[0]
+    def sample(model, sampler, latent, cond=None):
+        guider = cs.BasicGuider.execute(model, conditioning if cond is None else cond).args[0]
         return cs.SamplerCustomAdvanced.execute(noise, guider, sampler, sigmas, latent).args[0]["samples"].float()
 
     def sdvg(**kw):
@@ -145,8 +147,7 @@ def main() -> dict:
             plan = comfy_ar.sigma_plan(sigmas)
             recipe = comfy_ar.with_plan(SelfForcingRecipe(), plan)
             t, d = nodes.comfy_model.host_comfy_model(target, "target"), nodes.comfy_model.host_comfy_model(drafter, "drafter")
-            spec = comfy_ar.StartLatentSpec(PromptConditioning.make(prompt, fit_text_len(emb, t.dit.cfg.text_len)),
-                                            W, H, 3, SEED)
+            spec = comfy_ar.StartLatentSpec(PromptConditioning.make(prompt, emb), W, H, 3, SEED)
             video = noise.generate_noise(latent).float()
             engine = Engine(t.dit, nodes.hosted.host_vae(vae), d.dit, scorer, EngineConfig(recipe=recipe),
                             noise_fn=ComfyARNoise(num_renoise=plan.num_renoise, video=video))
@@ -154,6 +155,31 @@ def main() -> dict:
             want = target.model.process_latent_out(comfy_ar.video_latents(state)).float()
             out[f"{name}_producers"] = [b.producer for b in state.blocks]
             out[f"{name}_max_abs_diff_vs_engine"] = float((ours - want).abs().max())
+
+        # target-only parity with core's sampler over other conditionings, block sizes and a shorter last block
+        torch.manual_seed(4)
+        other = torch.randn(1, 512, SIZES["text_dim"]) * 0.3
+        other[:, 30:] = 0
+        long = torch.randn(1, 600, SIZES["text_dim"]) * 0.3  # a prompt of 599 tokens + </s>: no padding row
+        conds = {"concat_1024_rows": [[torch.cat([emb, other], 1), {}]], "short_40_rows": [[emb[:, :40], {}]],
+                 "prompt_600_rows": [[long, {}]]}
+        parity = {}
+
+        def case(name, model, latent, F, cond=None, first=0):
+            theirs = sample(model, ar.SamplerARVideo.execute(F).args[0], latent, cond)
+            ours = sample(model, sdvg(num_frame_per_block=F), latent, cond)
+            T = latent["samples"].shape[2]
+            parity[name] = {"max_abs_diff": float((ours - theirs).abs().max()), "scale": float(theirs.abs().max()),
+                            "blocks": [min(F, T - s) for s in range(first, T, F)], "shape": list(ours.shape)}
+
+        for name, cond in conds.items():
+            case(f"t2v_{name}", target, latent, 3, cond)
+        short = ar.EmptyARVideoLatent.execute(W, H, 25, 1).args[0]  # 7 latent frames
+        i2v_model, i2v_short = ar.ARVideoI2V.execute(target, vae, image, W, H, 21, 1).args  # the start + 5
+        for F in (1, 2, 3, 4):
+            case(f"t2v_F{F}_7_frames", target, short, F)
+            case(f"i2v_F{F}_1+5_frames", i2v_model, i2v_short, F, first=1)
+        out["parity"] = parity
     return out
 
 

@@ -7,10 +7,14 @@ asks for them; hidden unique_id/dynprompt/prompt on a class clone; node expansio
 CLASSIC-like output cache keyed by class, constants, fingerprint, ancestors' keys (and the node id for nodes
 with a hidden unique_id), so a re-queue re-runs only what changed; each `run` has its own prompt id, set as
 the executing context around every node (comfy_execution.utils); a dynamic combo's dotted prompt keys
-(`format.codec`) reach the node as one nested dict, as ComfyUI 0.33 builds them.
+(`format.codec`) reach the node as one nested dict, as ComfyUI 0.33 builds them. Before anything runs, the prompt
+is validated as POST /prompt does (execution.py validate_inputs): each node an output needs whose class has its own
+`validate_inputs` is asked with the constants it names, None for a linked input it names, and `input_types` (the
+types of its linked inputs) when it takes that; an answer other than True refuses the prompt (`PromptInvalid`).
 """
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 from typing import Any
@@ -53,18 +57,59 @@ class DynamicPrompt:
         return self.original
 
 
+class PromptInvalid(RuntimeError):
+    """The prompt was refused at validation (ComfyUI's POST /prompt answers 400 with node_errors): nothing ran."""
+
+    def __init__(self, node_id: str, class_type: str, message: str):
+        super().__init__(f"{class_type} {node_id}: {message}")
+        self.node_id, self.class_type, self.message = node_id, class_type, message
+
+
 class MiniExecutor:
     def __init__(self, classes: dict[str, type]):
         self.classes = classes
         self.cache: dict[Any, tuple] = {}  # key -> (outputs, ui)
+        self.executed: list[tuple[str, str]] = []
+
+    def validate(self, prompt: dict) -> None:
+        """POST /prompt's validation of the nodes the outputs need (see the module docstring); raises PromptInvalid."""
+        _, _, is_link = _host()
+        seen: set[str] = set()
+
+        def visit(nid: str) -> None:
+            if nid in seen:
+                return
+            seen.add(nid)
+            node = prompt[nid]
+            for v in node["inputs"].values():
+                if is_link(v):
+                    visit(v[0])
+            check = getattr(self.classes[node["class_type"]], "validate_inputs", None)
+            if check is None:
+                return
+            params = inspect.signature(check).parameters
+            anything = any(p.kind is p.VAR_KEYWORD for p in params.values())
+            kwargs = {k: (None if is_link(v) else v) for k, v in node["inputs"].items() if anything or k in params}
+            if "input_types" in params:
+                kwargs["input_types"] = {k: self._schema(prompt[v[0]]["class_type"]).outputs[v[1]].io_type
+                                         for k, v in node["inputs"].items() if is_link(v)}
+            answer = check(**kwargs)
+            if answer is not True:
+                raise PromptInvalid(nid, node["class_type"], str(answer))
+
+        for nid, node in prompt.items():
+            if self._schema(node["class_type"]).is_output_node:
+                visit(nid)
 
     def run(self, prompt: dict) -> dict[str, dict]:
-        """Execute every output node; returns {node id: ui dict}. `executed` / `cached` list what happened."""
+        """Validate, then execute every output node; returns {node id: ui dict}. `executed` / `cached` list what
+        happened (a refused prompt executes nothing)."""
+        self.executed = []
+        self.validate(prompt)
         self.dyn = DynamicPrompt(prompt)
         self.prompt_id = uuid.uuid4().hex  # like ComfyUI's prompt id: the executing context of every node
         self.values: dict[str, tuple] = {}
         self.ui: dict[str, dict] = {}
-        self.executed: list[tuple[str, str]] = []
         self.cached: list[str] = []
         self._keys: dict[str, Any] = {}
         for nid, node in prompt.items():

@@ -1,10 +1,14 @@
-"""SDVG Sampler (AR video): SDVG inside ComfyUI core's autoregressive workflow (issue 32), against the fake host.
+"""SDVG Sampler (AR video): SDVG inside ComfyUI core's autoregressive workflow, against the fake host.
 
-Core's noise rule as an sdvg_core noise source (checked against a hand-written transcription of core's calls); the
-step plan of given sigmas; the SAMPLER in SamplerCustomAdvanced (tests/fake_comfy: KSAMPLER, the guider, the latent
-format) equal to the engine run on the same noise, with and without a start latent and a drafter; the model compiler
-off while it runs and restored after; the target loaded by ComfyUI before its layers are called; the report. The
-real-host proof that target-only equals core's Sampler AR Video is tests/comfy_ar_probe.py (tests/test_comfy_host.py).
+Core's noise rule as an sdvg_core noise source (checked against a hand-written transcription of core's calls, a
+shorter last block included); the step plan of given sigmas; core's block counting (any num_frame_per_block, the
+last block shorter); the SAMPLER in SamplerCustomAdvanced (tests/fake_comfy: KSAMPLER, the guider, the latent format)
+equal to the engine run on the same noise, with and without a start latent and a drafter, at block sizes 1..4; the
+guider's conditioning reaching the models as given (a ConditioningConcat's rows, a short prompt's) and a
+ConditioningCombine refused; the inputs each policy uses checked when the graph is validated; the model compiler off
+while it runs and restored after; the target loaded by ComfyUI before its layers are called; the report. The
+real-host proof that target-only equals core's Sampler AR Video is tests/comfy_ar_probe.py (tests/test_comfy_host.py),
+and core's own templates with SDVG's sampler swapped in are run by tests/comfy_template_probe.py.
 """
 from __future__ import annotations
 
@@ -26,14 +30,17 @@ SEED = 1234
 # ------------------------------------------------------------------------------------------------ the noise rule
 def core_rule(seed: int, block: int, shape: tuple[int, ...], steps: int, first: int, F: int) -> tuple:
     """Core's calls, written out: RandomNoise's whole-latent draw from torch.manual_seed(seed), then before each
-    re-noise torch.manual_seed(seed + block * 1000 + i) and randn_like(denoised [1, C, F, h, w])."""
+    re-noise torch.manual_seed(seed + block * 1000 + i) and randn_like(denoised [1, C, bf, h, w]), where the block
+    holds bf = min(F, frames left) frames (sample_ar_video's short last block)."""
     torch.manual_seed(seed)
     video = torch.randn(shape)
-    initial = video[:, :, first + block * F:first + (block + 1) * F]
+    start = first + block * F
+    bf = min(F, shape[2] - start)
+    initial = video[:, :, start:start + bf]
     renoise = []
     for i in range(steps):
         torch.manual_seed(seed + block * 1000 + i)
-        renoise.append(torch.randn(shape[0], shape[1], F, shape[3], shape[4]))
+        renoise.append(torch.randn(shape[0], shape[1], bf, shape[3], shape[4]))
     return initial, renoise
 
 
@@ -55,6 +62,22 @@ def test_comfy_ar_noise_is_cores_rule(first):
     # the draws depend on (seed, block, step) only: another block's differ, the same call repeats
     assert not torch.equal(noise(spec, 0).renoise[0], noise(spec, 1).renoise[0])
     assert torch.equal(noise(spec, 2).renoise, noise(spec, 2).renoise)
+
+
+@pytest.mark.parametrize("F,frames", [(1, 4), (2, 5), (3, 7), (4, 7)])
+def test_comfy_ar_noise_is_cores_rule_at_any_block_size_and_a_short_last_block(F, frames):
+    from sdvg_core.engine.noise import ComfyARNoise
+    from sdvg_core.engine.prompts import PromptConditioning
+    from sdvg_core.engine.state import GenerationSpec, blocks_for
+
+    n = blocks_for(frames, F)
+    spec = GenerationSpec(PromptConditioning.make("x", torch.zeros(1, 4, 8)), 64, 48, n, SEED, F, latent_frames=frames)
+    noise = ComfyARNoise(channels=16, num_renoise=3, first_frame=1)
+    for b in range(n):
+        initial, renoise = core_rule(SEED, b, (1, 16, 1 + frames, 6, 8), 3, 1, F)
+        got = noise(spec, b)
+        assert torch.equal(got.initial, initial.permute(0, 2, 1, 3, 4)), b
+        assert all(torch.equal(got.renoise[i], renoise[i].permute(0, 2, 1, 3, 4)) for i in range(3)), b
 
 
 def test_comfy_ar_noise_key_names_the_rule_the_device_and_the_given_noise():
@@ -131,17 +154,46 @@ def test_sigmas_core_loop_cannot_commit_are_refused(sigmas, why):
         sigma_plan(sigmas)
 
 
-def test_only_append_cache_recipes_run_cores_loop_and_a_partial_block_is_refused():
-    from sdvg_core.engine.comfy_ar import ARVideo, sigma_plan, with_plan
+def test_only_append_cache_recipes_run_cores_loop():
+    from sdvg_core.engine.comfy_ar import sigma_plan, with_plan
     from sdvg_core.engine.recipes import KreaRecipe, LongLiveRecipe
 
     plan = sigma_plan([1.0, 0.5, 0.0])
     assert with_plan(LongLiveRecipe(), plan).window == LongLiveRecipe().window
     with pytest.raises(ValueError, match="appends to one"):
         with_plan(KreaRecipe(), plan)
-    assert ARVideo(21, 0, 3).num_blocks == 7 and ARVideo(22, 1, 3).num_blocks == 7
-    with pytest.raises(ValueError, match=r"length 73\) or 22 latent frames \(length 85"):
-        ARVideo(21, 1, 3)  # core's default length 81 with a start image: 20 frames after it
+
+
+def core_blocks(lat_t: int, n_init: int, F: int) -> list[int]:
+    """sample_ar_video's blocks, written out: ceil((lat_t - n_init) / F) blocks, block b of min(F, frames left)."""
+    sizes, start = [], n_init
+    for _ in range(-(-(lat_t - n_init) // F)):
+        bf = min(F, lat_t - start)
+        sizes.append(bf)
+        start += bf
+    return sizes
+
+
+@pytest.mark.parametrize("F", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("lat_t,n_init", [(21, 1), (21, 0), (7, 0), (7, 1), (2, 1), (1, 0)])
+def test_the_blocks_are_cores_at_any_block_size_with_a_short_last_block(F, lat_t, n_init):
+    """Core's I2V template (81 frames: 1 + 20 latent frames) at its num_frame_per_block 1, and any other size and
+    length: the same blocks as core's loop makes, the last one shorter where F does not divide the frames left."""
+    from sdvg_core.engine.comfy_ar import ARVideo
+    from sdvg_core.engine.prompts import PromptConditioning
+    from sdvg_core.engine.state import GenerationSpec
+
+    video = ARVideo(lat_t, n_init, F)
+    spec = GenerationSpec(PromptConditioning.make("x", torch.zeros(1, 4, 8)), 64, 48, video.num_blocks, 0, F,
+                          latent_frames=video.latent_frames)
+    assert [spec.block_frames(b) for b in range(spec.num_blocks)] == core_blocks(lat_t, n_init, F)
+
+
+def test_a_latent_with_nothing_after_the_start_image_is_refused():
+    from sdvg_core.engine.comfy_ar import ARVideo
+
+    with pytest.raises(ValueError, match="nothing is left to generate.*at least 5"):
+        ARVideo(1, 1, 1)
 
 
 # ------------------------------------------------------------------------------------------------ the node in a host
@@ -158,10 +210,13 @@ def env(tmp_path_factory):
 
 
 def ar_prompt(policy: str = "target_only", start_image: bool = False, length: int = 33, drafter: bool = True,
-              **sampler) -> dict:
+              drafter_model: bool | None = None, **sampler) -> dict:
     """An API prompt of core's AR workflow with SDVG's sampler: the target through UNETLoader into BasicGuider (or
-    AR Video I2V first), the tiny drafter from SDVG Load Drafter, ManualSigmas, RandomNoise, SamplerCustomAdvanced,
-    VAE Decode; SDVG AR Report into a viewer."""
+    AR Video I2V first), the tiny drafter from SDVG Load Drafter (chunk-wise: blocks of 3) or, with `drafter_model`
+    (the default at another num_frame_per_block), as a MODEL from UNETLoader into 'drafter', ManualSigmas,
+    RandomNoise, SamplerCustomAdvanced, VAE Decode; SDVG AR Report into a viewer."""
+    if drafter_model is None:
+        drafter_model = sampler.get("num_frame_per_block", 3) != 3
     p = {
         "target": {"class_type": "UNETLoader", "inputs": {"unet_name": "krea-realtime-video-14b.safetensors",
                                                           "weight_dtype": "default"}},
@@ -175,7 +230,8 @@ def ar_prompt(policy: str = "target_only", start_image: bool = False, length: in
         "noise": {"class_type": "RandomNoise", "inputs": {"noise_seed": SEED}},
         "sampler": {"class_type": "SDVGSamplerARVideo", "inputs": {
             "num_frame_per_block": 3, "vae": ["vae", 0], "image_reward": ["reward", 0], "prompt": PROMPT,
-            "policy": policy, "tau": -5.0, **({"sdvg_drafter": ["drafter", 0]} if drafter else {}), **sampler}},
+            "policy": policy, "tau": -5.0,
+            **({"drafter" if drafter_model else "sdvg_drafter": ["drafter", 0]} if drafter else {}), **sampler}},
         "latent": {"class_type": "EmptyARVideoLatent", "inputs": {**SIZE, "length": length, "batch_size": 1}},
         "sample": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["noise", 0], "guider": ["guider", 0],
                                                                      "sampler": ["sampler", 0], "sigmas": ["sigmas", 0],
@@ -183,6 +239,9 @@ def ar_prompt(policy: str = "target_only", start_image: bool = False, length: in
         "report": {"class_type": "SDVGARReport", "inputs": {"samples": ["sample", 0]}},
         "show": {"class_type": "PreviewAny", "inputs": {"source": ["report", 0]}},
     }
+    if drafter_model:
+        p["drafter"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "self_forcing_dmd.pt",
+                                                               "weight_dtype": "default"}}
     if start_image:
         from test_nodes_pixels import START_IMAGE
 
@@ -206,10 +265,11 @@ def run(classes, prompt, fresh: bool = True):
     return ex, ex.values["sample"][0]["samples"]
 
 
-def engine_run(pack, ex, prompt, policy, start_latents=None):
+def engine_run(pack, ex, prompt, policy, start_latents=None, emb=None):
     """What the sampler must equal: the SDVG engine with the same models, core's sigmas as the plan (Self-Forcing's
-    recipe), core's noise rule over the same noise (RandomNoise at sigma 1), and the start latent if any, built here
-    from sdvg_core directly (no sampler code)."""
+    recipe), core's noise rule over the same noise (RandomNoise at sigma 1), the sampler's num_frame_per_block and core's
+    blocks (a shorter last one), the start latent if any and the conditioning's rows as they are (`emb`: those rows,
+    default the text node's), built here from sdvg_core directly (no sampler code)."""
     core, nodes = pack.sdvg_core, pack.nodes
     comfy_ar = __import__(core.__name__ + ".engine.comfy_ar", fromlist=["x"])
     from sdvg_pack.sdvg_core.engine.config import EngineConfig
@@ -217,23 +277,27 @@ def engine_run(pack, ex, prompt, policy, start_latents=None):
     from sdvg_pack.sdvg_core.engine.noise import ComfyARNoise
     from sdvg_pack.sdvg_core.engine.recipes import SelfForcingRecipe
     from sdvg_pack.sdvg_core.engine.state import PromptConditioning
-    from sdvg_pack.sdvg_core.io.text import fit_text_len
 
     plan = comfy_ar.sigma_plan(torch.tensor([float(s) for s in SIGMAS.split(",")]))
     recipe = comfy_ar.with_plan(SelfForcingRecipe(), plan)
     target = nodes.comfy_model.host_comfy_model(ex.values["target"][0], "target")
-    drafter = ex.values["drafter"][0]
+    drafter = ex.values["drafter"][0] if "drafter" in ex.values else None
+    if prompt["drafter"]["class_type"] == "UNETLoader" and drafter is not None:
+        drafter = nodes.comfy_model.host_comfy_model(drafter, "drafter")
     vae = nodes.hosted.host_vae(ex.values["vae"][0])
     latent = ex.values["latent" if start_latents is None else "i2v"][-1]["samples"]
     g = 0 if start_latents is None else start_latents.shape[1]
+    F = prompt["sampler"]["inputs"]["num_frame_per_block"]
+    video = comfy_ar.ARVideo(latent.shape[2], g, F)
     gen = torch.Generator().manual_seed(SEED)
-    video = torch.randn(latent.shape, generator=gen)
-    emb = ex.values["text"][0][0][0]
-    spec = comfy_ar.StartLatentSpec(PromptConditioning.make(PROMPT, fit_text_len(emb, target.dit.cfg.text_len)),
-                                    SIZE["width"], SIZE["height"], (latent.shape[2] - g) // 3, SEED,
+    noise = torch.randn(latent.shape, generator=gen)
+    emb = ex.values["text"][0][0][0] if emb is None else emb
+    spec = comfy_ar.StartLatentSpec(PromptConditioning.make(PROMPT, emb), SIZE["width"], SIZE["height"],
+                                    video.num_blocks, SEED, F, latent_frames=video.latent_frames,
                                     start_digest="" if start_latents is None else comfy_ar.latent_digest(start_latents))
-    engine = Engine(target.dit, vae, drafter.dit, ex.values["reward"][0], EngineConfig(recipe=recipe),
-                    noise_fn=ComfyARNoise(num_renoise=plan.num_renoise, first_frame=g, video=video))
+    engine = Engine(target.dit, vae, None if drafter is None else drafter.dit, ex.values["reward"][0],
+                    EngineConfig(recipe=recipe), noise_fn=ComfyARNoise(num_renoise=plan.num_renoise, first_frame=g,
+                                                                       video=noise))
     state = comfy_ar.generate(engine, spec, policy, start_latents)
     return pack.core_nodes.latent_out(comfy_ar.video_latents(state, start_latents)), state
 
@@ -265,7 +329,6 @@ def test_the_first_step_starts_from_the_noise_core_hands_the_sampler(env):
     from sdvg_pack.sdvg_core.engine.policy import TargetOnly
     from sdvg_pack.sdvg_core.engine.recipes import SelfForcingRecipe
     from sdvg_pack.sdvg_core.engine.state import PromptConditioning
-    from sdvg_pack.sdvg_core.io.text import fit_text_len
 
     sigmas = "0.9375, 0.8333333, 0.625, 0.0"
     prompt = ar_prompt("target_only", length=9)
@@ -274,7 +337,7 @@ def test_the_first_step_starts_from_the_noise_core_hands_the_sampler(env):
     plan = sigma_plan(torch.tensor([float(v) for v in sigmas.split(",")]))
     target = pack.nodes.comfy_model.host_comfy_model(ex.values["target"][0], "target")
     video = torch.randn(1, 16, 3, 6, 8, generator=torch.Generator().manual_seed(SEED)) * plan.sigmas[0]
-    emb = fit_text_len(ex.values["text"][0][0][0], target.dit.cfg.text_len)
+    emb = ex.values["text"][0][0][0]
     spec = StartLatentSpec(PromptConditioning.make(PROMPT, emb), SIZE["width"], SIZE["height"], 1, SEED)
     engine = Engine(target.dit, pack.nodes.hosted.host_vae(ex.values["vae"][0]),
                     config=EngineConfig(recipe=with_plan(SelfForcingRecipe(), plan)),
@@ -447,14 +510,180 @@ def test_the_target_is_loaded_by_comfyui_before_its_layers_run(env, monkeypatch)
 def test_requests_core_loop_cannot_run_are_refused(env):
     pack, classes, _ = env
     errors = pack.nodes.surface.SDVGError
-    with pytest.raises(errors, match="whole number"):
-        run(classes, ar_prompt("target_only", length=17))  # 5 latent frames: not whole blocks of 3
-    with pytest.raises(errors, match="needs a drafter"):
-        run(classes, ar_prompt("sdvg", drafter=False))
     with pytest.raises(errors, match="one video latent"):
         p = ar_prompt("target_only")
         p["latent"]["inputs"]["batch_size"] = 2
         run(classes, p)
+    with pytest.raises(errors, match="nothing is left to generate"):
+        run(classes, ar_prompt("target_only", start_image=True, length=1))
+
+
+# ------------------------------------------------------------------------------------------------ block sizes
+def test_the_default_block_size_is_cores(env):
+    """Core's Sampler AR Video defaults to 1 frame per block (frame-wise Causal Forcing, its I2V template's): a
+    workflow whose SamplerARVideo is swapped for SDVG's keeps that size when the widget is left as it is."""
+    _, classes, _ = env
+    schema = classes["SDVGSamplerARVideo"].GET_SCHEMA()
+    (widget,) = [i for i in schema.inputs if i.id == "num_frame_per_block"]
+    assert widget.as_dict()["default"] == 1
+
+
+@pytest.mark.parametrize("F,length,policy", [(3, 25, "target_only"), (2, 25, "sdvg"), (1, 13, "sdvg"),
+                                             (4, 21, "draft_only")],
+                         ids=["3+3+1", "2x3+1_sdvg", "framewise_sdvg", "4+2_draft_only"])
+def test_any_block_size_and_a_short_last_block_equal_the_engine(env, F, length, policy):
+    """The sampler runs core's blocks at num_frame_per_block F, a shorter last block included, each routed on the
+    frames it decodes to; its LATENT equals the engine's on core's terms."""
+    pack, classes, _ = env
+    from sdvg_pack.sdvg_core.engine.policy import DraftOnly, TargetOnly, ThresholdPolicy
+
+    prompt = ar_prompt(policy, length=length, num_frame_per_block=F)
+    ex, out = run(classes, prompt)
+    want_policy = {"target_only": TargetOnly(), "sdvg": ThresholdPolicy(tau=-5.0),
+                   "draft_only": DraftOnly(force_reject_first=True)}[policy]
+    want, state = engine_run(pack, ex, prompt, want_policy)
+    latent_frames = (length - 1) // 4 + 1
+    sizes = [min(F, latent_frames - b * F) for b in range(-(-latent_frames // F))]
+    assert out.shape[2] == latent_frames and torch.equal(out, want)
+    report = json.loads(ex.values["report"][2])
+    assert [b["latent_frames"] for b in report["blocks"]] == sizes and report["frames_per_block"] == F
+    if policy == "sdvg":  # each draft scored on the pixel frames its latent frames decode to (4 per latent frame)
+        assert [len(b["frame_scores"]) for b in report["blocks"]] == [0] + [4 * n for n in sizes[1:]]
+
+
+def test_a_start_image_with_frame_wise_blocks(env):
+    """Core's I2V template's shape: a start image, then blocks of 1 latent frame, drafted and routed one frame at a
+    time (here 1 + 4 latent frames)."""
+    pack, classes, _ = env
+    from sdvg_pack.sdvg_core.engine.policy import ThresholdPolicy
+
+    prompt = ar_prompt("sdvg", start_image=True, length=17, num_frame_per_block=1)
+    ex, out = run(classes, prompt)
+    model = ex.values["i2v"][0]
+    start = pack.core_nodes.latent_in(model.model_options["transformer_options"]["ar_config"]["initial_latent"])
+    want, state = engine_run(pack, ex, prompt, ThresholdPolicy(tau=-5.0), start.permute(0, 2, 1, 3, 4).contiguous())
+    assert out.shape[2] == 5 and torch.equal(out, want)
+    assert [b.producer for b in state.blocks] == ["target", "drafter", "drafter", "drafter"]
+
+
+def test_a_chunk_wise_drafter_is_refused_at_another_block_size(env):
+    """SDVG Load Drafter's kinds are trained for blocks of 3: at num_frame_per_block 1 the run is refused before any
+    sampling, with the reason and the two ways out; a ComfyUI MODEL (whose block size nothing says) runs the
+    workflow's."""
+    pack, classes, _ = env
+    with pytest.raises(pack.nodes.surface.SDVGError, match=r"trained for blocks of 3 latent frames.*"
+                                                           r"num_frame_per_block is 1.*Load Diffusion Model"):
+        run(classes, ar_prompt("sdvg", length=9, num_frame_per_block=1, drafter_model=False))
+    _, out = run(classes, ar_prompt("draft_only", length=9, num_frame_per_block=1, drafter_model=True))
+    assert out.shape[2] == 3
+
+
+# ------------------------------------------------------------------------------------------------ the conditioning
+def conditioning_prompt(policy: str = "target_only", join: str = "ConditioningConcat") -> dict:
+    """ar_prompt with the guider's conditioning made of two prompts' embeddings (ConditioningConcat: one entry of
+    both rows; ConditioningCombine: two entries)."""
+    p = ar_prompt(policy, length=13)
+    p["text2"] = {"class_type": "SDVGLoadPromptEmbeddings", "inputs": {"embeddings": EMB2_FILE}}
+    inputs = ({"conditioning_to": ["text", 0], "conditioning_from": ["text2", 0]} if join == "ConditioningConcat"
+              else {"conditioning_1": ["text", 0], "conditioning_2": ["text2", 0]})
+    p["join"] = {"class_type": join, "inputs": inputs}
+    p["guider"]["inputs"]["conditioning"] = ["join", 0]
+    return p
+
+
+EMB2_FILE = "second_prompt.safetensors"
+
+
+@pytest.fixture(scope="module")
+def second_prompt(env):
+    pack, _, base = env
+    text = "a red kite over the sea"
+    pack.sdvg_core.save_embeddings(base / "models" / "sdvg_prompts" / EMB2_FILE, text,
+                                   pack.sdvg_core.io.text.demo_embeddings(text, 32))
+    return text
+
+
+def test_the_conditioning_reaches_the_models_as_given(env, second_prompt):
+    """A ConditioningConcat of two 512-row prompts reaches both models as its 1024 rows (core passes them as they
+    are): equal to the engine on those rows, not on the first 512; a short conditioning (40 rows) is not padded."""
+    pack, classes, _ = env
+    from sdvg_pack.sdvg_core.engine.policy import TargetOnly
+
+    prompt = conditioning_prompt()
+    ex, out = run(classes, prompt)
+    rows = ex.values["join"][0][0][0]
+    assert rows.shape[1] == 1024
+    want, _ = engine_run(pack, ex, prompt, TargetOnly(), emb=rows)
+    cut, _ = engine_run(pack, ex, prompt, TargetOnly(), emb=rows[:, :512])
+    assert torch.equal(out, want) and not torch.allclose(out, cut, atol=1e-3)
+    short = ar_prompt("target_only", length=13)
+    short["short"] = {"class_type": "ShortConditioning", "inputs": {"conditioning": ["text", 0]}}
+    short["guider"]["inputs"]["conditioning"] = ["short", 0]
+    ex, out = run({**classes, "ShortConditioning": ShortConditioning}, short)
+    rows = ex.values["short"][0][0][0]
+    want, _ = engine_run(pack, ex, short, TargetOnly(), emb=rows)
+    padded = torch.cat([rows, rows.new_zeros(1, 512 - rows.shape[1], rows.shape[2])], 1)
+    assert rows.shape[1] == 40 and torch.equal(out, want)
+    assert not torch.allclose(out, engine_run(pack, ex, short, TargetOnly(), emb=padded)[0], atol=1e-3)
+
+
+def test_a_combined_conditioning_is_refused_with_the_reason(env, second_prompt):
+    pack, classes, _ = env
+    with pytest.raises(pack.nodes.surface.SDVGError, match=r"holds 2 entries \(ConditioningCombine.*averages.*"
+                                                           r"ConditioningConcat"):
+        run(classes, conditioning_prompt(join="ConditioningCombine"))
+
+
+class ShortConditioning:
+    """A test node: the first 40 rows of a conditioning (a prompt shorter than Wan's 512, as another encoder gives)."""
+
+    @classmethod
+    def GET_SCHEMA(cls):
+        from comfy_api.latest import io
+
+        return io.Schema(node_id="ShortConditioning", category="test",
+                         inputs=[io.Conditioning.Input("conditioning")], outputs=[io.Conditioning.Output()])
+
+    @classmethod
+    def execute(cls, conditioning):
+        from comfy_api.latest import io
+
+        return io.NodeOutput([[t[:, :40], dict(extra)] for t, extra in conditioning])
+
+
+# ------------------------------------------------------------------------------------------------ inputs where used
+def test_no_vae_is_needed_where_nothing_is_decoded(env):
+    """target_only and draft_only decode nothing (the video is VAE Decode's): they run without a VAE, and equal the
+    run with one."""
+    pack, classes, _ = env
+    for policy in ("target_only", "draft_only"):
+        with_vae = run(classes, ar_prompt(policy, length=13))[1]
+        prompt = ar_prompt(policy, length=13)
+        del prompt["sampler"]["inputs"]["vae"]
+        assert torch.equal(run(classes, prompt)[1], with_vae), policy
+
+
+@pytest.mark.parametrize("missing,named", [("image_reward", "image_reward"), ("sdvg_drafter", "drafter"),
+                                           ("vae", "'vae'")])
+def test_an_input_policy_sdvg_uses_is_asked_for_when_the_graph_is_validated(env, missing, named):
+    """Validation (ComfyUI's POST /prompt, before any node runs) refuses policy sdvg without a drafter, ImageReward or
+    the VAE, naming the input; nothing runs."""
+    from mini_executor import PromptInvalid
+
+    _, classes, _ = env
+    prompt = ar_prompt("sdvg")
+    del prompt["sampler"]["inputs"][missing]
+    ex = MiniExecutor(classes)
+    with pytest.raises(PromptInvalid, match=named) as e:
+        ex.run(prompt)
+    assert e.value.class_type == "SDVGSamplerARVideo" and ex.executed == []
+    assert pack_validate(classes, prompt, "target_only") is True  # target_only uses none of them
+
+
+def pack_validate(classes, prompt, policy):
+    node = classes["SDVGSamplerARVideo"]
+    types = {k: "X" for k, v in prompt["sampler"]["inputs"].items() if isinstance(v, list)}
+    return node.validate_inputs(policy=policy, input_types=types)
 
 
 def test_a_guider_with_classifier_free_guidance_is_refused(env):

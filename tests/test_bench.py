@@ -28,11 +28,11 @@ CallClass = units.CallClass
 ROW_KEYS = {"id", "name", "lazy", "rounds", "wall_s", "wall_s_min", "wall_s_median", "s_per_block",
             "phase_s_per_block", "model_s", "overhead_s", "overhead_share", "speedup_measured",
             "speedup_measured_median", "predicted_s", "speedup_predicted", "memory", "counts", "calls", "decisions",
-            "per_block_seconds", "per_block", "trend"}
+            "per_block_seconds", "per_block", "trend", "route_decoder", "route_overhead_per_block", "compile"}
 META_KEYS = {"size", "device", "dtype", "machine", "command", "blocks", "width", "height", "recipes", "compile",
              "compiled", "compiled_models", "rounds", "rounds_run", "stopped_early", "orders", "isolation", "threads", "memo_bytes", "models",
              "params", "build_s", "warmup_s", "weights_bytes", "resident_bytes", "resident_kind", "unit_s",
-             "forward_ratio", "memory_estimate", "rows"}
+             "forward_ratio", "memory_estimate", "rows", "route_overhead_per_block", "compile_counters"}
 BLOCK_KEYS = {"index", "decision", "producer", "score", "wall_s", "seconds", "work", "cost", "rss_bytes",
               "rss_peak_bytes", "predicted_s", "cpu_s"}
 
@@ -226,7 +226,51 @@ def test_recipes_memo_and_configs_flags(tmp_path):
             assert sum(p[key].values()) == pytest.approx(1.0)
     # at full size the DiTs are most of the target-only video's FLOPs
     assert proj["configs"]["target-only"]["full_size_flop_shares"]["dit"] > 0.7
+    # routing one block at full size with each decoder (the tiny decoder measured but not run: its unit still is)
+    assert set(proj["route_overhead_per_block"]) == {"wan_vae", "taehv:tiny-taehv"}
     assert "Projection, not a measurement" in out.with_suffix(".md").read_text()
+
+
+def test_each_row_names_its_routing_decoder_and_its_routing_cost(tiny_doc):
+    """The tiny-decoder configuration routes on TAEHV (its decodes counted apart), the others on the VAE; a row that
+    scores no draft has no routing cost; the routing cost per block is each decoder's decode of a block's latent
+    frames plus scoring its frames, priced with the unit costs measured apart from the runs."""
+    data, out = tiny_doc
+    rows = {r["id"]: r for r in data["rows"]}
+    assert rows["sdvg-taehv"]["route_decoder"] == "taehv:tiny-taehv"
+    assert all(r["route_decoder"] == "wan_vae" for cid, r in rows.items() if cid != "sdvg-taehv")
+    assert rows["sdvg-taehv"]["counts"]["route_decode_frames"] > 0 and rows["sdvg"]["counts"]["route_decode_frames"] == 0
+    # the same decisions: the VAE decodes the same committed video, the tiny decoder its drafts and its own stream
+    assert rows["sdvg-taehv"]["decisions"] == rows["sdvg"]["decisions"]
+    assert rows["sdvg-taehv"]["counts"]["vae_decode_frames"] < rows["sdvg"]["counts"]["vae_decode_frames"]
+    over = data["route_overhead_per_block"]
+    assert set(over) == {"wan_vae", "taehv:tiny-taehv"}
+    unit = {k: v["min_s"] for k, v in data["unit_s"].items()}
+    frames, F = 12, 3  # a block's pixel frames after the first block; its latent frames
+    for name, kind in (("wan_vae", "decode"), ("taehv:tiny-taehv", "route_decode")):
+        assert over[name]["decode_s"] == pytest.approx(F * unit[kind])
+        assert over[name]["score_s"] == pytest.approx(frames * unit["score_frame"])
+        assert over[name]["total_s"] == pytest.approx(over[name]["decode_s"] + over[name]["score_s"])
+    assert rows["sdvg-taehv"]["route_overhead_per_block"] == over["taehv:tiny-taehv"]
+    assert rows["sdvg"]["route_overhead_per_block"] == over["wan_vae"]
+    assert rows["target-only"]["route_overhead_per_block"] is None and rows["stride:k=2"]["route_overhead_per_block"] is None
+    assert data["compile_counters"] is None and all(r["compile"] is None for r in data["rows"])  # eager DiTs
+    assert "Routing cost per drafted block" in out.with_suffix(".md").read_text()
+
+
+def test_compile_counters_per_recipe_and_role(tmp_path):
+    """--compile: torch.compile's graphs and graph breaks per recipe and role in the JSON (the cheap eager backend)."""
+    out = tmp_path / "c.json"
+    assert bs.main(["--size", "tiny", "--blocks", "2", "--rounds", "1", "--configs", "sdvg", "--drafter-recipe",
+                    "self_forcing", "--target-recipe", "krea", "--compile", "eager", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    c = data["compile_counters"]
+    assert set(c) == {"self_forcing", "krea"} and set(c["self_forcing"]) == {"drafter"} and set(c["krea"]) == {"target"}
+    assert c["self_forcing"]["drafter"]["compilations"] > 0 and c["krea"]["target"]["compilations"] > 0
+    assert all(set(v) == {"graph_breaks", "compilations"} for roles in c.values() for v in roles.values())
+    row = data["rows"][0]["compile"]
+    assert set(row) == {"self_forcing", "krea"}  # the row's own run (after the warm-up compiled)
+    assert "torch.compile per recipe and role" in out.with_suffix(".md").read_text()
 
 
 def test_fork_isolation_reports_the_childs_own_peak():

@@ -99,3 +99,23 @@ def test_a_longlive_drafter_runs_its_own_recipe_unless_told():
     assert drafter_own_recipe("longlive") == "longlive"
     assert drafter_own_recipe(None) is None and drafter_own_recipe("self_forcing") is None
     assert drafter_own_recipe("causal_forcing") is None and drafter_own_recipe("causal_forcing_framewise") is None
+
+
+def test_frames_give_the_length_with_a_shorter_last_block(tmp_path, capsys):
+    """--frames N: (N - 1) // 4 + 1 latent frames in blocks of 3, the last one shorter (as ComfyUI core's AR loop
+    runs it); the video has N frames; --frames with --blocks, or below 1, is refused before anything loads."""
+    import json
+
+    av = pytest.importorskip("av")
+    from sdvg_core.demo.cli import main
+
+    out = tmp_path / "run"
+    assert main(["--frames", "25", "--quiet", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["num_blocks"] == 3 and [b["latent_frames"] for b in report["blocks"]] == [3, 3, 1]
+    with av.open(str(out / "sdvg.mp4")) as video:
+        assert sum(1 for _ in video.decode(video=0)) == 25
+    for argv, said in ((["--frames", "25", "--blocks", "2"], "--frames 25 and --blocks 2 both"),
+                       (["--frames", "0"], "--frames 0 must be >= 1")):
+        assert main([*argv, "--quiet", "--out", str(tmp_path / "x")]) == 2
+        assert said in capsys.readouterr().err

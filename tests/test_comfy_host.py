@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import workflow_tools as wt
-from test_nodes_pixels import PHONE_CLIP, write_inputs
+from test_nodes_pixels import PHONE_CLIP, START_IMAGE, write_inputs
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
@@ -59,7 +59,7 @@ FRAMES = 1 + 4 * (3 * SMALL["num_blocks"] - 1)
 SDVG_NODES = {"SDVGLoadDrafter", "SDVGLoadTarget", "SDVGLoadImageReward", "SDVGStart", "SDVGLoopStart",
               "SDVGDraftBlock", "SDVGDecodeBlock", "SDVGScoreBlock", "SDVGRoute", "SDVGLoopEnd", "SDVGFinish",
               "SDVGGenerate", "SDVGSavePromptEmbeddings", "SDVGLoadPromptEmbeddings", "SDVGPromptSchedule",
-              "SDVGPromptFromBlock", "SDVGShowVideo", "SDVGSamplerARVideo", "SDVGARReport", "SDVGLive"}
+              "SDVGPromptFromBlock", "SDVGShowVideo", "SDVGSamplerARVideo", "SDVGARReport", "SDVGLoadRouteDecoder", "SDVGLive"}
 
 
 def comfy_python() -> str:
@@ -555,6 +555,128 @@ def test_core_ar_workflow_runs(server, start_image):
           f"report output/{rel}.json, {entry['seconds']:.1f} s")
 
 
+# ------------------------------------------------------------------------------------------------ core's AR templates
+TEMPLATE_PACKAGES = "comfyui_workflow_templates"  # the packages the host ships its templates in (name prefix)
+TEMPLATE_TAU = -5.0  # the tiny ImageReward scores around -1..1: every draft accepted, so every block after 0 is routed
+
+
+def host_ar_templates() -> list[Path]:
+    """Every workflow template of the host's comfyui-workflow-templates packages that uses core's Sampler AR Video
+    (found in the host's own python environment: the templates the host offers its users)."""
+    code = ("import importlib.util, pkgutil\n"
+            f"for m in pkgutil.iter_modules():\n    if m.name.startswith({TEMPLATE_PACKAGES!r}):\n"
+            "        spec = importlib.util.find_spec(m.name)\n        print(*(spec.submodule_search_locations or []), sep='\\n')")
+    out = subprocess.run([comfy_python(), "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    folders = [Path(line) for line in out.stdout.split("\n") if line.strip()]
+    return sorted({p for f in folders for p in f.rglob("*.json") if '"SamplerARVideo"' in p.read_text(errors="ignore")})
+
+
+def template_api(server: Server, wf: dict, tag: str) -> tuple[dict, str, str]:
+    """A template's API prompt as the frontend queues it (subgraphs flattened), on the test's tiny causal_ar target at
+    AR_SMALL's size, the test's start image, the text encoders swapped for embeddings; everything else (length,
+    steps, block size, guider, noise) as the template has it. A Save Latent node keeps SamplerCustomAdvanced's output
+    (under `tag`). Returns (prompt, Save Latent's id, the positive prompt's text)."""
+    flat = wt.flatten_subgraphs(wf, server.object_info)
+    api = wt.to_api(flat, server.object_info)
+    (sample,) = [k for k, v in api.items() if v["class_type"] == "SamplerCustomAdvanced"]
+    guider = api[api[sample]["inputs"]["guider"][0]]
+    positive = api[(guider["inputs"].get("positive") or guider["inputs"]["conditioning"])[0]]["inputs"]["text"]
+    api = wt.swap_text_encoder(api, wt.AR_TEST_FILES["embeddings"])
+    api = wt.set_inputs(api, "UNETLoader", unet_name=wt.AR_TEST_FILES["target"])
+    api = wt.set_inputs(api, "LoadImage", image=START_IMAGE)
+    for latent_node in ("ARVideoI2V", "EmptyARVideoLatent"):
+        api = wt.set_inputs(api, latent_node, **wt.AR_SMALL)
+    api["9lat9"] = {"class_type": "SaveLatent", "inputs": {"samples": [sample, 0], "filename_prefix": f"latents/{tag}"}}
+    return api, "9lat9", positive
+
+
+def latent_only(api: dict) -> dict:
+    """The prompt without the nodes after the sampling that Save Latent does not need (VAE Decode, Create Video, Save
+    Video): the LATENT comparison reads the saved latent, and decoding 81 frames on the CPU twice more adds minutes."""
+    out = json.loads(json.dumps(api))
+    for k in [k for k, v in out.items() if v["class_type"] in ("VAEDecode", "CreateVideo", "SaveVideo")]:
+        del out[k]
+    return out
+
+
+def saved_latent(root: Path, entry: dict, node: str) -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    (f,) = entry["outputs"][node]["latents"]
+    return load_file(str(root / "output" / f["subfolder"] / f["filename"]))["latent_tensor"].float()
+
+
+def test_cores_ar_templates_run_with_sdvgs_sampler_swapped_in(server, root):
+    """Every AR template the host ships (ComfyUI 0.33.0: video_causal_forcing_i2v, a subgraph with Load Image, AR Video
+    I2V at length 81, BasicScheduler 4 steps, CFGGuider 1.0 and Sampler AR Video at 1 frame per block), with Sampler AR
+    Video replaced by SDVG Sampler (AR video) by program and nothing else changed but the models (tiny causal_ar
+    ones), the size and the start image: target-only gives core's LATENT within 1e-4 (core's own sampler run on the
+    same template); with a tiny drafter, ImageReward and the template's VAE connected, every block after the first is
+    routed (drafted, decoded, scored, accepted at tau -5) and the video has the template's length."""
+    templates = host_ar_templates()
+    if "SamplerARVideo" not in server.object_info:
+        pytest.skip("this host has no core AR video nodes (Sampler AR Video: ComfyUI 0.33+)")
+    if not templates:
+        pytest.skip("this host's comfyui-workflow-templates packages ship no template using Sampler AR Video")
+    for path in templates:
+        wf = wt.load(path)
+        (core_sampler,) = wt.nodes_of_type(wf, "SamplerARVideo")
+        block = core_sampler["widgets_values"][0]
+        core_api, save, _ = template_api(server, wf, f"{path.stem}_core")
+        swapped = wt.swap_node_type(wf, "SamplerARVideo", "SDVGSamplerARVideo")
+        sdvg_api, _, positive = template_api(server, swapped, f"{path.stem}_sdvg")
+        core = saved_latent(root, server.queue(latent_only(core_api)), save)
+        ours = saved_latent(root, server.queue(latent_only(wt.set_inputs(sdvg_api, "SDVGSamplerARVideo",
+                                                                         policy="target_only"))), save)
+        diff = float((ours - core).abs().max())
+        assert ours.shape == core.shape and diff < 1e-4, (path.name, diff)
+        # with a drafter: the template's own VAE decodes each draft, ImageReward scores it
+        (sampler_id,) = [k for k, v in sdvg_api.items() if v["class_type"] == "SDVGSamplerARVideo"]
+        (vae_id,) = [k for k, v in sdvg_api.items() if v["class_type"] == "VAELoader"]
+        routed = json.loads(json.dumps(sdvg_api))
+        routed["9dr9"] = {"class_type": "UNETLoader", "inputs": {"unet_name": wt.AR_TEST_FILES["drafter"],
+                                                                  "weight_dtype": "default"}}
+        routed["9ir9"] = {"class_type": "SDVGLoadImageReward", "inputs": {"reward_name": "ImageReward.pt",
+                                                                          "dtype": "auto", "micro_batch": 16}}
+        routed[sampler_id]["inputs"].update(drafter=["9dr9", 0], image_reward=["9ir9", 0], vae=[vae_id, 0],
+                                            prompt=positive, policy="sdvg", tau=TEMPLATE_TAU)
+        routed["9rep9"] = {"class_type": "SDVGARReport", "inputs": {"samples": [routed[save]["inputs"]["samples"][0], 0]}}
+        routed["9show9"] = {"class_type": "PreviewAny", "inputs": {"source": ["9rep9", 2]}}
+        entry = server.queue(routed)
+        rep = json.loads(entry["outputs"]["9show9"]["text"][0])
+        n = len(rep["blocks"])
+        assert [b["decision"] for b in rep["blocks"]] == ["forced"] + ["accepted"] * (n - 1), rep["blocks"]
+        assert rep["frames_per_block"] == block and all(len(b["frame_scores"]) == 4 * b["latent_frames"]
+                                                        for b in rep["blocks"][1:])
+        frames = video_frames(root, entry)
+        assert frames == [1 + 4 * (core.shape[2] - 1)], frames
+        print(f"\n{path.name} ({path.parent.parent.name}) with SDVG's sampler swapped in: {n} blocks of {block} latent "
+              f"frame(s) after the start image, target-only vs core's max |diff| {diff:.1e} (values up to "
+              f"{float(core.abs().max()):.1f}); with a drafter {rep['blocks'][1]['decision']} x {n - 1}, forwards "
+              f"D{rep['drafter_forwards']}/T{rep['target_forwards']}, {frames[0]} frames, {entry['seconds']:.1f} s")
+
+
+def test_policy_sdvg_without_its_inputs_is_refused_when_queued(server):
+    """POST /prompt (ComfyUI's validation, before any node runs) refuses SDVG Sampler (AR video) with policy sdvg and
+    no ImageReward, naming the input; the same graph at target_only queues without a VAE."""
+    lacking = lacking_core_nodes(server, AR_WORKFLOW)
+    if lacking:
+        pytest.skip(f"sdvg_core_ar_sampler needs core's AR video nodes (ComfyUI 0.33+); this host has no "
+                    f"{', '.join(lacking)}")
+    api = wt.ar_test_models(wt.to_api(wt.load(AR_WORKFLOW), server.object_info), 1)
+    (sampler,) = [k for k, v in api.items() if v["class_type"] == "SDVGSamplerARVideo"]
+    refused = json.loads(json.dumps(api))
+    del refused[sampler]["inputs"]["image_reward"]
+    with pytest.raises(PromptRefused) as e:
+        server.queue(refused)
+    assert e.value.status == 400 and "image_reward" in e.value.body and sampler in json.loads(e.value.body)["node_errors"]
+    plain = wt.set_inputs(api, "SDVGSamplerARVideo", policy="target_only")
+    del plain[sampler]["inputs"]["vae"]
+    server.queue(plain)
+    print(f"\npolicy sdvg without ImageReward refused at /prompt: {json.loads(e.value.body)['node_errors'][sampler]}")
+
+
 def test_prompt_changes_workflow_at_its_own_length(server):
     """sdvg_long_video_prompt_changes as saved (three prompts over 30 blocks, at the test's small frame size; each
     prompt its own embeddings file): every block carries its own prompt in the report, the segments are the
@@ -825,9 +947,10 @@ def test_causal_forward_on_comfy_wanmodel():
 
 
 def test_sdvg_ar_sampler_is_cores_loop(root):
-    """Issue 32: a tiny random CausalWanModel built by core's own loader from a causal_ar safetensors file; with every
+    """A tiny random CausalWanModel built by core's own loader from a causal_ar safetensors file; with every
     block from the target, SDVG Sampler (AR video)'s LATENT equals core's Sampler AR Video output on the same MODEL,
-    noise, sigmas (and start image, through AR Video I2V) within 1e-4; with a drafter (draft_only, and sdvg with a tiny
+    noise, sigmas (and start image, through AR Video I2V) within 1e-4, also with a 1024-row ConditioningConcat, a
+    40-row and a 600-row conditioning, and at 1 / 2 / 3 / 4 latent frames per block with a shorter last block; with a drafter (draft_only, and sdvg with a tiny
     ImageReward) its blocks are the SDVG engine's on core's noise rule (tests/comfy_ar_probe.py). Skipped on hosts
     without core's AR nodes (before 0.33)."""
     r = probe("comfy_ar_probe.py", str(root / "ar_probe"), timeout=1200)
@@ -840,9 +963,15 @@ def test_sdvg_ar_sampler_is_cores_loop(root):
     for policy in ("draft_only", "sdvg"):
         assert r[f"{policy}_producers"] == ["target", "drafter", "drafter"], r
         assert r[f"{policy}_max_abs_diff_vs_engine"] == 0.0, r
+    parity = r["parity"]
+    assert len(parity) == 11 and all(c["max_abs_diff"] < 1e-4 for c in parity.values()), parity
+    assert parity["t2v_F3_7_frames"]["blocks"] == [3, 3, 1] and parity["i2v_F2_1+5_frames"]["blocks"] == [2, 2, 1]
+    assert parity["t2v_concat_1024_rows"]["shape"] == [1, 16, 9, 6, 8]
     print(f"\nSDVG AR sampler vs core's SamplerARVideo (target only, {r['model_class']}/{r['network']}): max |diff| "
           f"{r['t2v_max_abs_diff']:.1e} (values up to {r['t2v_scale']:.1f}) text-to-video, {r['i2v_max_abs_diff']:.1e} "
           f"from a start image; with a drafter equal to the engine on core's noise rule; seconds {r['t2v_seconds']}")
+    for name, c in parity.items():
+        print(f"  {name}: blocks {c['blocks']}, max |diff| {c['max_abs_diff']:.1e} (values up to {c['scale']:.1f})")
 
 
 def test_memo_lives_in_comfyuis_memory_manager():

@@ -156,3 +156,16 @@ def test_demo_prompt_schedule_encodes_each_prompt_with_umt5(umt5, tmp_path, monk
     report = json.loads((out / "report.json").read_text())
     assert report["prompts"] == [{"first_block": b, "text": t} for b, t in texts.items()]
     assert [b["prompt"] for b in report["blocks"]] == [0, 0, 1, 1, 2, 2]
+
+
+def test_a_prompt_longer_than_wans_text_length_is_said_once_with_the_tokens_dropped(umt5):
+    """umT5 reads Wan's 512 tokens: a longer prompt is cut there, and the encoder says so, naming how many tokens
+    were dropped (the demo prints it as a note); a prompt that fits says nothing."""
+    from sdvg_core import UMT5Encoder
+
+    told = []
+    enc = UMT5Encoder(umt5, text_len=8, on_cut=told.append)
+    enc("a red fox")  # 3 pieces + </s>
+    assert told == []
+    emb = enc("a red fox in the snow runs a red fox")  # 10 pieces + </s> = 11 tokens
+    assert emb.shape[1] == 8 and len(told) == 1 and "has 11 tokens" in told[0] and "last 3 tokens are dropped" in told[0]

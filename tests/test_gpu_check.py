@@ -20,7 +20,7 @@ units = importlib.import_module("units")
 
 
 def _plan(gpu="h100", **kw):
-    base = dict(gpu=gc_.GPUS[gpu], rounds=3, configs=bs.select_configs("all"), blocks=bs.BLOCKS,
+    base = dict(gpu=gc_.GPUS[gpu], rounds=3, configs=bs.select_configs(gc_.DEFAULT_CONFIGS), blocks=bs.BLOCKS,
                 drafter_recipe="krea", target_recipe="krea", memo_bytes=bs.DEFAULT_MEMO_BYTES, peer=True)
     base.update(kw)
     return gc_.Plan(**base)
@@ -39,7 +39,8 @@ def test_dry_run_checks_every_call_at_full_size(measured):
     labels = {c["call"] for c in m.checks}
     for want in ("target denoise 3f+3", "drafter denoise 3f+3", "target context 3f+0", "drafter context 3f+0",
                  "target text", "decode_first", "decode", "encode", "score_frame",
-                 "target denoise 3f+24"):  # the Self-Forcing row of the memory table: its whole-video window
+                 "target denoise 3f+24",  # the Self-Forcing row of the memory table: its whole-video window
+                 "route_decode_first", "route_decode"):  # the tiny routing decoder (TAEHV at taew2_1's widths)
         assert want in labels
     assert all(c["ok"] for c in m.checks), [c for c in m.checks if not c["ok"]]
     flops = {c.label: v.flops for c, v in m.flops.items()}
@@ -59,6 +60,11 @@ def test_dry_run_plan_fits_gpu_and_budget(measured, gpu):
     assert set(e["estimated_phase_s"]) == {"build", "warm-up", "benchmark rounds", "memory table", "traffic",
                                           "peer probe"}
     assert 0 < e["optional_phase_s"]["cuda graph"] < gc_.GRAPH_MIN_S  # in the time left, when enough is left
+    assert 0 < e["optional_phase_s"]["route overhead"] < gc_.ROUTE_MIN_S
+    assert "sdvg-taehv" not in e["plan"]["configs"]  # the budget has no room for a sixth of the rounds more
+    # at full size the tiny decoder's block costs a small part of the VAE's (FLOPs per decoded latent frame)
+    flops = {c.label: v.flops for c, v in measured.flops.items()}
+    assert flops["route_decode"] < flops["decode"] / 10
     assert e["plan"]["width"] == 832 and e["plan"]["height"] == 480 and e["plan"]["rounds"] == 3
     # the configurations' estimated times are ordered as their work is
     t = e["estimated_config_s"]
@@ -101,7 +107,13 @@ def test_real_run_writes_its_files_on_a_cpu(tmp_path):
                  "gpu-check.json", "gpu-check.md"):
         assert (out / name).exists(), name
     doc = json.loads((out / "gpu-check.json").read_text())
-    assert [r["id"] for r in doc["bench"]["rows"]] == list(bs.CONFIGS)
+    assert [r["id"] for r in doc["bench"]["rows"]] == gc_.DEFAULT_CONFIGS.split(",")
+    # the routing-cost phase (UNVERIFIED until a GPU runs it): each decoder's block decode and scoring
+    route = json.loads((out / "route-overhead.json").read_text())
+    assert "UNVERIFIED" in route["label"] and set(route["decoders"]) == {"wan_vae", "taehv:tiny-taehv"}
+    assert all(d["frames"] == 12 and d["total_s"] == d["decode_s"] + d["score_s"] for d in route["decoders"].values())
+    assert "Routing-cost phase (UNVERIFIED" in (out / "gpu-check.md").read_text()
+    assert set(doc["bench"]["route_overhead_per_block"]) == {"wan_vae", "taehv:tiny-taehv"}
     rows = {r["row"]: r for r in doc["memory_table"]}
     assert set(rows) == {"target krea", "drafter krea", "target self_forcing", "drafter self_forcing",
                          "vae decode", "imagereward"}

@@ -182,8 +182,9 @@ def test_fsdp_names_anywhere_and_mixed_files(tmp_path, tiny_sd):
 def test_frame_wise_causal_forcing_is_refused_before_reading(tmp_path, folder, name, kind):
     """By the stated kind or, as a safety net, by the published path; the file is never opened (it need not exist)."""
     path = tmp_path / folder / name
-    with pytest.raises(DrafterError, match=r"denoise 1 latent frame per block.*SDVG drafts 3-frame blocks.*"
-                                           r"chunkwise/causal_forcing.pt"):
+    with pytest.raises(DrafterError, match=r"denoise 1 latent frame per block.*drafts 3-frame blocks.*"
+                                           r"chunkwise/causal_forcing.pt.*SDVG Sampler \(AR video\).*"
+                                           r"num_frame_per_block 1"):
         load_drafter(path, kind)
     assert drafter_problems(path, kind)
 

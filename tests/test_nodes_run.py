@@ -156,3 +156,39 @@ def test_finish_plot_explains_tau_plus_inf(env, monkeypatch):
         s = pack.nodes.SDVGRoute.execute(s, math.inf, True).args[0]
     pack.nodes.SDVGFinish.execute(s)
     assert seen == [math.inf]
+
+
+def test_generate_takes_a_length_in_frames_with_a_shorter_last_block(env):
+    """`frames` 25 instead of num_blocks: 7 latent frames in blocks of 3 + 3 + 1 (core's AR rule); 25 frames out,
+    the short block drafted, scored on its 4 frames and routed like the others."""
+    import json
+
+    pack, models = env
+    args = dict(models, prompt="", width=W, height=H, num_blocks=9, seed=3, policy="sdvg", tau=-5.0,
+                force_reject_first=True, recipe="krea", decode_rule="standard", cache_gb=1.0, frames=25)
+    out = pack.nodes.SDVGGenerate.execute(**args)
+    report = json.loads(out.args[3])
+    assert out.args[0].shape[0] == 25 and [b["latent_frames"] for b in report["blocks"]] == [3, 3, 1]
+    assert [len(b["frame_scores"]) for b in report["blocks"]] == [0, 12, 4]
+
+
+def test_a_conditioning_wan_cuts_is_said_once_and_a_combined_one_is_refused(env, caplog):
+    """SDVG's own path reads Wan's 512 rows: a ConditioningConcat of two prompts (1024 rows) is cut to the first
+    prompt, said once (with the 512 rows dropped), not again for the same conditioning; ConditioningCombine's two
+    entries are refused with the reason, never reduced to the first."""
+    import logging
+
+    import torch
+
+    pack, models = env
+    emb = models["positive"][0][0]
+    concat = [[torch.cat([emb, emb.flip(1)], 1), {}]]
+    args = dict(models, prompt="p", width=W, height=H, num_blocks=1, seed=3, policy="target_only", tau=-5.0,
+                force_reject_first=True, recipe="krea", decode_rule="standard", cache_gb=1.0)
+    with caplog.at_level(logging.WARNING, logger="SDVG"):
+        pack.nodes.SDVGGenerate.execute(**{**args, "positive": concat})
+        pack.nodes.SDVGGenerate.execute(**{**args, "positive": concat, "seed": 4})
+    said = [r.getMessage() for r in caplog.records if "rows are dropped" in r.getMessage()]
+    assert len(said) == 1 and "has 1024 rows" in said[0] and "last 512 rows are dropped" in said[0], said
+    with pytest.raises(pack.nodes.surface.SDVGError, match=r"holds 2 entries \(ConditioningCombine.*ConditioningConcat"):
+        pack.nodes.SDVGGenerate.execute(**{**args, "positive": models["positive"] + models["positive"]})

@@ -236,12 +236,94 @@ def to_api(wf: dict, specs: dict) -> dict:
             if name in linked:
                 l = linked[name]
                 inputs[name] = [str(l[1]), l[2]]
+        for name, l in linked.items():  # a grown input (V3 Autogrow `values.a`) has no entry of its own in the spec
+            if name not in inputs and SUB_KEY in name:
+                inputs[name] = [str(l[1]), l[2]]
         for key, value in vals.items():  # widgets (a dynamic combo's nested ones dotted), unless linked
             if key.split(SUB_KEY)[0] not in linked:
                 inputs[key] = value
         api[str(n["id"])] = {"inputs": inputs, "class_type": n["type"],
                              "_meta": {"title": n.get("title") or spec.get("display_name") or n["type"]}}
     return api
+
+
+def flatten_subgraphs(wf: dict, specs: dict) -> dict:
+    """The workflow with every subgraph node replaced by the nodes inside it (ids `<subgraph node>:<inner id>`, as the
+    frontend names them in a queued prompt), one level deep: a link into a subgraph input feeds each inner input it
+    was wired to (an input left unconnected leaves the inner widget its own value), a link out of a subgraph output
+    comes from the inner node feeding it, a value set on the subgraph node's promoted widget (properties.proxyWidgets)
+    replaces the inner widget's, and a muted or bypassed subgraph node mutes its inner nodes."""
+    defs = {g["id"]: g for g in wf.get("definitions", {}).get("subgraphs", [])}
+    out = json.loads(json.dumps(wf))
+    links = {l[0]: list(l) for l in out.get("links", [])}
+    next_id = [max([0, *links], default=0) + 1]
+    nodes = []
+
+    def new_link(origin, origin_slot, target, target_slot, typ) -> int:
+        lid = next_id[0]
+        next_id[0] += 1
+        links[lid] = [lid, origin, origin_slot, target, target_slot, typ]
+        return lid
+
+    for n in out["nodes"]:
+        g = defs.get(n["type"])
+        if g is None:
+            nodes.append(n)
+            continue
+        if any(x["type"] in defs for x in g["nodes"]):
+            raise ValueError(f"subgraph {g.get('name')!r} holds another subgraph: only one level is flattened")
+        prefix = f"{n['id']}:"
+        inner_links = {l["id"]: l for l in g.get("links", [])}
+        outer_in = {i["name"]: i.get("link") for i in n.get("inputs", [])}
+        inner = json.loads(json.dumps(g["nodes"]))
+        by_id = {str(x["id"]): x for x in inner}
+        for (inner_id, widget), value in zip(n.get("properties", {}).get("proxyWidgets") or [], n.get("widgets_values") or []):
+            x = by_id[str(inner_id)]
+            spec = specs[x["type"]]
+            slot = next(i for key, _, _, i, _ in widget_slots(spec, x.get("widgets_values") or []) if key == widget)
+            x["widgets_values"][slot] = value
+        for x in inner:
+            for slot, i in enumerate(x.get("inputs", [])):
+                if i.get("link") is None:
+                    continue
+                l = inner_links[i["link"]]
+                if l["origin_id"] == -10:  # the subgraph's own input number origin_slot
+                    outer = outer_in.get(g["inputs"][l["origin_slot"]]["name"])
+                    i["link"] = None if outer is None else new_link(links[outer][1], links[outer][2], prefix + str(x["id"]),
+                                                                    slot, l["type"])
+                else:
+                    i["link"] = new_link(prefix + str(l["origin_id"]), l["origin_slot"], prefix + str(x["id"]), slot,
+                                         l["type"])
+            x["id"] = prefix + str(x["id"])
+            if n.get("mode", 0) in (2, 4):
+                x["mode"] = n["mode"]
+            nodes.append(x)
+        for lid, l in list(links.items()):
+            if l[3] == n["id"]:  # into the subgraph node: replaced by the inner links above
+                del links[lid]
+            elif l[1] == n["id"]:  # out of it: from the inner node feeding that subgraph output
+                (src,) = [x for x in inner_links.values() if x["target_id"] == -20 and x["target_slot"] == l[2]]
+                l[1], l[2] = prefix + str(src["origin_id"]), src["origin_slot"]
+    out["nodes"], out["links"] = nodes, list(links.values())
+    out.get("definitions", {}).pop("subgraphs", None)
+    return out
+
+
+def nodes_of_type(wf: dict, node_type: str) -> list[dict]:
+    """Every node of a type in the workflow and inside its subgraph definitions."""
+    inner = [x for g in wf.get("definitions", {}).get("subgraphs", []) for x in g["nodes"]]
+    return [x for x in wf["nodes"] + inner if x["type"] == node_type]
+
+
+def swap_node_type(wf: dict, old: str, new: str) -> dict:
+    """The workflow with every `old` node (in subgraphs too) made a `new` node in its place: same id, links, widget
+    values in their order (the new node's widgets past them take their defaults), as a user swapping a node would
+    wire it."""
+    out = json.loads(json.dumps(wf))
+    for x in nodes_of_type(out, old):
+        x["type"] = new
+        x.get("properties", {}).pop("Node name for S&R", None)
+    return out
 
 
 def swap_text_encoder(api: dict, embeddings_file: str) -> dict:

@@ -42,6 +42,7 @@ from ..models.dtypes import DTYPES
 from ..io.model_files import load_model_files
 from .pixel_args import add_pixel_args, pixel_request
 from .replay import add_replay_arg, apply_replay, read_replay
+from .route_args import add_route_args, load_route_vae
 from ..engine.prompt_schedule import encode_schedule, read_schedule
 from ..io.text import UMT5Encoder, demo_embeddings, encode_umt5, load_embeddings
 from .claim import FolderTaken, OutputClaim, claim_dated, claim_output
@@ -51,7 +52,12 @@ from .to_file import DeferredInterrupt, RunOutcome, generate_to_file
 from .tiny import DEMO_PROMPT, tiny_models
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m sdvg_core.demo", description=__doc__,
+    return build_parser().parse_args(argv)
+
+
+def build_parser(prog: str = "python -m sdvg_core.demo", description: str | None = __doc__) -> argparse.ArgumentParser:
+    """The demo's flags (the calibration command adds its own to them)."""
+    p = argparse.ArgumentParser(prog=prog, description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompt", default=None, help="text prompt (default: the demo prompt, or the embeddings file's prompt)")
     p.add_argument("--out", default=None,
@@ -67,6 +73,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--blocks", type=int, default=None,
                    help=f"number of 3-latent-frame blocks, 1..{MAX_BLOCKS:,} (default {TINY_BLOCKS} tiny, "
                         f"{REAL_BLOCKS} real)")
+    p.add_argument("--frames", type=int, default=None,
+                   help="the video's length in frames instead of --blocks: (N - 1) // 4 + 1 latent frames, as "
+                        "ComfyUI's video latents count them, in blocks of 3, the last one shorter where they do not "
+                        "divide (81: 7 blocks; 25: 3 + 3 + 1 latent frames), as ComfyUI core's AR loop runs them. "
+                        "A start image or an extension comes before them; video-to-video needs whole blocks")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--noise", choices=list(NOISE_SOURCES), default=NOISE_SOURCES[0],
                    help="seeded = SDVG's per-block draw; comfy_ar = ComfyUI core's AR sampler rule (whole-video noise "
@@ -91,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", help="target checkpoint (krea-realtime-video-14b.safetensors)")
     p.add_argument("--vae", help="Wan 2.1 VAE (Wan2.1_VAE.pth or wan_2.1_vae.safetensors)")
     p.add_argument("--reward", help="ImageReward.pt")
+    add_route_args(p)
     p.add_argument("--vocab", help="bert-base-uncased vocab.txt (default: next to --reward)")
     p.add_argument("--embeddings", help="prompt embeddings .safetensors (umT5 output, [1, 512, 4096])")
     p.add_argument("--prompt-schedule", metavar="FILE",
@@ -105,7 +117,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "across runs; what the run itself needs is held apart from this budget)")
     add_compile_arg(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    return p
 
 
 def _real_models(a: argparse.Namespace, dtype: torch.dtype):
@@ -127,7 +139,7 @@ def _schedule(a: argparse.Namespace, text_dim: int, real: bool) -> PromptSchedul
     if not a.prompt_schedule:
         return PromptSchedule.one(_prompt(a, text_dim, real))
     if real:
-        encode = UMT5Encoder(a.umt5, device=a.device) if a.umt5 else None
+        encode = UMT5Encoder(a.umt5, device=a.device, on_cut=_say_cut) if a.umt5 else None
     else:
         encode = lambda text: demo_embeddings(text, text_dim)  # noqa: E731 (the tiny stand-in of umT5)
     return encode_schedule(read_schedule(a.prompt_schedule), encode, load=lambda p: load_embeddings(p)[1])
@@ -139,8 +151,13 @@ def _prompt(a: argparse.Namespace, text_dim: int, real: bool) -> PromptCondition
         return PromptConditioning.make(a.prompt or stored, emb)
     text = a.prompt or DEMO_PROMPT
     if a.umt5:
-        return PromptConditioning.make(text, encode_umt5(a.umt5, text, device=a.device))
+        return PromptConditioning.make(text, encode_umt5(a.umt5, text, device=a.device, on_cut=_say_cut))
     return PromptConditioning.make(text, demo_embeddings(text, text_dim))
+
+
+def _say_cut(note: str) -> None:
+    """umT5 cut a prompt at Wan's 512 tokens: said once per prompt, before the run."""
+    print(f"note: {note}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,10 +234,14 @@ def _build(a: argparse.Namespace, real: bool) -> tuple[Engine, GenerationState, 
         source = a.live.source()
         if source is not None:
             pixels = PixelInput("video_to_video", source, tl.blocks[0].strength)
-    spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
+    if getattr(a, "frames", None) is not None:  # the last block may be shorter (GenerationSpec.for_frames)
+        spec = GenerationSpec.for_frames(schedule, width, height, a.frames, a.seed, pixels=pixels)
+    else:
+        spec = GenerationSpec(schedule, width, height, a.blocks or blocks, a.seed, pixels=pixels)
     config = run_engine_config(a, real)
     noise = noise_source(a.noise, spec, target.cfg.in_dim, config.num_renoise, a.device)
-    engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)))
+    engine = Engine(target, vae, drafter, scorer, config, noise_fn=noise, memo=TieredMemo.split(int(a.memo_gb * 2**30)),
+                    route_vae=load_route_vae(a, a.device))
     state = engine.start(spec)
     policy = run_policy(a, real)
     if getattr(a, "live", None) is not None:
@@ -323,6 +344,7 @@ def _write_report(a: argparse.Namespace, real: bool, out: Path, spec: Generation
     report = build_report(outcome.state, policy, engine.recipe, engine.plan_for(spec).num_steps,
                           wall_seconds=outcome.wall_seconds, meta=meta, drafter_recipe=engine.recipes["drafter"],
                           compiled=compiled_models(engine.target, engine.drafter),
+                          route_decoder=engine.route_decoder, output_decoder=engine.output_decoder,
                           live=None if getattr(a, "live_run", None) is None else a.live_run.timeline.to_dict())
     (out / REPORT_JSON).write_text(report.to_json())
     render_report_plot(report).save(out / REPORT_PNG)

@@ -18,7 +18,7 @@ from ..engine.config import EngineConfig
 from ..engine.policy import DEFAULT_TAU, Policy
 from ..engine.policy_names import parse_policy
 from ..engine.recipes import RECIPE_NAMES, recipe_arg, recipe_by_name
-from ..engine.state import MAX_BLOCKS, GenerationSpec, PromptConditioning
+from ..engine.state import MAX_BLOCKS, GenerationSpec, PromptConditioning, blocks_for, latent_frames_for
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, FRAMEWISE_KIND
 
 # Tiny-model defaults: small enough for a CPU in seconds (the real models use 832x480 and 9 blocks).
@@ -29,6 +29,7 @@ REAL_BLOCKS = 9  # SDVG paper: 9 blocks = 27 latent frames
 # The tiny random ImageReward's rewards are not on the real model's scale: at the paper's tau = -0.7
 # it rejects every draft of the demo prompt. -0.8 lets the demo show both outcomes (1 of 5 rejected).
 TINY_DEMO_TAU = -0.8
+DEFAULT_FRAMES_PER_BLOCK = 3  # latent frames per block of the command lines' models (Self-Forcing / Krea: chunk-wise)
 USAGE_ERROR = 2  # exit status of every usage or input error (argparse's own convention)
 INPUT_UNREADABLE = 3  # the demo's exit status when the input video could not be read mid-run (the blocks before stay)
 INTERRUPTED = 128 + signal.SIGINT  # 130: exit status after Ctrl-C (128 + the signal, the shell's convention)
@@ -93,16 +94,17 @@ def run_policy(a: argparse.Namespace, real: bool) -> Policy:
 
 
 def run_engine_config(a: argparse.Namespace, real: bool) -> EngineConfig:
-    """The engine config of --recipe / --drafter-recipe / --target-recipe / --decode-rule (EngineConfig.for_run: a
-    drafter file's kind may bring its own recipe)."""
+    """The engine config of --recipe / --drafter-recipe / --target-recipe / --decode-rule / --output-decoder
+    (EngineConfig.for_run: a drafter file's kind may bring its own recipe)."""
     kind = a.drafter_kind if real and a.drafter else None
-    return EngineConfig.for_run(a.recipe, a.drafter_recipe, a.target_recipe, kind, decode_rule=a.decode_rule)
+    return EngineConfig.for_run(a.recipe, a.drafter_recipe, a.target_recipe, kind, decode_rule=a.decode_rule,
+                                output_decoder=getattr(a, "output_decoder", "vae"))
 
 
 def recipe_problems(a: argparse.Namespace, real: bool) -> list[str]:
     """Each recipe flag's recipe checked against the video's blocks (a LongLive window smaller than a block, a
     sink larger than the window, ...), as Engine.start would, before anything loads."""
-    blocks = a.blocks if a.blocks and 1 <= a.blocks <= MAX_BLOCKS else (REAL_BLOCKS if real else TINY_BLOCKS)
+    blocks = requested_blocks(a, real)
     size = REAL_SIZE if real else TINY_SIZE
     # the recipes' rules depend on the block and video length, not on the frame size (checked on its own)
     probe = GenerationSpec(PromptConditioning.make("recipe check", torch.zeros(1, 1, 1)), size[0], size[1], blocks, 0)
@@ -115,6 +117,33 @@ def recipe_problems(a: argparse.Namespace, real: bool) -> list[str]:
             except ValueError as e:
                 problems.append(f"{flag} {name}: {e}")
     return problems
+
+
+def requested_blocks(a: argparse.Namespace, real: bool) -> int:
+    """The blocks the run makes: --frames' (the last one may be shorter), --blocks, or the default (a bad value: the
+    default, its problem is told on its own)."""
+    frames = getattr(a, "frames", None)
+    if frames is not None and frames >= 1:
+        blocks = blocks_for(latent_frames_for(frames), DEFAULT_FRAMES_PER_BLOCK)
+        if blocks <= MAX_BLOCKS:
+            return blocks
+    return a.blocks if a.blocks and 1 <= a.blocks <= MAX_BLOCKS else (REAL_BLOCKS if real else TINY_BLOCKS)
+
+
+def frames_problem(a: argparse.Namespace) -> str | None:
+    """--frames with --blocks, below 1, or longer than the longest video this pack runs (None: fine or absent)."""
+    frames = getattr(a, "frames", None)
+    if frames is None:
+        return None
+    if a.blocks is not None:
+        return f"--frames {frames} and --blocks {a.blocks} both give the video's length: give one of them"
+    if frames < 1:
+        return f"--frames {frames} must be >= 1 (leave it out for the default)"
+    blocks = blocks_for(latent_frames_for(frames), DEFAULT_FRAMES_PER_BLOCK)
+    if blocks > MAX_BLOCKS:
+        return (f"--frames {frames} makes {blocks:,} blocks, more than {MAX_BLOCKS:,}, the longest video this pack runs: "
+                f"give a smaller number")
+    return None
 
 
 def blocks_problem(blocks: int | None, minimum: int = 1) -> str | None:

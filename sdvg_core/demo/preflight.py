@@ -8,11 +8,12 @@ from pathlib import Path
 
 from ..engine.policy_names import PolicyNameError
 from ..engine.recipes import recipe_spec
-from ..engine.state import MAX_BLOCKS, SIZE_MULTIPLE
+from ..engine.state import SIZE_MULTIPLE
 from ..io.checkpoint import CheckpointError
-from .cli_args import (REAL_BLOCKS, REAL_SIZE, TINY_BLOCKS, TINY_SIZE, blocks_problem, compile_problem,
-                       output_folder_problem, recipe_problems, run_engine_config, run_policy)
+from .cli_args import (REAL_SIZE, TINY_SIZE, blocks_problem, compile_problem, frames_problem, output_folder_problem,
+                       recipe_problems, requested_blocks, run_engine_config, run_policy)
 from .pixel_args import pixel_problems
+from .route_args import route_file, route_problems
 from ..io.prompt_width import text_width, umt5_width, width_problems
 from ..io.drafters import DEFAULT_DRAFTER_KIND, DRAFTER_KINDS, drafter_problems
 from ..engine.prompt_schedule import ScheduleError, read_schedule
@@ -59,7 +60,7 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
             near = max(SIZE_MULTIPLE, round(v / SIZE_MULTIPLE) * SIZE_MULTIPLE)
             problems.append(f"{name} {v} is not a multiple of {SIZE_MULTIPLE} (8x VAE downsampling x 2x DiT patch); "
                             f"try {near}")
-    problems += filter(None, [blocks_problem(a.blocks)])
+    problems += filter(None, [blocks_problem(a.blocks), frames_problem(a)])
     try:
         run_policy(a, real)  # the grammar's checks: tau a number (inf and -inf allowed), p in [0, 1], k >= 1
     except PolicyNameError as e:
@@ -77,6 +78,9 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
             problems.append(f"{', '.join(given)} given without --drafter (they describe the drafter file)")
     if real:
         problems += _real_model_problems(a)
+    problems += route_problems(a, real)
+    if route_file(a):
+        files.append(("--route-vae", route_file(a)))
     problems += [msg for flag, path in files if (msg := file_problem(flag, path))]
     widths: dict[str, int] = {}  # where the prompt embeddings come from -> their width
     if a.embeddings and not file_problem("--embeddings", a.embeddings):
@@ -95,8 +99,7 @@ def preflight(a: argparse.Namespace, real: bool, out: Path) -> list[str]:
     problems += _schedule_problems(a, real, widths)
     problems += recipe_problems(a, real)
     problems += width_problems({k: w for k, w in widths.items() if w}, model_widths(a, real))
-    blocks = a.blocks if a.blocks and 1 <= a.blocks <= MAX_BLOCKS else (REAL_BLOCKS if real else TINY_BLOCKS)
-    checked = pixel_problems(a, run_size(a, real), run_recipes(a, real), blocks)
+    checked = pixel_problems(a, run_size(a, real), run_recipes(a, real), requested_blocks(a, real))
     problems += checked.problems
     a.pixel_notes, a.pixel_input = checked.notes, checked.pixels  # said once; the run takes the checked input as is
     return problems
@@ -186,7 +189,7 @@ def _schedule_problems(a: argparse.Namespace, real: bool, widths: dict[str, int]
         entries = read_schedule(a.prompt_schedule)
     except ScheduleError as e:
         return problems + [f"--prompt-schedule: {e}"]
-    blocks = a.blocks or (REAL_BLOCKS if real else TINY_BLOCKS)
+    blocks = requested_blocks(a, real)
     late = [b for b, _ in entries if b >= blocks]
     if late:
         problems.append(f"--prompt-schedule: entries start at block {late} but the video has {blocks} blocks (0..{blocks - 1})")

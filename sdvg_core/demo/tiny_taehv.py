@@ -16,6 +16,15 @@ RELU_GAIN = math.sqrt(2.0)  # He initialisation: a conv followed by ReLU keeps t
 RESIDUAL_GAIN = 0.5  # a MemBlock's last conv, added to its input: keeps the sum's scale near the input's
 OUTPUT_STD, OUTPUT_MEAN = 0.15, 0.5  # decoder.22: RGB around mid-grey, mostly inside the [0, 1] clamp
 CALIBRATION_LATENT = (1, 2, 16, 8, 8)  # [B, T, C, h, w] N(0, 1) latent on which decoder.22 is scaled to OUTPUT_STD
+# The tiny TAEHV of the tests and the tiny demo's routing decoder: the widths of the shared taehv_tiny fixture
+# (its meta.json `widths`), the taew2_1 layout at a size a CPU decodes in milliseconds.
+TINY_WIDTHS = {"encoder": 12, "decoder_n_f": (32, 24, 16, 8)}
+TINY_NAME = "tiny-taehv"
+
+
+def tiny_taehv(seed: int = 0, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> TAEHV:
+    """A seeded random TAEHV at the tiny widths (named `tiny-taehv`; DiT-space latents, as taew2_1)."""
+    return random_taehv(TAEHVConfig.from_widths(TINY_WIDTHS, name=TINY_NAME), seed, dtype, device)
 
 
 def random_taehv(config: TAEHVConfig | str = "taew2_1", seed: int = 0, dtype: torch.dtype = torch.float32,

@@ -88,7 +88,8 @@ class DecoderCacheKey(PixelsKey):
 
 @dataclass(frozen=True)
 class DraftDecodeKey:
-    """A draft's decoded pixels (from a copy of the committed decoder cache) and the cache after it."""
+    """A draft's decoded pixels (from a copy of the committed decoder cache) and the cache after it; `vae` is the
+    routing decoder that decoded it (the VAE, or a tiny decoder the run routes on)."""
 
     kind: ClassVar[str] = "draft_decode"
     draft: BlockKey
@@ -104,6 +105,9 @@ class ScoreKey:
     draft: DraftDecodeKey
     scorer: str
     prompt_text: str
+
+
+ROUTE_ROLE = "route_vae"  # the routing decoder's entry in RunKeys.models (absent: the VAE routes)
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,14 @@ class RunKeys:
                         self.rule, self.noise, state.lineage_at(b), self.plans(state.spec, role))
 
     def draft_decode(self, state) -> DraftDecodeKey:
-        """The pending draft's decode."""
-        return DraftDecodeKey(self.block("drafter", state, state.next_block), self.models["vae"], self.rule)
+        """The pending draft's decode by the routing decoder (`models["route_vae"]` when the run routes on a decoder
+        of its own, else the VAE): scores of two decoders never share a key."""
+        return DraftDecodeKey(self.block("drafter", state, state.next_block), self.router, self.rule)
+
+    @property
+    def router(self) -> str:
+        """The identity of the decoder whose frames the scorer sees."""
+        return self.models.get(ROUTE_ROLE, self.models["vae"])
 
     def score(self, state) -> ScoreKey:
         """The pending draft's scores against its block's prompt (each block is routed against its own prompt)."""

@@ -17,9 +17,12 @@ from typing import Hashable, Iterator, Mapping, TypeVar
 
 import torch
 
-PHASES = ("input", "context", "draft", "decode", "score", "target")  # input: reading + encoding given pixels
+# input: reading + encoding given pixels; route_decode: a routing decoder other than the output VAE (engine.py)
+PHASES = ("input", "context", "draft", "decode", "score", "target", "route_decode")
+# route_decode_frames: latent frames a routing decoder other than the output VAE decoded (its drafts and its own
+# stream of the committed blocks); with the default routing the VAE decodes the drafts, counted in vae_decode_frames
 WORK_KEYS = ("drafter_forwards", "target_forwards", "drafter_context_forwards", "target_context_forwards",
-             "vae_decode_frames", "vae_encodes", "scored_frames")
+             "vae_decode_frames", "vae_encodes", "scored_frames", "route_decode_frames")
 
 V = TypeVar("V", int, float)
 

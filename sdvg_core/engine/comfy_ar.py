@@ -6,7 +6,8 @@ sigmas of a scheduler node: per block, a call at every sigma but the last (x0 = 
 sigma), then one clean call at sigma 0 that appends the block's keys and values; a start latent goes into the cache
 first through one sigma-0 call. This module gives the engine those terms and nothing else: a step plan from given
 sigmas (`sigma_plan`), a recipe running it (`with_plan`), the start latent as given latents (`StartLatentSpec`,
-`start`), the blocks of a [B, C, T, h, w] video (`ARVideo`) and the generation loop (`generate`). The noise rule is
+`start`), the blocks of a [B, C, T, h, w] video (`ARVideo`: any block size, a shorter last block as core runs it)
+and the generation loop (`generate`). The noise rule is
 `noise.ComfyARNoise`. Pure torch: no ComfyUI import.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..given.latents import GivenLatents
 from ..derived.digest import tensor_digest
 from .recipes import RECIPE_NAMES, recipe_by_name
 from ..sampling.timesteps import NUM_TRAIN_TIMESTEPS, StepPlan
-from .state import GenerationSpec, GenerationState
+from .state import GenerationSpec, GenerationState, blocks_for
 
 # ComfyUI's flow models turn a sigma into the network's timestep as sigma * 1000 in float32
 # (comfy/model_sampling.py ModelSamplingDiscreteFlow.timestep, multiplier 1000 = Wan's training steps).
@@ -88,23 +89,30 @@ def with_plan(recipe, plan: StepPlan):
 
 @dataclass(frozen=True)
 class ARVideo:
-    """The blocks of a video latent [B, C, T, h, w] (EmptyARVideoLatent's) after `first_frame` start frames."""
+    """The blocks of a video latent [B, C, T, h, w] (EmptyARVideoLatent's) after `first_frame` start frames, as core's
+    loop makes them: blocks of `frames_per_block` latent frames, the last one shorter when they do not divide the
+    frames left (25 frames -> 7 latent frames = 3 + 3 + 1)."""
 
     frames: int  # T
     first_frame: int  # latent frames a start latent takes (0: text-to-video)
     frames_per_block: int
 
     def __post_init__(self):
-        left, F = self.frames - self.first_frame, self.frames_per_block
-        if left < F or left % F:
-            fits = [self.first_frame + n * F for n in (left // F, left // F + 1) if n > 0]
-            raise ValueError(f"the latent has {self.frames} frame(s), {left} after the start latent: not a whole number "
-                             f"of {F}-frame blocks (SDVG routes whole blocks). Set the length so that it gives "
-                             + " or ".join(f"{t} latent frames (length {pixel_length(t)})" for t in fits))
+        if self.frames_per_block < 1:
+            raise ValueError(f"num_frame_per_block must be at least 1, got {self.frames_per_block}")
+        if self.frames <= self.first_frame:
+            raise ValueError(f"the latent has {self.frames} frame(s) and the start latent takes {self.first_frame}: "
+                             f"nothing is left to generate. Set the length to at least "
+                             f"{pixel_length(self.first_frame + 1)}")
+
+    @property
+    def latent_frames(self) -> int:
+        """Latent frames the blocks make (the start latent's not counted)."""
+        return self.frames - self.first_frame
 
     @property
     def num_blocks(self) -> int:
-        return (self.frames - self.first_frame) // self.frames_per_block
+        return blocks_for(self.latent_frames, self.frames_per_block)
 
 
 def pixel_length(latent_frames: int) -> int:

@@ -12,6 +12,9 @@ from .recipes import KreaRecipe, Recipe, recipe_by_name
 # caches and pixels). What a generation needs is held outside it, so any size is correct; a bigger one reuses more.
 DEFAULT_MEMO_BYTES = 2 << 30
 DECODE_RULES = ("standard", "krea")
+# Which decoder decodes the committed video: the VAE, or the routing decoder (a tiny one given as the Engine's
+# `route_vae`: a fast preview; the recipes' pixels, e.g. Krea's anchor, still come from the VAE)
+OUTPUT_DECODERS = ("vae", "route")
 ROLES = ("drafter", "target")
 DEFAULT_RECIPE = "krea"  # the published SDVG pairing: Krea's recipe for both models
 # A role's recipe left to the rule: the drafter runs the recipe its kind was trained for (LongLive: longlive), else the
@@ -35,10 +38,13 @@ class EngineConfig:
     # latents leave the run (ComfyUI's AR sampler, whose VAE Decode comes after): a committed block is then decoded
     # only when a later draft's decode or a recipe needs its pixels or the decoder cache after it
     decode_committed: bool = True
+    output_decoder: str = "vae"  # "route": the routing decoder decodes the committed video (a fast preview)
 
     def __post_init__(self):
         if self.decode_rule not in DECODE_RULES:
             raise ValueError(f"decode_rule must be one of {DECODE_RULES}, got {self.decode_rule!r}")
+        if self.output_decoder not in OUTPUT_DECODERS:
+            raise ValueError(f"output_decoder must be one of {OUTPUT_DECODERS}, got {self.output_decoder!r}")
 
     @classmethod
     def for_run(cls, recipe: str | Recipe = DEFAULT_RECIPE, drafter_recipe: str | Recipe | None = AUTO,

@@ -65,7 +65,7 @@ class ContextServices:
         generation (a sequential run never rebuilds from the start) and a snapshot offered to the memo's budget (a
         re-queue restarts from the block it changed). `prefix(view, part)`: what the view before block 0 holds
         besides nothing (given latents: docs/pixels.md §4)."""
-        F = state.spec.frames_per_block
+        appended = state.spec.block_frames(b)  # what block b's calls append (a short last block: fewer)
         window, sink, rope = layout
 
         def start(part: Tally) -> KVCache:
@@ -73,7 +73,7 @@ class ContextServices:
             return kv if prefix is None else prefix(kv, part)
 
         return self.memoiser.extend(lambda j: self.kv_key(dit, recipe, state, j), b, f"{role}_kv", tally,
-                                 usable=lambda kv: kv.valid_for(F), start=start,
+                                    usable=lambda kv: kv.valid_for(appended), start=start,
                                  step=commit, hold=Hold(f"kv:{role}", lru=False), snapshot=KVCache.clone)
 
     @property

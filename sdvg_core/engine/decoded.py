@@ -4,7 +4,8 @@ The Wan VAE decodes causally: block b's pixels depend on a feature cache carried
 blocks are decoded once, in order, and their pixels (CPU) and the cache after them are memoised by lineage;
 the newest cache is pinned outside the memo budget so a sequential run never re-decodes from the start.
 A draft is decoded from the committed cache without changing it (DecoderCache is immutable): a rejected draft
-leaves no trace, an accepted one hands its decode to the commit (docs/design.md §3.3).
+leaves no trace, an accepted one hands its decode to the commit (docs/design.md §3.3). A routing decoder other than
+the VAE (a tiny TAEHV) has a store of its own (engine.py): its memory advances along the committed blocks only.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 
 from ..derived.keys import DecoderCacheKey, DraftDecodeKey, GivenDecodeKey, PixelsKey
 from ..derived.memo import Hold, Memoiser
+from ..models.vae import VAE_PRESETS, WanVAEConfig
 from .state import GenerationSpec, GenerationState
 from ..derived.tally import Tally
 
@@ -23,6 +25,28 @@ def held_pixel_blocks(history_frames: int, temporal_compression: int, frames_per
     """Newest committed blocks whose decoded pixels cover the last `history_frames` pixel frames (at least the
     newest block, which the output writer reads). Krea's 9-frame anchor history fits the newest 12-frame block."""
     return max(1, -(-history_frames // (temporal_compression * frames_per_block)))
+
+
+NO_VAE_KEY = "no-vae"
+
+
+class NoVAE:
+    """Stands in for the VAE where the routing never reads pixels (target-only and score-blind policies in ComfyUI's
+    AR sampler, whose VAE Decode comes after it): the Wan 2.1 VAE's frame arithmetic (`config`), no weights; a
+    decode or an encode raises, naming the input to connect. Its `key` keeps the results of such a run apart from a
+    run with a VAE in the memo."""
+
+    key = NO_VAE_KEY
+    dtype = torch.float32
+
+    def __init__(self, config: WanVAEConfig = VAE_PRESETS["wan2.1-vae"], needed_for: str = "decoding a draft"):
+        self.config, self.needed_for = config, needed_for
+
+    def _refuse(self, *args, **kwargs):
+        raise ValueError(f"{self.needed_for} needs the Wan 2.1 VAE, and this run was built without one: connect a VAE "
+                         f"(Load VAE), or use a policy that scores no draft (target_only, draft_only)")
+
+    decode_stream = encode_stream = encode_anchor_frame = _refuse
 
 
 @dataclass(frozen=True)
@@ -47,8 +71,16 @@ class PixelStore:
     PIXELS_SLOT = "pixels"
 
     def __init__(self, vae, vae_key: str, rule: str, memoiser: Memoiser, interrupt: Callable[[], Callable[[], None] | None],
-                 history_frames: int = 0, decode_on_commit: bool = True):
+                 history_frames: int = 0, decode_on_commit: bool = True, role: str = "",
+                 work_key: str = "vae_decode_frames", keeps_pixels: bool = True):
+        """`role`: a prefix of this store's hold slots, so a second decoder's store (a routing decoder's, "route_")
+        holds its own head, draft and pixels beside the VAE's; `work_key`: the tally entry its decodes count in;
+        `keeps_pixels` False: committed pixels are not kept (a routing decoder's frames are scored, not shown)."""
         self.vae, self.vae_key, self.rule, self.memoiser = vae, vae_key, rule, memoiser
+        if role:
+            self.HEAD, self.GIVEN, self.DRAFT = (Hold(role + h.slot) for h in (self.HEAD, self.GIVEN, self.DRAFT))
+            self.PIXELS_SLOT = role + self.PIXELS_SLOT
+        self.work_key, self.keeps_pixels = work_key, keeps_pixels
         self._interrupt = interrupt  # returns the host's current interrupt callback (or None)
         self.history_frames = history_frames  # decoded pixel frames the recipes read back
         # False: a committed block needing a fresh decode is left undecoded until something reads it (EngineConfig's
@@ -67,7 +99,7 @@ class PixelStore:
         output decodes first, 4 T: the given frames are not counted)."""
         p = self._prefix_frames(state)
         pixel_frames = self.vae.config.pixel_frames
-        return pixel_frames(p + b * state.spec.frames_per_block) - pixel_frames(p)
+        return pixel_frames(p + state.spec.frames_before(b)) - pixel_frames(p)
 
     @staticmethod
     def _prefix_frames(state: GenerationState) -> int:
@@ -85,7 +117,7 @@ class PixelStore:
             cache, F = None, state.spec.frames_per_block
             for s in range(0, prefix.shape[1], F):
                 cache = self.decode(prefix[:, s:s + F], cache).cache
-            part.add("vae_decode_frames", prefix.shape[1])
+            part.add(self.work_key, prefix.shape[1])
             return cache
 
         key = GivenDecodeKey(self.vae_key, self.rule, state.lineage_at(0))
@@ -103,12 +135,14 @@ class PixelStore:
     def _cache_key(self, lineage: str) -> DecoderCacheKey:
         return DecoderCacheKey(self.vae_key, self.rule, lineage)
 
-    def store(self, lineage: str, entry: DecodeEntry, spec: GenerationSpec, tally: Tally | None) -> torch.Tensor:
+    def store(self, lineage: str, entry: DecodeEntry, spec: GenerationSpec, tally: Tally | None,
+              frames: int) -> torch.Tensor:
         """Keep a committed block's pixels (on the CPU, held while the recipes may read them; reusing them saves
-        decoding the block) and the decoder cache after it (held as the head)."""
-        frames = spec.frames_per_block
-        pixels = self.memoiser.keep(self._pixels_key(lineage), entry.pixels.to("cpu"), tally,
-                                 cost={"vae_decode_frames": frames}, hold=self._pixels_hold(spec))
+        decoding the block's `frames` latent frames) and the decoder cache after it (held as the head)."""
+        pixels = entry.pixels
+        if self.keeps_pixels:
+            pixels = self.memoiser.keep(self._pixels_key(lineage), entry.pixels.to("cpu"), tally,
+                                        cost={self.work_key: frames}, hold=self._pixels_hold(spec))
         self.memoiser.keep(self._cache_key(lineage), entry.cache, tally, hold=self.HEAD)
         return pixels
 
@@ -124,10 +158,10 @@ class PixelStore:
             cache = self.given_cache(state, tally)
         for k in range(start + 1, b + 1):
             entry = self.decode(state.blocks[k].latents, cache)
-            self.store(state.blocks[k].lineage, entry, state.spec, tally)
+            self.store(state.blocks[k].lineage, entry, state.spec, tally, state.blocks[k].latents.shape[1])
             cache = entry.cache
             if tally is not None:
-                tally.add("vae_decode_frames", state.blocks[k].latents.shape[1])
+                tally.add(self.work_key, state.blocks[k].latents.shape[1])
         return cache
 
     def committed_pixels(self, state: GenerationState, b: int, tally: Tally | None = None) -> torch.Tensor:
@@ -135,9 +169,9 @@ class PixelStore:
         pixels = self.memoiser.peek(self._pixels_key(state.blocks[b].lineage))
         if pixels is None:
             entry = self.decode(state.blocks[b].latents, self.cache_after(state, b - 1, tally))
-            pixels = self.store(state.blocks[b].lineage, entry, state.spec, tally)
+            pixels = self.store(state.blocks[b].lineage, entry, state.spec, tally, state.blocks[b].latents.shape[1])
             if tally is not None:
-                tally.add("vae_decode_frames", state.blocks[b].latents.shape[1])
+                tally.add(self.work_key, state.blocks[b].latents.shape[1])
         return pixels
 
     def pixel_frame(self, state: GenerationState, g: int, tally: Tally) -> torch.Tensor:
@@ -151,7 +185,7 @@ class PixelStore:
         def compute(part: Tally) -> DecodeEntry:
             # decoding up to the committed cache again (lost to eviction) is not the draft's cost: the operation's
             entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
-            part.add("vae_decode_frames", latents.shape[1])
+            part.add(self.work_key, latents.shape[1])
             return entry
 
         return self.memoiser.memoised(key, "draft_decode", tally, compute, hold=self.DRAFT)
@@ -163,7 +197,7 @@ class PixelStore:
         `cache_after` and `committed_pixels` decode it when something reads it."""
         entry = None if draft is None else self.memoiser.peek(draft)
         if entry is not None:  # the draft's decode is the committed one: no second decode
-            return self.store(lineage, entry, state.spec, tally)
+            return self.store(lineage, entry, state.spec, tally, latents.shape[1])
         key, cache_key = self._pixels_key(lineage), self._cache_key(lineage)
         # kept from an earlier run (a fresh run decodes it); the next block decodes on from its cache
         found = self.memoiser.recall((key, cache_key), "pixels", tally,
@@ -175,5 +209,5 @@ class PixelStore:
         # without the decoder cache after it, decode again: the head moves on block by block and a later decode
         # never walks back to the start of the video
         entry = self.decode(latents, self.cache_after(state, state.next_block - 1, tally))
-        tally.add("vae_decode_frames", latents.shape[1])
-        return self.store(lineage, entry, state.spec, tally)
+        tally.add(self.work_key, latents.shape[1])
+        return self.store(lineage, entry, state.spec, tally, latents.shape[1])

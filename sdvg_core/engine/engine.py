@@ -24,11 +24,12 @@ from ..models.wan import CausalWan
 from .context import ContextServices
 from ..sampling.denoise import denoise
 from ..given.pixels import GivenPixels, given_output
-from ..derived.keys import RunKeys, require_key
+from ..derived.keys import ROUTE_ROLE, RunKeys, require_key
 from ..derived.memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, NoiseSource, noise_identity
 from .decoded import DecodeEntry, PixelStore
-from .config import DEFAULT_MEMO_BYTES, ROLES, EngineConfig
+from .config import ROLES, EngineConfig
+from .route_decoder import check_route_vae, decoder_name
 from .policy import Policy, aggregate
 from .recipes import Recipe, check_prompt_switches
 from ..sampling.timesteps import StepPlan
@@ -70,18 +71,22 @@ class Engine:
     """Holds the models, the recipes and the memo; its operations are pure functions of the state.
 
     `kv_copies`: an instrumentation hook (models.kv_cache.KVCopyStats) counting the cached keys/values the KV views
-    of this engine copy (a branch switch forks a buffer), for tests and benchmarks."""
+    of this engine copy (a branch switch forks a buffer), for tests and benchmarks.
+
+    `route_vae`: the routing decoder, when not the VAE (a tiny TAEHV, route_decoder.py): drafts are decoded by it for
+    scoring, from its own memory of the committed blocks; None (or the VAE itself): the VAE routes, as always."""
 
     def __init__(self, target: CausalWan, vae, drafter: CausalWan | None = None, scorer: Scorer | None = None,
                  config: EngineConfig = EngineConfig(), noise_fn: Callable[[GenerationSpec, int], BlockNoise] | None = None,
                  tracer: Callable[[str, torch.Tensor], None] | None = None, memo: Memo | TieredMemo | None = None,
-                 kv_copies: KVCopyStats | None = None):
+                 kv_copies: KVCopyStats | None = None, route_vae=None):
         self.target, self.drafter, self.vae, self.scorer = target, drafter, vae, scorer
+        self.route_vae = None if route_vae is None or route_vae is vae else route_vae
         self.config = config
         self.work = LAZY if config.lazy else REFERENCE
         self.recipes: dict[str, Recipe] = {r: config.recipe_for(r) for r in ROLES}
         self.recipe: Recipe = self.recipes["target"]  # the baseline's recipe (reports compare with target-only)
-        self.model_keys = role_identities(target, vae, drafter, scorer)
+        self.model_keys = role_identities(target, vae, drafter, scorer, self.route_vae)
         # a host may share one memo between engines built per call (keys hold every model's identity)
         self.memo = memo if memo is not None else TieredMemo.split(config.memo_bytes)
         self.memoiser = Memoiser(self.memo)
@@ -92,11 +97,36 @@ class Engine:
         self.callbacks = Callbacks()
         self._auto_run = uuid.uuid4().hex  # this engine's run id when the host gives none (a new one per start)
         history = max(r.pixel_history(vae.config.temporal_compression) for r in self.recipes.values())
+        routed_output = config.output_decoder == "route"
+        if routed_output and self.route_vae is None:
+            raise ValueError("output_decoder 'route' decodes the video with the routing decoder, but none was given: "
+                             "pass route_vae (a tiny decoder), or leave output_decoder 'vae'")
         self.pixels = PixelStore(vae, self.model_keys["vae"], config.decode_rule, self.memoiser, lambda: self.callbacks.interrupt,
-                                 history_frames=history, decode_on_commit=config.decode_committed)
+                                 history_frames=history, decode_on_commit=config.decode_committed and not routed_output)
+        # the routing decoder's decodes: the VAE's store, or one of its own (its memory, its holds, its work count)
+        self.route_pixels = self.pixels if self.route_vae is None else PixelStore(
+            self.route_vae, self.model_keys[ROUTE_ROLE], config.decode_rule, self.memoiser,
+            lambda: self.callbacks.interrupt, decode_on_commit=config.decode_committed and routed_output,
+            role="route_", work_key="route_decode_frames", keeps_pixels=routed_output)
+        self.output_pixels = self.route_pixels if routed_output else self.pixels  # what the video is decoded by
         self.services = ContextServices(self.memoiser, vae, self.pixels, self.model_keys["vae"], config.decode_rule,
                                         tracer, self.callbacks, kv_copies)
         self.given = GivenPixels(vae, self.model_keys["vae"], self.memoiser, self.recipes, lambda: self.callbacks.interrupt)
+
+    @property
+    def route_decoder(self) -> str:
+        """The routing decoder's name in the report: `wan_vae` or `taehv:<name>`."""
+        return decoder_name(self.route_pixels.vae)
+
+    @property
+    def output_decoder(self) -> str:
+        """The name of the decoder the committed video is decoded by."""
+        return decoder_name(self.output_pixels.vae)
+
+    @property
+    def _route_phase(self) -> str:
+        """The phase a draft's decode is timed in: `decode` where the VAE routes, else `route_decode`."""
+        return "decode" if self.route_pixels is self.pixels else "route_decode"
 
     @property
     def run_id(self) -> str:
@@ -145,8 +175,8 @@ class Engine:
         if p.frames is not None:
             return state
         tally = self._tally()
-        with tally.phase("decode"):
-            entry = self.pixels.decode_draft(state, p.latents, self.keys.draft_decode(state), tally)
+        with tally.phase(self._route_phase):  # by the routing decoder, from its committed memory
+            entry = self.route_pixels.decode_draft(state, p.latents, self.keys.draft_decode(state), tally)
         return state.with_pending(p.then(tally.account(), frames=to_image(entry.pixels)))
 
     def score_draft(self, state: GenerationState) -> GenerationState:
@@ -204,7 +234,7 @@ class Engine:
         score = aggregate(p.frame_scores, policy.aggregation) if p.frame_scores else None
         accepted = (not forced) and policy.accept(b, score)
         if decode_skipped and not accepted:  # a fresh run decoded the rejected draft to score it
-            tally.credit({"vae_decode_frames": p.latents.shape[1]})
+            tally.credit({self.route_pixels.work_key: p.latents.shape[1]})
         context = self._context("target", self.target, state, b, tally) if work.target_context else None
         if accepted:
             latents, producer, decision = p.latents, "drafter", "accepted"
@@ -216,8 +246,7 @@ class Engine:
         latents = latents.to("cpu")
         lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
         draft = self.keys.draft_decode(state) if accepted and p.frames is not None else None
-        with tally.phase("decode"):  # the accepted draft's decode, else decoded now (unless decode_committed is off)
-            pixels = self.pixels.commit(state, latents, lineage, draft, tally)
+        pixels = self._commit_decodes(state, latents, lineage, draft, tally)
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
                              frame_scores=tuple(p.frame_scores or ()),  # block 0 also carries the given encode
                              account=p.account + tally.account() + self.given.start_account(state, b),
@@ -250,10 +279,26 @@ class Engine:
             self.release_run()
         return state
 
+    def _commit_decodes(self, state: GenerationState, latents: torch.Tensor, lineage: str, draft, tally: Tally
+                        ) -> torch.Tensor | None:
+        """The committed block's decodes; its output pixels (None: not decoded now). Each decoder takes the accepted
+        draft's decode when it made it (`draft`: its key, the routing decoder's), else decodes the block now when it
+        decodes the output (and decode_committed is on); a routing decoder of its own decodes a block it did not draft
+        when the next draft needs its memory after it."""
+        routed = None
+        if self.route_pixels is not self.pixels:
+            with tally.phase("route_decode"):
+                routed = self.route_pixels.commit(state, latents, lineage, draft, tally)
+            draft = None  # the VAE did not decode the draft
+        with tally.phase("decode"):  # the accepted draft's decode, else decoded now (unless decode_committed is off)
+            pixels = self.pixels.commit(state, latents, lineage, draft, tally)
+        return routed if self.output_pixels is not self.pixels else pixels
+
     # ------------------------------------------------------------------------------------------ outputs
     def committed_pixels(self, state: GenerationState, b: int) -> torch.Tensor:
-        """Decoded pixels of committed block b, [1, 3, T, H, W] in [-1, 1] on the CPU (memoised by lineage)."""
-        return self.pixels.committed_pixels(state, b)
+        """Decoded pixels of committed block b, [1, 3, T, H, W] in [-1, 1] on the CPU (memoised by lineage), by the
+        output decoder (the VAE; the routing decoder with output_decoder "route")."""
+        return self.output_pixels.committed_pixels(state, b)
 
     def block_frames(self, state: GenerationState, b: int) -> torch.Tensor:
         """Committed block b's frames [T, H, W, 3] in 0..1 on the CPU (the newest block's are held: no decode)."""
@@ -264,7 +309,7 @@ class Engine:
         the given frames first (decoded by a Self-Forcing / LongLive target, as read for Krea, whose block 0 then
         starts at its 4th frame; none for text-to-video and video-to-video: docs/pixels.md §5)."""
         if first == 0:
-            for pixels in given_output(self.vae, state, self.config.decode_rule, self.callbacks.interrupt):
+            for pixels in given_output(self.output_pixels.vae, state, self.config.decode_rule, self.callbacks.interrupt):
                 yield to_image(pixels)
         for b in range(first, len(state.blocks)):
             yield self.block_frames(state, b)[self.given.hidden_frames(state, b):]
@@ -305,7 +350,7 @@ class Engine:
                              trace=lambda name, t: self.services.trace(f"{role}/block{b}/{name}", t))
                 if self.services.tracing:
                     self.services.trace_kv(f"{role}/block{b}/kv_after_last_call", kv,
-                                           extra=spec.frames_per_block * kv.tokens_per_frame)
+                                           extra=spec.block_frames(b) * kv.tokens_per_frame)
             return x0
 
         return self.memoiser.memoised(self.keys.block(role, state, b), role, tally, make)
@@ -332,9 +377,14 @@ class Engine:
         return p
 
 
-def role_identities(target: CausalWan, vae, drafter: CausalWan | None, scorer: Scorer | None) -> dict[str, str]:
-    """Each model's stable identity by role (memo keys hold them), once the models are known to fit together."""
+def role_identities(target: CausalWan, vae, drafter: CausalWan | None, scorer: Scorer | None,
+                    route_vae=None) -> dict[str, str]:
+    """Each model's stable identity by role (memo keys hold them), once the models are known to fit together;
+    `route_vae`: a routing decoder other than the VAE (ROUTE_ROLE)."""
     keys = {"target": require_key(target, "target model"), "vae": require_key(vae, "VAE")}
+    if route_vae is not None:
+        check_route_vae(route_vae, vae, target.cfg.in_dim)
+        keys[ROUTE_ROLE] = require_key(route_vae, "routing decoder")
     if drafter is not None:
         keys["drafter"] = require_key(drafter, "drafter model")
     if scorer is not None:

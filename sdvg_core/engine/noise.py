@@ -58,7 +58,7 @@ class NoiseSource:
         if self.fn is not None:
             return self.fn(spec, b)
         h, w = spec.latent_hw
-        return block_noise(spec.seed, b, (1, spec.frames_per_block, self.channels, h, w), self.num_renoise)
+        return block_noise(spec.seed, b, (1, spec.block_frames(b), self.channels, h, w), self.num_renoise)
 
 
 # ComfyUI core's autoregressive loop (comfy/k_diffusion/sampling.py sample_ar_video, 0.33.0): before re-noising
@@ -107,13 +107,14 @@ class ComfyARNoise:
         return f"comfy_ar|{torch.device(self.device).type}|first{self.first_frame}{given}"
 
     def initial(self, spec, b: int) -> torch.Tensor:
-        """Block b's first-step input [1, F, C, h, w]: its frames of the whole-video noise."""
-        F = spec.frames_per_block
+        """Block b's first-step input [1, F, C, h, w]: its frames of the whole-video noise (F: the block's own
+        length, a short last block's too)."""
+        F = spec.block_frames(b)
         video = self.video
         if video is None:
             h, w = spec.latent_hw
             video = _video_noise(int(spec.seed), (1, self.channels, self.first_frame + spec.num_latent_frames, h, w))
-        start = self.first_frame + b * F
+        start = self.first_frame + spec.block_start(b)
         if video.shape[2] < start + F:
             raise ValueError(f"the noise covers {video.shape[2]} latent frames; block {b} needs frames "
                              f"[{start}, {start + F})")
@@ -122,7 +123,7 @@ class ComfyARNoise:
     def renoise(self, spec, b: int) -> torch.Tensor:
         """Block b's re-noise draws [S-1, 1, F, C, h, w]: draw i after torch.manual_seed(seed + b * 1000 + i)."""
         h, w = spec.latent_hw
-        shape = (1, self.channels, spec.frames_per_block, h, w)  # core draws randn_like(denoised) [B, C, F, h, w]
+        shape = (1, self.channels, spec.block_frames(b), h, w)  # core draws randn_like(denoised) [B, C, F, h, w]
         draws = []
         for i in range(self.num_renoise):
             gen = torch.Generator(device=self.device).manual_seed(comfy_ar_seed(int(spec.seed), b, i))

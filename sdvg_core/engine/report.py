@@ -20,6 +20,7 @@ from ..given.request import MODES, timing_words
 from .policy import Policy
 from .policy_names import spec_of
 from .recipes import Recipe, recipe_spec
+from .route_decoder import WAN_VAE
 from .state import GenerationState
 
 DEFAULT_COST_RATIO = 7.4  # target (14B) forward / drafter (1.3B) forward at 832x480 (docs/design.md §5)
@@ -56,6 +57,7 @@ class BlockReport:
     computed_now: bool = True  # computed by the execution that built this report (False: from a host cache)
     carried: list[str] = field(default_factory=list)  # reused results an EARLIER execution computed
     prompt: int = 0  # index of the block's prompt in RunReport.prompts (its segment of the schedule)
+    latent_frames: int = 0  # the block's latent frames (frames_per_block; a short last block fewer)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,11 @@ class RunReport:
     policy_name: str | None = None  # the policy in the one grammar (`sdvg:tau=-0.7`, `stride:k=2`; engine/policy_names)
     tau: float | None = None  # the threshold of an SDVG policy (None for policies that read no score)
     live: dict | None = None  # a live run's timeline (sdvg_core/live/timeline.py): each block's settings; None otherwise
+    frames_per_block: int = 3  # latent frames of a whole block (the last one may hold fewer: blocks[i].latent_frames)
+    route_decoder: str = WAN_VAE  # the decoder whose frames the scorer saw: "wan_vae" or "taehv:<name>"
+    output_decoder: str = WAN_VAE  # the decoder of the committed video (the routing decoder for a fast preview)
+    route_decode_frames: int = 0  # fresh-run latent frames a routing decoder other than the VAE decoded
+    vae_decode_frames: int = 0  # fresh-run latent frames the VAE decoded (with wan_vae routing: the drafts' too)
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(asdict(self), indent=indent)
@@ -138,6 +145,10 @@ class RunReport:
             lines.append(f"this run recomputed drafter {self.recomputed_drafter_forwards}, target "
                          f"{self.recomputed_target_forwards} forwards (the rest came from the cache)")
         lines.append(compiled_line(self.compiled_models))
+        if (self.route_decoder, self.output_decoder) != (WAN_VAE, WAN_VAE):  # the default says nothing new
+            lines.append(f"routing decoder: {self.route_decoder} ({self.route_decode_frames} latent frames, "
+                         f"{self.seconds.get('route_decode', 0.0):.2f} s) | output decoder: {self.output_decoder} "
+                         f"(VAE: {self.vae_decode_frames} latent frames, {self.seconds.get('decode', 0.0):.2f} s)")
         if self.wall_seconds is not None:
             line = f"wall {self.wall_seconds:.2f} s; phases " + ", ".join(f"{k} {v:.2f}" for k, v in self.seconds.items())
             if not self.fresh_run:
@@ -186,17 +197,18 @@ def build_report(state: GenerationState, policy: Policy | str, recipe: Recipe, s
                  cost_ratio: float = DEFAULT_COST_RATIO, wall_seconds: float | None = None,
                  meta: dict[str, str] | None = None, run_id: str | None = None,
                  drafter_recipe: Recipe | None = None, compiled: dict[str, str] | None = None,
-                 live: dict | None = None) -> RunReport:
+                 live: dict | None = None, route_decoder: str = WAN_VAE, output_decoder: str = WAN_VAE) -> RunReport:
     """The report of `state` under `policy` (its description, name and tau come from it; a string is a description
     alone, for tests and custom policies). `recipe`/`steps` are the target's (the target-only baseline is counted with them);
     `drafter_recipe` only labels the run. `run_id`: the execution building it; blocks whose record carries
     another run id are marked as not computed now, and their work does not count as recomputed. `compiled`:
     {role: backend} of the compiled DiTs (`compiled_models(engine.target, engine.drafter)`); a role that made no
-    forward in this run (the drafter of a target-only run) is left out."""
+    forward in this run (the drafter of a target-only run) is left out. `route_decoder` / `output_decoder`: the
+    engine's (`Engine.route_decoder`, `Engine.output_decoder`)."""
     blocks = [BlockReport(b.index, b.producer, b.decision, b.score, list(b.frame_scores), dict(b.work), dict(b.cost),
                           {k: round(v, 6) for k, v in dict(b.seconds).items()}, list(b.reused),
                           run_id=b.run_id, computed_now=run_id is None or b.run_id == run_id, carried=list(b.carried),
-                          prompt=state.spec.segment_of(b.index))
+                          prompt=state.spec.segment_of(b.index), latent_frames=int(b.latents.shape[1]))
               for b in state.blocks]
     n = len(blocks)
     now = [b for b in blocks if b.computed_now]
@@ -227,5 +239,8 @@ def build_report(state: GenerationState, policy: Policy | str, recipe: Recipe, s
         prompts=[{"first_block": first, "text": p.text} for first, p in state.spec.schedule],
         pixels=None if state.spec.pixels is None else state.spec.pixels.report(state.given_frames),
         stopped=state.stopped, stop_cause=state.stop_cause, blocks_requested=state.spec.num_blocks,
-        compiled=bool(ran_compiled), compiled_models=ran_compiled,
-        policy_name=None if spec is None else spec.name, tau=None if spec is None else spec.tau, live=live)
+        compiled=bool(ran_compiled), compiled_models=ran_compiled, frames_per_block=state.spec.frames_per_block,
+        policy_name=None if spec is None else spec.name, tau=None if spec is None else spec.tau, live=live,
+        route_decoder=route_decoder, output_decoder=output_decoder,
+        route_decode_frames=sum(b.cost.get("route_decode_frames", 0) for b in blocks),
+        vae_decode_frames=sum(b.cost.get("vae_decode_frames", 0) for b in blocks))

@@ -24,11 +24,15 @@ Producer = Literal["drafter", "target"]
 Decision = Literal["accepted", "rejected", "forced"]  # forced: rejected without drafting (block 0 / target-only)
 
 LATENT_SPATIAL = 8  # Wan 2.1 VAE: 8x8 pixels per latent
+LATENT_TEMPORAL = 4  # Wan 2.1 VAE: 4 pixel frames per latent frame after the first (1 + 4 (T - 1) frames)
 PATCH_SPATIAL = 2  # Wan 2.1 DiT patch (1, 2, 2)
 SIZE_MULTIPLE = LATENT_SPATIAL * PATCH_SPATIAL  # width/height must be multiples of 16
 # The longest video a front end accepts (the command lines, the nodes' num_blocks bound; ~2 h at 16 fps). The engine
 # and the recipes have no limit of their own; this catches a typo before a run of hours starts.
 MAX_BLOCKS = 10_000
+# the same bound in frames (--frames, SDVG Generate's `frames`): MAX_BLOCKS whole 3-frame blocks, 1 + 4 (3 N - 1)
+# frames (the Wan VAE's 4x time compression)
+MAX_FRAMES = 1 + LATENT_TEMPORAL * (3 * MAX_BLOCKS - 1)
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,10 @@ class GenerationSpec:
 
     Block b is generated, committed and scored under `schedule.at(b)`; a single prompt is the schedule of one entry.
     `pixels`: given pixels the run starts from (a start image, a video to extend or to restyle; docs/pixels.md);
-    None is text-to-video.
+    None is text-to-video. `latent_frames`: the latent frames of the generated blocks in all, when the last block is
+    shorter than `frames_per_block` (ComfyUI core's AR loop runs a shorter last block: 7 frames in blocks of 3 are
+    3 + 3 + 1); None: every block is whole. Every block but the last is whole, so block b starts at latent frame
+    b * frames_per_block (`block_start`) and holds `block_frames(b)` frames.
     """
 
     schedule: PromptSchedule[PromptConditioning]
@@ -47,6 +54,7 @@ class GenerationSpec:
     seed: int
     frames_per_block: int = 3  # latent frames per block (Self-Forcing / Krea)
     pixels: "PixelInput | None" = None
+    latent_frames: int | None = None  # None: num_blocks * frames_per_block (see the docstring)
 
     def __post_init__(self):
         if isinstance(self.schedule, PromptConditioning):
@@ -58,6 +66,13 @@ class GenerationSpec:
             raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks}")
         if self.frames_per_block < 1:
             raise ValueError(f"frames_per_block must be >= 1, got {self.frames_per_block}")
+        if self.latent_frames is not None:
+            F, n = self.frames_per_block, self.num_blocks
+            if not (n - 1) * F < self.latent_frames <= n * F:
+                raise ValueError(f"{self.latent_frames} latent frames do not make {n} block(s) of {F} (the last one "
+                                 f"1..{F}): they make {blocks_for(self.latent_frames, F)}; set num_blocks to that")
+            if self.latent_frames == n * F:  # whole blocks: one spelling (and one identity) for one request
+                object.__setattr__(self, "latent_frames", None)
         for name, v in (("width", self.width), ("height", self.height)):
             if v <= 0 or v % SIZE_MULTIPLE:
                 raise ValueError(f"{name} {v} is not a positive multiple of {SIZE_MULTIPLE} "
@@ -70,6 +85,21 @@ class GenerationSpec:
                 raise TypeError(f"GenerationSpec.pixels takes a PixelInput (PixelInput.start_image(...), .extend(...), "
                                 f".video_to_video(...)), got {type(self.pixels).__name__}")
             self.pixels.check_fit((self.height, self.width))
+            if self.latent_frames is not None and self.pixels.kind.streamed:
+                raise ValueError(f"video-to-video reads its input a whole block at a time; {self.latent_frames} "
+                                 f"latent frames end in a block of {self.block_frames(self.num_blocks - 1)}: ask for "
+                                 f"whole blocks of {self.frames_per_block} ({self.num_blocks - 1} or "
+                                 f"{self.num_blocks} blocks)")
+
+    @classmethod
+    def for_frames(cls, schedule, width: int, height: int, frames: int, seed: int, frames_per_block: int = 3,
+                   pixels: "PixelInput | None" = None) -> "GenerationSpec":
+        """The spec whose blocks make a video of `frames` pixel frames: (frames - 1) // 4 + 1 latent frames (ComfyUI's
+        video latent rule), in blocks of `frames_per_block`, the last one shorter where they do not divide (81 -> 21
+        latent frames = 7 blocks of 3; 25 -> 7 = 3 + 3 + 1)."""
+        latent = latent_frames_for(frames)
+        return cls(schedule, width, height, blocks_for(latent, frames_per_block), seed, frames_per_block, pixels,
+                   latent_frames=latent)
 
     @property
     def prompt(self) -> PromptConditioning:
@@ -90,12 +120,29 @@ class GenerationSpec:
 
     @property
     def num_latent_frames(self) -> int:
-        return self.num_blocks * self.frames_per_block
+        """Latent frames of the generated blocks (given latents not counted)."""
+        return self.num_blocks * self.frames_per_block if self.latent_frames is None else self.latent_frames
+
+    def block_start(self, b: int) -> int:
+        """The generated latent frame block b starts at (every block before it is whole)."""
+        return b * self.frames_per_block
+
+    def block_frames(self, b: int) -> int:
+        """Latent frames of block b: frames_per_block, the last block what is left (1..frames_per_block)."""
+        if not 0 <= b < self.num_blocks:
+            raise ValueError(f"block {b} is not one of the {self.num_blocks} block(s)")
+        return min(self.frames_per_block, self.num_latent_frames - self.block_start(b))
+
+    def frames_before(self, b: int) -> int:
+        """Latent frames of blocks 0 .. b-1."""
+        return min(self.block_start(b), self.num_latent_frames)
 
     def identity(self) -> str:
-        """What the root lineage names: the prompt, size, blocks, seed and the given pixels (mode, strength, digest);
-        text-to-video's identity is unchanged by the pixels field."""
+        """What the root lineage names: the prompt, size, blocks (and a short last block's length), seed and the given
+        pixels (mode, strength, digest); text-to-video's identity is unchanged by the pixels field."""
         base = f"{self.prompt.key}|{self.width}x{self.height}|{self.num_blocks}x{self.frames_per_block}|seed{self.seed}"
+        if self.latent_frames is not None:
+            base = f"{base}|latent_frames{self.latent_frames}"
         return base if self.pixels is None else f"{base}|pixels:{self.pixels.identity()}"
 
 
@@ -201,9 +248,9 @@ class GenerationState:
     def latent_frames(self, start: int, end: int) -> torch.Tensor:
         """Committed latent frames [start, end) -> [1, end - start, C, h, w], touching only the blocks they are in
         (so a recipe's cost per block does not grow with the video's length)."""
-        F = self.spec.frames_per_block
-        if not 0 <= start < end <= len(self.blocks) * F:
-            raise ValueError(f"latent frames [{start}, {end}) are not all committed ({len(self.blocks) * F} are)")
+        F, committed = self.spec.frames_per_block, self.spec.frames_before(len(self.blocks))
+        if not 0 <= start < end <= committed:
+            raise ValueError(f"latent frames [{start}, {end}) are not all committed ({committed} are)")
         parts = [self.blocks[k].latents[:, max(start - k * F, 0):min(end - k * F, F)]
                  for k in range(start // F, (end - 1) // F + 1)]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
@@ -217,6 +264,23 @@ class GenerationState:
     def stop(self, why: str, cause: str | None = None) -> "GenerationState":
         """The run ends here (before spec.num_blocks), saying why (and, for a program, what: `cause`)."""
         return replace(self, pending=None, stopped=why, stop_cause=cause)
+
+
+def latent_frames_for(frames: int) -> int:
+    """Latent frames of a video of `frames` pixel frames, as ComfyUI's video latent nodes count them:
+    (frames - 1) // 4 + 1 (a video of 1 + 4 (T - 1) frames decodes from T)."""
+    if frames < 1:
+        raise ValueError(f"a video has at least 1 frame, got {frames}")
+    return (frames - 1) // LATENT_TEMPORAL + 1
+
+
+def blocks_for(latent_frames: int, frames_per_block: int) -> int:
+    """Blocks of `frames_per_block` that hold `latent_frames` (the last one possibly shorter), as core's AR loop
+    counts them (a ceiling division)."""
+    if latent_frames < 1 or frames_per_block < 1:
+        raise ValueError(f"need at least 1 latent frame and 1 frame per block, got {latent_frames} and "
+                         f"{frames_per_block}")
+    return -(-latent_frames // frames_per_block)
 
 
 def root_lineage(spec: GenerationSpec) -> str:

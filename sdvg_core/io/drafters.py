@@ -25,7 +25,7 @@ from .lora import LoraSpec
 __all__ = ["DrafterKind", "DRAFTER_KINDS", "DEFAULT_DRAFTER_KIND", "FRAMEWISE_KIND", "DrafterError",
            "drafter_kind", "drafter_problems", "lora_spec", "load_drafter", "drafter_own_recipe"]
 
-# SDVG drafts blocks of 3 latent frames (Self-Forcing's num_frame_per_block, shared by the target).
+# The kinds below are chunk-wise: blocks of 3 latent frames (Self-Forcing's num_frame_per_block, shared by the target).
 CHUNK_FRAMES = 3
 
 
@@ -73,9 +73,11 @@ FRAMEWISE_KIND = "causal_forcing_framewise"
 _FRAMEWISE_REASON = (
     "Causal Forcing's frame-wise models (framewise/causal_forcing.pt, causal-forcing++/framewise-2step.pt and "
     "framewise-1step.pt) denoise 1 latent frame per block (num_frame_per_block 1, and a 4-step schedule only for "
-    f"the first block of the 2- and 1-step models); SDVG drafts {CHUNK_FRAMES}-frame blocks, which such a file "
-    "would run with the wrong causal structure. Use the chunk-wise model chunkwise/causal_forcing.pt "
-    "(kind causal_forcing) instead.")
+    f"the first block of the 2- and 1-step models); SDVG's own loop (the demo, SDVG Generate) drafts "
+    f"{CHUNK_FRAMES}-frame blocks, which such a file would run with the wrong causal structure. Use the chunk-wise "
+    "model chunkwise/causal_forcing.pt (kind causal_forcing) instead; or, in ComfyUI's own AR workflow, load the "
+    "frame-wise file with Load Diffusion Model into SDVG Sampler (AR video)'s 'drafter' (or as the guider's MODEL) "
+    "with num_frame_per_block 1.")
 # Published frame-wise paths spell it framewise / frame-wise / frame_wise (folder or file name).
 _FRAMEWISE_NAME = re.compile(r"frame[-_ ]?wise", re.IGNORECASE)
 

@@ -6,8 +6,10 @@ text encoder cuts each sequence to its length and pads with zeros). One encoder 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -82,9 +84,11 @@ class UMT5Encoder:
     """
 
     def __init__(self, folder: str | os.PathLike, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, text_len: int = WAN_TEXT_LEN):
+                 dtype: torch.dtype = torch.float32, text_len: int = WAN_TEXT_LEN,
+                 on_cut: Callable[[str], None] | None = None):
         self.model_dir, self.tok_dir = umt5_folders(folder)
         self.device, self.dtype, self.text_len = device, dtype, text_len
+        self.on_cut = on_cut or _log_cut  # told once per prompt longer than text_len tokens (Wan cuts it there)
         self._tok = self._model = None
 
     def __call__(self, prompt: str) -> torch.Tensor:
@@ -94,6 +98,10 @@ class UMT5Encoder:
             self._tok = AutoTokenizer.from_pretrained(str(self.tok_dir), local_files_only=True)
             self._model = UMT5EncoderModel.from_pretrained(str(self.model_dir), local_files_only=True,
                                                            torch_dtype=self.dtype).to(self.device).eval()
+        tokens = len(self._tok([prompt], add_special_tokens=True).input_ids[0])
+        note = cut_note(tokens, self.text_len, f"the prompt {prompt[:40]!r}...", "tokens")
+        if note:
+            self.on_cut(note)
         ids = self._tok([prompt], padding="max_length", truncation=True, max_length=self.text_len, return_tensors="pt",
                         add_special_tokens=True)
         mask = ids.attention_mask.to(self.device)
@@ -103,9 +111,10 @@ class UMT5Encoder:
 
 
 def encode_umt5(folder: str | os.PathLike, prompt: str, device: str | torch.device = "cpu",
-                dtype: torch.dtype = torch.float32, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:
+                dtype: torch.dtype = torch.float32, text_len: int = WAN_TEXT_LEN,
+                on_cut: Callable[[str], None] | None = None) -> torch.Tensor:
     """Encode one prompt with a local umT5 (loads the model for this call; use UMT5Encoder for many)."""
-    return UMT5Encoder(folder, device, dtype, text_len)(prompt)
+    return UMT5Encoder(folder, device, dtype, text_len, on_cut)(prompt)
 
 
 def demo_embeddings(prompt: str, text_dim: int, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:
@@ -120,6 +129,19 @@ def demo_embeddings(prompt: str, text_dim: int, text_len: int = WAN_TEXT_LEN) ->
         seed = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") & ((1 << 63) - 1)
         out[0, i] = torch.randn(text_dim, generator=torch.Generator().manual_seed(seed)) * 0.5
     return out
+
+
+def cut_note(rows: int, text_len: int, what: str, unit: str = "rows") -> str | None:
+    """What to tell the user when Wan's text rule cuts `what` of `rows` rows (or tokens) to `text_len`; None when
+    nothing is dropped."""
+    if rows <= text_len:
+        return None
+    return (f"{what} has {rows} {unit}; Wan reads the first {text_len}, so the last {rows - text_len} {unit} are "
+            f"dropped (shorten the prompt, or join prompts into one that fits)")
+
+
+def _log_cut(note: str) -> None:
+    logging.getLogger("SDVG").warning("SDVG: %s", note)
 
 
 def fit_text_len(embeddings: torch.Tensor, text_len: int = WAN_TEXT_LEN) -> torch.Tensor:

@@ -121,6 +121,35 @@ class CLIPTextEncode(io.ComfyNode):
         raise RuntimeError("the umT5-XXL text encoder cannot be loaded in tests: swap in SDVG Load Prompt Embeddings")
 
 
+class ConditioningConcat(io.ComfyNode):
+    """One entry per entry of conditioning_to, its rows followed by the first entry of conditioning_from's (dim 1)."""
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="ConditioningConcat", category="model/conditioning/transform", inputs=[
+            io.Conditioning.Input("conditioning_to"), io.Conditioning.Input("conditioning_from")],
+            outputs=[io.Conditioning.Output()])
+
+    @classmethod
+    def execute(cls, conditioning_to, conditioning_from):
+        rows = conditioning_from[0][0]
+        return io.NodeOutput([[torch.cat((t, rows), 1), dict(extra)] for t, extra in conditioning_to])
+
+
+class ConditioningCombine(io.ComfyNode):
+    """Both lists of entries, one after the other (core's sampling runs the model per entry and averages)."""
+
+    @classmethod
+    def define_schema(cls):
+        return io.Schema(node_id="ConditioningCombine", category="model/conditioning/transform", inputs=[
+            io.Conditioning.Input("conditioning_1"), io.Conditioning.Input("conditioning_2")],
+            outputs=[io.Conditioning.Output()])
+
+    @classmethod
+    def execute(cls, conditioning_1, conditioning_2):
+        return io.NodeOutput(conditioning_1 + conditioning_2)
+
+
 class VAELoader(io.ComfyNode):
     @classmethod
     def define_schema(cls):
@@ -468,9 +497,10 @@ class VAEDecode(io.ComfyNode):
         return io.NodeOutput(vae.decode(samples["samples"]))
 
 
-CORE_NODES = [CLIPLoader, CLIPTextEncode, VAELoader, UNETLoader, LoraLoaderModelOnly, CreateVideo, SaveVideo,
-              PreviewImage, PreviewAny, PrimitiveStringMultiline, LoadImage, LoadVideo, GetVideoComponents,
-              EmptyARVideoLatent, ARVideoI2V, RandomNoise, BasicGuider, ManualSigmas, SamplerCustomAdvanced, VAEDecode]
+CORE_NODES = [CLIPLoader, CLIPTextEncode, ConditioningConcat, ConditioningCombine, VAELoader, UNETLoader,
+              LoraLoaderModelOnly, CreateVideo, SaveVideo, PreviewImage, PreviewAny, PrimitiveStringMultiline,
+              LoadImage, LoadVideo, GetVideoComponents, EmptyARVideoLatent, ARVideoI2V, RandomNoise, BasicGuider,
+              ManualSigmas, SamplerCustomAdvanced, VAEDecode]
 FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}
 
 # The core nodes as an older host declares them. The example workflows are saved in that shape (what ComfyUI 0.3.64's

@@ -18,7 +18,7 @@ def reset(base: str) -> None:
     temp_directory = os.path.join(base, "temp")
     input_directory = os.path.join(base, "input")
     folder_names_and_paths.clear()
-    for name in ("diffusion_models", "vae", "text_encoders", "unet", "checkpoints", "loras"):
+    for name in ("diffusion_models", "vae", "vae_approx", "text_encoders", "unet", "checkpoints", "loras"):
         folder_names_and_paths[name] = ([os.path.join(models_dir, name)], set(supported_pt_extensions))
 
 

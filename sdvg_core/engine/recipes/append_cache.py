@@ -119,8 +119,9 @@ class AppendCacheRecipe:
             return kv
 
         def commit(k: int, kv: KVCache, part: Tally) -> KVCache:
-            kv = host.context_forward(role, dit, state.latent_frames(k * F, (k + 1) * F), timestep_tensor(0.0, 1, F),
-                                      state, g + k * F, kv, part, text_block=k)
+            s, n = spec.block_start(k), spec.block_frames(k)  # block k's frames (every block but the last is whole)
+            kv = host.context_forward(role, dit, state.latent_frames(s, s + n), timestep_tensor(0.0, 1, n),
+                                      state, g + s, kv, part, text_block=k)
             if host.tracing:
                 host.trace_kv(f"{role}/block{k}/commit/kv", kv, slot_frame=True)
             if prompt_switches_at(spec, k + 1):
@@ -128,7 +129,7 @@ class AppendCacheRecipe:
             return kv
 
         return host.extend_kv(role, dit, self, state, b, tally, self.cache_layout(spec, g), commit,
-                              prefix=prefix if g else None), g + b * F
+                              prefix=prefix if g else None), g + spec.block_start(b)
 
     def recache(self, host: ContextHost, role: str, dit: CausalWan, state: GenerationState, b: int, kv: KVCache,
                 tally: Tally, given: torch.Tensor | None = None) -> KVCache:
@@ -139,7 +140,7 @@ class AppendCacheRecipe:
         keep the old prompt's keys and the frames that map onto them only query; otherwise the first recached frames
         become the sink. A cache without window (Self-Forcing) recaches every generated frame."""
         g = 0 if given is None else given.shape[1]  # given latents come first in the video (and the cache)
-        end = g + b * state.spec.frames_per_block
+        end = g + state.spec.frames_before(b)
         n = kv.frames  # the cache holds min(window, end) frames: LongLive recaches min(local_attn_size, end)
         first = end - n
         plan = kv.rewrite(n, first, keep_sink=self.rule().keep_sink and first > 0)

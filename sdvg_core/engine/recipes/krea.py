@@ -100,7 +100,7 @@ class KreaRecipe:
         (release_server get_clean_context_frames), the anchor comes from the generated frames' decode."""
         n = self.context_frames
         g = 0 if given is None else given.shape[1]
-        end = b * state.spec.frames_per_block  # latent frames committed before block b
+        end = state.spec.frames_before(b)  # latent frames committed before block b
 
         def frames(start: int, stop: int) -> torch.Tensor:  # video latent frames [start, stop): given, then committed
             parts = ([given[:, start:min(stop, g)]] if start < g else []) + \

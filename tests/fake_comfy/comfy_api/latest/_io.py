@@ -103,6 +103,18 @@ Noise = _make_type("NOISE")
 Guider = _make_type("GUIDER")
 AnyType = _make_type("*")
 
+class MultiType:
+    """An input that takes more than one socket type (ComfyUI 0.3.6x and later): the types' io_types joined by
+    commas, as the real `get_io_type` gives them (the frontend links any of them)."""
+
+    class Input(Input):
+        def __init__(self, id: str, types: list, display_name: str | None = None, optional: bool = False,
+                     tooltip: str | None = None, lazy: bool | None = None, extra_dict: dict | None = None):
+            Input.__init__(self, id, display_name, optional, tooltip, lazy, extra_dict)
+            self.types = list(types)
+            self.io_type = ",".join(dict.fromkeys(t.io_type for t in self.types))
+
+
 def _input_dict(inputs: list) -> dict:
     """{"required": {id: [type, options]}, "optional": {...}} of a list of inputs (a dynamic combo option's)."""
     out: dict = {"required": {}}
