@@ -158,7 +158,7 @@ class SDVGLive(io.ComfyNode):
             LiveSettings(tau=float(tau), prompt=first.text, strength=None if source is None else float(strength)),
             prepared=book.texts, can_switch_prompts=all(r.supports_prompt_switch for r in recipes),
             strength_problem=lambda s: next((p for p in (VideoToVideo.recipe_problem(s, r) for r in recipes) if p),
-                                            None))
+                                            None), encodes_prompts=clip is not None)
         buffer = FrameBuffer() if source is not None and recorded is None else None
         node_id = _own_id(cls)
         run_opts = {"width": width, "height": height, "seed": seed, "max_blocks": max_blocks, "recipe": recipe,
@@ -174,7 +174,8 @@ class SDVGLive(io.ComfyNode):
         handle = live_server.LiveHandle(run_id, node_id, controls, (height, width), buffer if input == "camera" else None,
                                         start_event)
         stream = LiveStream(handle, engine, spec.num_blocks)
-        engine.callbacks.progress = BlockProgress(max_blocks, block_steps(engine, spec))
+        # the bar only: the panel plays the blocks (a preview image would repeat the player under it)
+        engine.callbacks.progress = BlockProgress(max_blocks, block_steps(engine, spec), previews=False)
         feeder = VideoFeeder(buffer, input_video, (height, width)) if buffer is not None and input == "video" else None
         video = StreamingVideo(f"{rel}/video", width, height, total_frames=max_blocks * 12,
                                metadata=metadata_of(cls.hidden))

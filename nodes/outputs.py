@@ -40,9 +40,11 @@ def image_output(frames: torch.Tensor) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------------------ progress
 class BlockProgress:
-    """One bar over a whole generation's model calls, with the newest committed frame as preview per block."""
+    """One bar over a whole generation's model calls, with the newest committed frame as preview per block
+    (`previews` False: the bar only, where the node shows the blocks itself: SDVG Live's panel)."""
 
-    def __init__(self, num_blocks: int, steps_per_block: int, first_block: int = 0):
+    def __init__(self, num_blocks: int, steps_per_block: int, first_block: int = 0, previews: bool = True):
+        self.previews = previews
         self.steps = max(steps_per_block, 1)
         self.first = first_block
         self.total = max(num_blocks - first_block, 1) * self.steps
@@ -56,7 +58,8 @@ class BlockProgress:
             preview = None
         else:
             value = base + self.steps
-            preview = ("JPEG", to_pil(ev.preview), PREVIEW_SIZE) if ev.preview is not None else None
+            preview = (("JPEG", to_pil(ev.preview), PREVIEW_SIZE) if ev.preview is not None and self.previews
+                       else None)
         self.value = max(self.value, value)
         self.bar.update_absolute(self.value, self.total, preview)
 

@@ -502,12 +502,49 @@ def ar_sampler_workflow(sp: dict) -> dict:
     return g.to_json(needs=("0.33.0", AR_CORE_NODES))
 
 
+# SDVG Live: prompts prepared before the run (the panel switches among them by index: instantly), the node with its
+# panel (the player and the live controls under its widgets: a tall node), the report, plot and saved video beside it
+LIVE_SCHEDULE = ("0: A red fox trots through fresh snow in a quiet pine forest, soft morning light, cinematic.\n"
+                 "1: The red fox stops at the edge of a frozen stream, snow starting to fall.\n"
+                 "2: The red fox leaps across the frozen stream into deep snow, slow motion.")
+LIVE_SIZE = (560, 1110)  # the widgets (~540 canvas units) and the panel: a 16:9 player at 520 wide and its controls
+
+
+def live_workflow(sp: dict) -> dict:
+    g = Graph(sp, "6b1c2f5e-0d3a-4c8e-9a51-5d6c00000009")
+    m = loaders(g, encoder=False)
+    sched = g.node("SDVGPromptSchedule", (380, 0), {"schedule": LIVE_SCHEDULE},
+                   title="Prompts the panel switches among", size=(360, 300))
+    g.link(m["clip"], "CLIP", sched, "clip")
+    live = g.node("SDVGLive", (780, 0), {"max_blocks": 400, "tau": -0.7}, size=LIVE_SIZE)
+    g.link(m["target"], "target", live, "target")
+    g.link(m["drafter"], "drafter", live, "drafter")
+    g.link(m["reward"], "image_reward", live, "image_reward")
+    g.link(m["vae"], "VAE", live, "vae")
+    g.link(sched, "schedule", live, "prompts")
+    g.link(m["clip"], "CLIP", live, "clip")
+    rep = g.node("PreviewAny", (1380, 0), title="Report (with the live timeline's files)", size=(620, 360))
+    g.link(live, "report", rep, "source")
+    show = g.node("SDVGShowVideo", (1380, 410), title="The saved video (after the run)", size=(420, 380))
+    g.link(live, "video", show, "video")
+    plot = g.node("PreviewImage", (1380, 840), title="Scores vs tau", size=(420, 270))
+    g.link(live, "plot", plot, "images")
+    g.note("## SDVG Live\n\nQueue it: the video plays on **SDVG Live** as blocks commit (16 fps), each block marked "
+           "drafter or target with its score against tau. While it plays, move **tau**, pick another prompt (the "
+           "schedule's lines are the prompts prepared before the run; their block numbers do not matter here), type "
+           "a new one (encoded with the connected CLIP), switch the drafter off, and **Stop**: each change takes "
+           "effect at the next block. `input` camera restyles your webcam (press **Camera** on the panel).\n\n"
+           "The video is saved as it goes (`output/sdvg_live/`), with `report.json`: put its path in `replay` and "
+           "queue again for the same video, bit for bit.\n\n" + files_note(), pos=(380, 350), size=(360, 760))
+    return g.to_json()
+
+
 WORKFLOWS = {"sdvg_loop_step_by_step.json": loop_workflow, "sdvg_generate.json": generate_workflow,
              "sdvg_vs_target_only.json": baseline_workflow, "sdvg_long_video.json": long_video_workflow,
              "sdvg_long_video_prompt_changes.json": prompt_changes_workflow,
              **{name: functools.partial(pixels_workflow, wid=a[0], title=a[1], text=a[2], given=a[3], widgets=a[4])
                 for name, a in PIXEL_WORKFLOWS.items()},
-             "sdvg_core_ar_sampler.json": ar_sampler_workflow}
+             "sdvg_core_ar_sampler.json": ar_sampler_workflow, "sdvg_live.json": live_workflow}
 
 
 def main() -> int:

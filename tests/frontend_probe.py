@@ -49,7 +49,7 @@ PROBE = r"""
       const [x0, y0] = page(n.pos[0], n.pos[1] - LiteGraph.NODE_TITLE_HEIGHT);
       const [x1, y1] = page(n.pos[0] + n.size[0], n.pos[1] + n.size[1]);
       return {title: n.title, type: n.type, rect: [x0, y0, x1, y1]}; });
-  const reports = rects(['PreviewAny']), videos = rects(['SDVGShowVideo', 'SaveVideo']);
+  const reports = rects(['PreviewAny']), videos = rects(['SDVGShowVideo', 'SaveVideo', 'SDVGLive']);
   // what the frontend draws over the canvas' content (1.5x: the minimap, shown by default in a wide window)
   const overlays = [...document.querySelectorAll('.minimap-main-container')].map(e => {
       const b = e.getBoundingClientRect(); return {name: 'minimap', rect: [b.left, b.top, b.right, b.bottom]}; })
@@ -103,6 +103,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def open_app(p: "Page", url: str) -> None:
+    """Navigate a fresh page to the frontend and wait until it has started and opened its start-up workflow."""
+    await p.call("Page.enable")
+    await p.call("Runtime.enable")
+    await p.call("Page.addScriptToEvaluateOnNewDocument", source=OFFLINE_STUBS)
+    await p.call("Page.navigate", url=url + "/")
+    for _ in range(240):
+        if await p.eval(f"!!{APP} && !!{APP}.graph && typeof LiteGraph !== 'undefined' && "
+                        "Object.keys(LiteGraph.registered_node_types).length > 0"):
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise RuntimeError("the ComfyUI frontend did not start")
+    # the frontend opens its start-up workflow (restored or default) asynchronously: wait for it, or it replaces the
+    # workflow loaded next (1.5x)
+    for _ in range(40):
+        if await p.eval(f"({APP}.graph._nodes || {APP}.graph.nodes || []).length > 0"):
+            break
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(1.5)
 
 
 FIT = r"""
@@ -278,25 +300,7 @@ async def probe(url: str, chromium: str, paths: list[str], shots: Path | None = 
                     tid = (await b.call("Target.createTarget", url="about:blank", browserContextId=ctx))["result"]["targetId"]
                     async with http.ws_connect(f"ws://127.0.0.1:{port}/devtools/page/{tid}", max_msg_size=0) as ws:
                         p = Page(ws)
-                        await p.call("Page.enable")
-                        await p.call("Runtime.enable")
-                        await p.call("Page.addScriptToEvaluateOnNewDocument", source=OFFLINE_STUBS)
-                        await p.call("Page.navigate", url=url + "/")
-                        for _ in range(240):
-                            if await p.eval(f"!!{APP} && !!{APP}.graph && "
-                                            "typeof LiteGraph !== 'undefined' && "
-                                            "Object.keys(LiteGraph.registered_node_types).length > 0"):
-                                break
-                            await asyncio.sleep(0.5)
-                        else:
-                            raise RuntimeError("the ComfyUI frontend did not start")
-                        # the frontend opens its start-up workflow (restored or default) asynchronously: wait for it,
-                        # or it replaces the workflow loaded below (1.5x)
-                        for _ in range(40):
-                            if await p.eval(f"({APP}.graph._nodes || {APP}.graph.nodes || []).length > 0"):
-                                break
-                            await asyncio.sleep(0.5)
-                        await asyncio.sleep(1.5)
+                        await open_app(p, url)
                         text = Path(path).read_text(encoding="utf-8")
                         res = json.loads(await p.eval(PROBE % (text, json.dumps(Path(path).name))))
                         out[path] = {"missing": sorted({n["type"] for n in res["nodes"] if n["missing"]}),

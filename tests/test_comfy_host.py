@@ -306,6 +306,12 @@ def api_for(server: Server, path: Path, tau: float | None = None, **widgets) -> 
     start = {k: v for k, v in {**SMALL, **widgets}.items() if k not in ("policy", "force_reject_first")}
     api = wt.set_inputs(api, "SDVGStart", **start)
     api = wt.set_inputs(api, "SDVGGenerate", **{**SMALL, **widgets, **({} if tau is None else {"tau": tau})})
+    # SDVG Live: the test size, ended by max_blocks; no CLIP (its prompts are the schedule's saved embeddings)
+    for node in api.values():
+        if node["class_type"] == "SDVGLive":
+            node["inputs"].pop("clip", None)
+    api = wt.set_inputs(api, "SDVGLive", width=SMALL["width"], height=SMALL["height"],
+                        max_blocks=widgets.get("num_blocks", SMALL["num_blocks"]), **({} if tau is None else {"tau": tau}))
     return api if tau is None else wt.set_inputs(api, "SDVGRoute", tau=tau)
 
 
@@ -319,11 +325,11 @@ def schedule_lines(path: Path) -> list[tuple[int, str]]:
 
 
 def with_report_probe(api: dict) -> tuple[dict, dict[str, str]]:
-    """Add a PreviewAny on every Finish/Generate node's report_json output; returns {source id: probe id}."""
+    """Add a PreviewAny on every Finish/Generate/Live node's report_json output; returns {source id: probe id}."""
     api = json.loads(json.dumps(api))
     probes = {}
     for nid, node in list(api.items()):
-        if node["class_type"] in ("SDVGFinish", "SDVGGenerate"):
+        if node["class_type"] in ("SDVGFinish", "SDVGGenerate", "SDVGLive"):  # report_json is their output 3
             pid = f"9{len(probes)}9"
             api[pid] = {"class_type": "PreviewAny", "inputs": {"source": [nid, 3]}}
             probes[nid] = pid
@@ -493,7 +499,9 @@ def test_every_workflow_runs(server, path):
         given = pixels and pixels["mode"] != "video_to_video"
         frames = FRAMES + (pixels["given_frames"] - (3 if rep["recipe"] == "krea" else 0) if given else 0)
         expected.append(frames)
-        assert rep["num_blocks"] == SMALL["num_blocks"] and int(rep["meta"]["frames"]) == frames
+        assert rep["num_blocks"] == SMALL["num_blocks"]
+        if api[nid]["class_type"] != "SDVGLive":  # SDVG Live's report names its video; its frames are counted below
+            assert int(rep["meta"]["frames"]) == frames
         assert rep["blocks"][0]["producer"] == "target"
         policy = api[nid]["inputs"].get("policy", "sdvg")
         decisions = [b["decision"] for b in rep["blocks"]]

@@ -127,6 +127,17 @@ def test_a_prompt_nobody_prepared_needs_an_encoder_and_a_recipe_that_switches(mo
     assert controls.apply({"prompt": PROMPTS[0]}).prompt == PROMPTS[0]  # the prompt in force is fine
 
 
+def test_a_prompt_nobody_prepared_is_refused_by_the_controls_of_a_run_without_an_encoder():
+    """Refused when the page asks (409), not at the next boundary, where the prompt book would end the run."""
+    controls = LiveControls(LiveSettings(tau=-0.7, prompt=PROMPTS[0]), prepared=PROMPTS[:2], encodes_prompts=False)
+    with pytest.raises(LiveRequestError) as e:
+        controls.apply({"prompt": "something new"})
+    assert e.value.status == 409 and "no text encoder" in str(e.value) and controls.take().version == 0
+    assert controls.apply({"prompt": PROMPTS[1]}).prompt == PROMPTS[1]  # a prepared one, typed: fine
+    assert controls.apply({"prompt_index": 0}).prompt == PROMPTS[0]
+    assert LiveControls(LiveSettings(tau=0.0, prompt=PROMPTS[0])).apply({"prompt": "new"}).prompt == "new"
+
+
 @pytest.mark.parametrize("request_, status, words", [
     ({"tau": float("nan")}, 400, "finite"), ({"tau": "0.5"}, 400, "must be a number"), ({"tau": True}, 400, "number"),
     ({"drafter": "yes"}, 400, "true or false"), ({"prompt": ""}, 400, "non-empty"), ({"prompt": "x" * 5000}, 413, "at most"),
@@ -191,7 +202,9 @@ def test_a_camera_frame_is_checked_and_fitted(tmp_path):
     Image.new("RGB", (96, 48), (200, 10, 10)).save(raw, format="PNG")
     frame = decode_frame(raw.getvalue(), (H, W))  # 2:1 -> 3:2: centre-cropped, resized
     assert frame.shape == (H, W, 3) and frame.dtype == torch.uint8 and int(frame[..., 0].float().mean()) in range(195, 206)
-    for body, status in ((b"", 400), (b"not a picture", 400), (b"x" * (9 << 20), 413)):
+    bomb = io.BytesIO()  # a few KB that would decode to 16 M pixels: refused as too large, not read
+    Image.new("RGB", (4000, 4000), (1, 2, 3)).save(bomb, format="PNG", optimize=True)
+    for body, status in ((b"", 400), (b"not a picture", 400), (b"x" * (9 << 20), 413), (bomb.getvalue(), 413)):
         with pytest.raises(LiveRequestError) as e:
             decode_frame(body, (H, W))
         assert e.value.status == status

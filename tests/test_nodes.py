@@ -527,7 +527,7 @@ def test_every_workflow_shows_the_report_on_screen():
     for path in WORKFLOWS:
         wf = wt.load(path)
         nodes = {n["id"]: n for n in wf["nodes"]}
-        sources = [n for n in wf["nodes"] if n["type"] in ("SDVGFinish", "SDVGGenerate", "SDVGARReport")]
+        sources = [n for n in wf["nodes"] if n["type"] in ("SDVGFinish", "SDVGGenerate", "SDVGARReport", "SDVGLive")]
         assert sources, path.name
         for src in sources:
             slot = next(i for i, o in enumerate(src["outputs"]) if o["name"] == "report")

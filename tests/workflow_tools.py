@@ -470,7 +470,7 @@ def visible_area(canvas: list[float] | None = None) -> tuple[float, float, float
 # (1626, 727, 1876, 927)), so the same saved view sits elsewhere under it. A report or a video under either is hidden.
 VIEW_MINIMAPS = {"1.58.1": (1659, 731, 1912, 931), "1.27.10": (1562, 649, 1812, 849)}
 REPORT_TYPES = ("PreviewAny",)
-VIDEO_TYPES = ("SDVGShowVideo", "SaveVideo")
+VIDEO_TYPES = ("SDVGShowVideo", "SaveVideo", "SDVGLive")  # SDVG Live plays the run on itself
 
 
 def overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:

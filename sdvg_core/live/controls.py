@@ -65,20 +65,23 @@ def _no_constant(name: str) -> Any:
 
 class LiveControls:
     """The controls of one live run. `prepared`: prompts encoded before the run (a switch to one is instant);
-    `can_switch_prompts`: the run's recipes can change the prompt between blocks; `base_policy`: the policy while the
-    drafter is on (a name of the one grammar that takes a tau, e.g. `sdvg`); `strength_problem(s)`: why the run's
-    recipes cannot take a strength (None: they can)."""
+    `can_switch_prompts`: the run's recipes can change the prompt between blocks; `encodes_prompts`: the run has a text
+    encoder for a prompt nobody prepared (without one such a prompt is refused here, not at the boundary where it
+    would end the run); `base_policy`: the policy while the drafter is on (a name of the one grammar that takes a tau,
+    e.g. `sdvg`); `strength_problem(s)`: why the run's recipes cannot take a strength (None: they can)."""
 
     KEYS = ("tau", "prompt", "prompt_index", "drafter", "strength", "stop")
 
     def __init__(self, settings: LiveSettings, prepared: tuple[str, ...] = (), can_switch_prompts: bool = True,
-                 base_policy: str = "sdvg", strength_problem: Callable[[float], str | None] = lambda s: None):
+                 base_policy: str = "sdvg", strength_problem: Callable[[float], str | None] = lambda s: None,
+                 encodes_prompts: bool = True):
         spec = parse_policy(base_policy)
         if spec.param != "tau":
             raise ValueError(f"a live run's policy must take a tau (sdvg, sdvg-mean), got {base_policy!r}")
         self.base_policy = spec.kind
         self.prepared = tuple(prepared)
         self.can_switch_prompts = can_switch_prompts
+        self.encodes_prompts = encodes_prompts
         self.strength_problem = strength_problem
         self._lock = threading.Lock()
         self._settings = self._checked(settings)
@@ -138,6 +141,9 @@ class LiveControls:
         if not self.can_switch_prompts and text.strip() != self.take().prompt:
             raise LiveRequestError(409, "this run's context recipe cannot change the prompt between blocks: start "
                                         "the live run with the krea or longlive recipe")
+        if not self.encodes_prompts and text.strip() not in self.prepared and text.strip() != self.take().prompt:
+            raise LiveRequestError(409, "this run has no text encoder for a new prompt: choose a prepared one "
+                                        "(prompt_index), or queue the run with a CLIP connected to encode typed prompts")
         return text.strip()
 
     def _prepared(self, index: Any) -> str:

@@ -49,6 +49,8 @@ def decode_frame(body: bytes, run_hw: tuple[int, int]) -> torch.Tensor:
                 raise LiveRequestError(413, f"the frame is {im.width}x{im.height}; send it at about the run's size "
                                             f"{run_hw[1]}x{run_hw[0]}")
             rgb = np.asarray(im.convert("RGB"))
+    except LiveRequestError:  # a ValueError itself: keep its status (413 above), not the 400 below
+        raise
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise LiveRequestError(400, f"the frame is not a picture the server can read: {e}") from None
     frames = torch.from_numpy(rgb.copy()).unsqueeze(0)  # [1, H, W, 3] uint8

@@ -1,10 +1,12 @@
 """Fake of ComfyUI's `server` module: PromptServer.instance with send_progress_text (text drawn on a node, newer
-frontends), recording (node id, text); send_sync (websocket events), recording (event, data); and `routes`, the
-route table packs add their routes to (aiohttp's, as the host's)."""
+frontends), recording (node id, text); send_sync (websocket events), recording (event, data) and calling the hooks a
+test adds (on the sender's thread, as a page's answer would arrive between two blocks); and `routes`, the route table
+packs add their routes to (aiohttp's, as the host's)."""
 from __future__ import annotations
 
 TEXTS: list[tuple[str, str]] = []
 EVENTS: list[tuple[str, dict]] = []
+HOOKS: list = []  # callables (event, data): a test's stand-in for a page that answers events
 
 
 class PromptServer:
@@ -23,6 +25,8 @@ class PromptServer:
 
     def send_sync(self, event, data, sid=None) -> None:
         EVENTS.append((str(event), data))
+        for hook in list(HOOKS):
+            hook(str(event), data)
 
 
 PromptServer.instance = PromptServer()
