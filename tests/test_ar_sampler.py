@@ -20,7 +20,7 @@ import torch
 
 import fake_host
 from mini_executor import MiniExecutor
-from test_nodes import EMB_FILE, PROMPT, write_tiny_models
+from node_env import EMB_FILE, PROMPT, write_tiny_models
 
 SIZE = {"width": 64, "height": 48}
 SIGMAS = "1.0, 0.9375, 0.8333333, 0.625, 0.0"  # Self-Forcing's four steps as a ManualSigmas string

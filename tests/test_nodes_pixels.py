@@ -1,4 +1,4 @@
-"""Pixels in through the nodes (issue 26 item 4; docs/pixels.md): SDVG Start and SDVG Generate take a start image or an
+"""Pixels in through the nodes (docs/pixels.md): SDVG Start and SDVG Generate take a start image or an
 input video (IMAGE frames) with its mode and strength, build sdvg_core's `PixelInput` from them and nothing more, and
 give what the engine gives through its public API; the two example workflows (core Load Image / Load Video + Get Video
 Components) run on tiny models against the fake host, their report saying the mode and the strength."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fake_host
-import test_nodes as tn
+import node_env as ne
 import workflow_tools as wt
 from mini_executor import MiniExecutor
 
@@ -59,10 +59,10 @@ def _write_mp4(path: Path, frames: int, fps: int) -> None:
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy_pixels")
     with fake_host.installed(base) as pack:
-        tn.write_tiny_models(base, pack.sdvg_core)
+        ne.write_tiny_models(base, pack.sdvg_core)
         write_inputs(base / "input")
         classes = {c.GET_SCHEMA().node_id: c for c in list(pack.nodes.NODES) + list(pack.core_nodes.CORE_NODES)}
-        models = tn.loaded_models(pack)
+        models = ne.loaded_models(pack)
         yield pack, classes, models, base
 
 
@@ -168,7 +168,7 @@ PIXEL_WORKFLOWS = {"sdvg_image_to_video.json": "start_image", "sdvg_video_to_vid
 
 def api_of(classes: dict, name: str) -> dict:
     specs = wt.object_info_from_classes(classes.values())
-    api = wt.swap_text_encoder(wt.to_api(wt.load(REPO / "workflows" / name), specs), tn.EMB_FILE)
+    api = wt.swap_text_encoder(wt.to_api(wt.load(REPO / "workflows" / name), specs), ne.EMB_FILE)
     return wt.set_inputs(api, "SDVGGenerate", width=W, height=H, num_blocks=BLOCKS, tau=-5.0)
 
 
@@ -178,7 +178,7 @@ def test_pixel_workflows_run_and_report_mode_and_strength(env, name):
     api = api_of(classes, name)
     ex = MiniExecutor(classes)
     ex.run(api)
-    gen = tn.node_of(api, "SDVGGenerate")
+    gen = ne.node_of(api, "SDVGGenerate")
     rep, text = json.loads(ex.values[gen][3]), ex.values[gen][1]
     mode = PIXEL_WORKFLOWS[name]
     assert rep["pixels"]["mode"] == mode and len(rep["blocks"]) == BLOCKS
@@ -186,7 +186,7 @@ def test_pixel_workflows_run_and_report_mode_and_strength(env, name):
     frames = ex.values[gen][0]
     assert frames.shape[1:] == (H, W, 3) and int(rep["meta"]["frames"]) == frames.shape[0]
     loader = {"start_image": "LoadImage", "video_to_video": "GetVideoComponents"}[mode]
-    assert api[gen]["inputs"]["start_image" if mode == "start_image" else "input_video"][0] == tn.node_of(api, loader)
+    assert api[gen]["inputs"]["start_image" if mode == "start_image" else "input_video"][0] == ne.node_of(api, loader)
 
 
 def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
@@ -205,8 +205,8 @@ def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
                 if link[3] == node["id"]:
                     link[4] = slots[link[0]]
     assert wt.validate(wf, specs, host_newer=True) == []
-    api = wt.swap_text_encoder(wt.to_api(wf, specs), tn.EMB_FILE)
-    gen = tn.node_of(api, "SDVGGenerate")
+    api = wt.swap_text_encoder(wt.to_api(wf, specs), ne.EMB_FILE)
+    gen = ne.node_of(api, "SDVGGenerate")
     assert api[gen]["inputs"]["video_mode"] == "video_to_video" and api[gen]["inputs"]["strength"] == 0.7
     api = wt.set_inputs(api, "SDVGGenerate", width=W, height=H, num_blocks=2, tau=-5.0)
     ex = MiniExecutor(classes)
@@ -220,8 +220,8 @@ def test_input_video_frames_at_their_own_fps_keep_the_videos_duration(env):
     would need 33); the node's tensor path does the same with `fps` given, and without it takes the frames as they are."""
     pack, classes, models, _ = env
     api = wt.set_inputs(api_of(classes, "sdvg_video_to_video.json"), "LoadVideo", file=PHONE_CLIP)
-    gen = tn.node_of(api, "SDVGGenerate")
-    assert api[gen]["inputs"]["fps"][0] == tn.node_of(api, "GetVideoComponents")  # the workflow connects the rate
+    gen = ne.node_of(api, "SDVGGenerate")
+    assert api[gen]["inputs"]["fps"][0] == ne.node_of(api, "GetVideoComponents")  # the workflow connects the rate
     ex = MiniExecutor(classes)
     ex.run(api)
     rep = json.loads(ex.values[gen][3])
@@ -272,9 +272,9 @@ def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_r
         if link[3] == gen["id"]:
             link[4] = next(k for k, i in enumerate(gen["inputs"]) if i["link"] == link[0])
     assert wt.validate(wf, specs, host_newer=True) == []
-    api = wt.set_inputs(wt.swap_text_encoder(wt.to_api(wf, specs), tn.EMB_FILE), "SDVGGenerate", width=W, height=H,
+    api = wt.set_inputs(wt.swap_text_encoder(wt.to_api(wf, specs), ne.EMB_FILE), "SDVGGenerate", width=W, height=H,
                         num_blocks=BLOCKS, tau=-5.0)
-    node = tn.node_of(api, "SDVGGenerate")
+    node = ne.node_of(api, "SDVGGenerate")
     assert "fps" not in api[node]["inputs"]
     ex = MiniExecutor(classes)
     ex.run(api)

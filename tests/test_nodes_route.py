@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fake_host
-from test_nodes import EMB_FILE, PROMPT, loaded_models, write_tiny_models
+from node_env import EMB_FILE, PROMPT, loaded_models, write_tiny_models
 
 TINY_FILE = "taew2_1_tiny.safetensors"  # a taew2_1 name (the DiT's normalised latents) at the tiny widths
 SIZE = {"width": 64, "height": 48, "num_blocks": 3}
