@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 FP32_TOL = 1e-4
 # bf16: both round every layer's input to bf16 (8 mantissa bits); relative to the output scale.
 BF16_REL_TOL = 5e-2
-# Goal: no slower than ComfyUI's own forward (issue 9). A shared 2-core CPU varies by ~10-20% run to run, so the
+# Goal: no slower than ComfyUI's own forward. A shared 2-core CPU varies by ~10-20% run to run, so the
 # test fails only beyond that noise; the printed figure is the one to report.
 RATIO_LIMIT = 1.25
 

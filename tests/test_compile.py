@@ -1,4 +1,4 @@
-"""The whole-block compile (issue 33 item 3): `CausalWan(compile=...)` compiles `wan_block` (q/k/v + RoPE + KV write +
+"""The whole-block compile: `CausalWan(compile=...)` compiles `wan_block` (q/k/v + RoPE + KV write +
 self-attention + cross-attention + FFN) with fullgraph=True; one compiled function serves every layer and every
 block of a run, one graph per call shape (counted from torch._dynamo's own counters), and its output equals eager.
 

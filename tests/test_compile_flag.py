@@ -1,4 +1,4 @@
-"""`--compile [BACKEND]` where users turn it on (issue 33 item 4): the demo, the eval and the benchmarks build their
+"""`--compile [BACKEND]` where users turn it on: the demo, the eval and the benchmarks build their
 CausalWans with compile=..., and what they write says "compiled": true and which models (report.json, the eval's
 run.json / summary.md, the bench JSON and table). Tests use the `eager` backend: dynamo traces, nothing is
 code-generated, so no inductor compile runs in CI.

@@ -1,4 +1,4 @@
-"""What a new user hits with the demo CLI (issue 27): checks that come before loading (embeddings width read from
+"""What a new user hits with the demo CLI: checks that come before loading (embeddings width read from
 the checkpoint headers, an output folder that cannot be written, --blocks past the node's bound), Ctrl-C that keeps
 a playable video and the report of the committed blocks, a fresh dated folder per run, a report naming every
 prompt of a schedule."""
@@ -53,7 +53,7 @@ def _tiny_dit_files(tmp_path: Path) -> tuple[Path, Path]:
     return target, drafter
 
 
-# ------------------------------------------------------------------------------------------ item 1: before loading
+# ------------------------------------------------------------------------------------------ before loading
 def test_embeddings_of_the_wrong_width_are_refused_before_the_tiny_models_load(tmp_path, capsys, monkeypatch):
     _no_loading(monkeypatch)
     emb = tmp_path / "narrow.safetensors"
@@ -100,7 +100,7 @@ def test_blocks_past_the_nodes_bound_are_refused(tmp_path, capsys, monkeypatch):
     assert "--blocks 10001 is more than 10,000" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------------------------------ item 6: no silent replace
+# ------------------------------------------------------------------------------------------ no silent replace
 def test_each_run_gets_a_fresh_dated_folder_and_an_explicit_one_is_not_replaced(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--blocks", "2", *SMALL]) == 0
@@ -119,7 +119,7 @@ def test_each_run_gets_a_fresh_dated_folder_and_an_explicit_one_is_not_replaced(
     assert json.loads(first.read_text())["num_blocks"] == 3
 
 
-# ------------------------------------------------------------------------------------------ item 5: report
+# ------------------------------------------------------------------------------------------ report
 def test_the_report_names_every_prompt_of_a_schedule(tmp_path):
     sched = tmp_path / "story.txt"
     sched.write_text("0: a red fox in the snow\n2: the fox runs into a forest\n")
@@ -128,7 +128,7 @@ def test_the_report_names_every_prompt_of_a_schedule(tmp_path):
     assert meta["prompt"] == "0: a red fox in the snow | 2: the fox runs into a forest"
 
 
-# ------------------------------------------------------------------------------------------ item 2: Ctrl-C
+# ------------------------------------------------------------------------------------------ Ctrl-C
 def _frames_in(video: Path) -> int:
     import imageio.v2 as imageio
 

@@ -1,4 +1,4 @@
-"""What a new user hits with sdvg_eval (issue 27): Ctrl-C keeps the finished rows and the same command resumes;
+"""What a new user hits with sdvg_eval: Ctrl-C keeps the finished rows and the same command resumes;
 metric problems are all named at once with the fix; the shared checks (--blocks bound, --out writability) run
 before anything loads. The Ray-join bound is in test_eval_ray.py."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pixels in from the demo CLI (issue 26 item 5): --start-image, --extend, --input-video --strength refused in
+"""Pixels in from the demo CLI: --start-image, --extend, --input-video --strength refused in
 preflight (exit 2, one message, no model loaded) when unusable, and each mode run end to end on the tiny default,
 its video beginning with the given frames and its report naming the mode."""
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pixels_reference import PixelsFixture, load_fixture
 from sdvg_core import (BlockNoise, CausalWan, DraftOnly, Engine, EngineConfig, GenerationSpec, KreaRecipe, PixelInput,
                        PixelInputError, PromptConditioning, SelfForcingRecipe, TargetOnly, build_report)
 
-TOL = 1e-4  # issue 26: each fixture run matches at <= 1e-4 through the public API
+TOL = 1e-4  # each pixels-in fixture run matches at <= 1e-4 through the public API
 SF_RUNS = ("start_frame", "extend")
 KREA_RUNS = ("v2v_s070", "v2v_s050", "v2v_stream", "krea_start_frame")
 

@@ -1,4 +1,4 @@
-"""StrideAR as a baseline (issue 33 item 5): the target makes every k-th block (block 0 included), the drafter the
+"""StrideAR as a baseline: the target makes every k-th block (block 0 included), the drafter the
 rest, and nothing is decoded or scored for routing. The policy's rule, the engine's work and counted speedup under
 it, the eval's `stride:k=K` configs, their own Pareto series and the equal-cost comparison with SDVG's tau curve.
 """

@@ -1,4 +1,4 @@
-"""bench/traffic.py: the host-device traffic counter the GPU check runs (issue 19 item 3).
+"""bench/traffic.py: the host-device traffic counter the GPU check runs.
 
 A CPU has no second device, so the counter's bookkeeping is exercised with the meta device standing in: copies
 between CPU and meta, and host reads of values on the side that is not the host."""
@@ -97,10 +97,11 @@ def test_a_cuda_generation_crosses_devices(tmp_path):
 
 @pytest.mark.parametrize("name", ["krea", "self_forcing", "longlive", "longlive_infinity"])
 def test_the_block_loop_reads_no_value_between_its_model_calls(tmp_path, name):
-    """Graph readiness (issue 33 item 3): every recipe, both roles (a forced, an accepted and two rejected blocks: the
-    drafter's and the target's calls in one block), a prompt switch (a recache): between a block's first and last
-    model call nothing reads a tensor's value back to Python, on any device (a CPU run shows what would be a sync on a
-    GPU): no .item()/float()/bool(), equal, nonzero, .tolist(), .numpy(), .cpu(); the router's scoring apart."""
+    """Graph readiness (what a whole-block compile or CUDA graph needs): every recipe, both roles (a forced, an
+    accepted and two rejected blocks: the drafter's and the target's calls in one block), a prompt switch (a
+    recache): between a block's first and last model call nothing reads a tensor's value back to Python, on any
+    device (a CPU run shows what would be a sync on a GPU): no .item()/float()/bool(), equal, nonzero, .tolist(),
+    .numpy(), .cpu(); the router's scoring apart."""
     from sdvg_core.engine.prompts import PromptSchedule
     from sdvg_core.engine.recipes import recipe_by_name
 
