@@ -37,7 +37,9 @@ import workflow_tools as wt
 from test_nodes_pixels import PHONE_CLIP, START_IMAGE, write_inputs
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
-pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
+pytestmark = [
+    pytest.mark.slow,  # starts a real ComfyUI server
+    pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")]
 # the pip-installable build (hiddenswitch's fork, 0.12.x) keeps ComfyUI under comfy/cmd/ and finds its workspace
 # (models/, custom_nodes/, output/) from the working directory; upstream runs main.py from its checkout
 PIP_BUILD = bool(COMFYUI_DIR) and (Path(COMFYUI_DIR) / "comfy" / "cmd" / "main.py").is_file()

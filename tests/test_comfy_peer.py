@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
-pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
+pytestmark = [
+    pytest.mark.slow,  # a real ComfyUI's WanModel at the 1.3B widths
+    pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")]
 REPO = Path(__file__).resolve().parents[1]
 # fp32: two float32 implementations of the same network differ by rounding only (fixtures README §5: <= 1e-4).
 FP32_TOL = 1e-4

@@ -19,6 +19,8 @@ from sdvg_eval.config import PAPER_CONFIGS, parse_config, parse_configs
 from sdvg_eval.records import read_rows
 from sdvg_core import DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
 
+pytestmark = pytest.mark.slow  # the eval harness end to end (sweeps, resumes, Ray actors)
+
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = ["a red fox jumps over a frozen creek at dawn", "two astronauts play chess on the moon",
            "a paper boat drifts down a rainy street", "a hummingbird hovers near a purple flower"]

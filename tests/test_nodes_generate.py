@@ -12,6 +12,7 @@ from mini_executor import MiniExecutor
 from node_env import REPO, SMALL, api_for, env, node_of, report_of  # noqa: F401 (env: the fake host's fixture)
 
 
+@pytest.mark.slow
 def test_generate_and_baseline_workflows(env):
     pack, classes = env
     ex = MiniExecutor(classes)
@@ -37,6 +38,7 @@ def test_generate_and_baseline_workflows(env):
     assert torch.equal(ex.values[sdvg_node][0], frames_sdvg)
 
 
+@pytest.mark.slow
 def test_baseline_times_are_fresh_runs(env):
     """sdvg_vs_target_only: neither Generate node takes blocks from the other's run (fresh_run on both), so both
     wall times are fresh runs; with fresh_run off the second node's report says its time is not a fresh run."""
@@ -63,6 +65,7 @@ def test_baseline_times_are_fresh_runs(env):
     assert "NOT a fresh run's time" in table
 
 
+@pytest.mark.slow
 def test_generate_stride_policy_routes_by_position_without_imagereward(env):
     pack, classes = env
     gen_cls = pack.nodes.generate
@@ -86,6 +89,7 @@ def test_generate_stride_policy_routes_by_position_without_imagereward(env):
     assert rep["counted_speedup"] > 1.0 and rep["compiled"] is False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sdvg_long_video", "sdvg_long_video_prompt_changes"])
 def test_long_video_workflows(env, name):
     """The long-video templates at the test size: LongLive drafter (its kind's recipe) + Krea target, the video saved

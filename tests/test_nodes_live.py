@@ -111,6 +111,7 @@ def run_with_page(pack, args: dict, page_script) -> tuple[object, Page, dict]:
     return result["out"], page, answers
 
 
+@pytest.mark.slow
 def test_a_page_moves_tau_switches_the_prompt_and_stops_and_the_replay_is_bit_for_bit(env):
     pack, models, base = env
 
@@ -198,6 +199,7 @@ def _jpeg(i: int) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.slow
 def test_a_camera_run_takes_frames_drops_a_flood_and_replays_from_its_recording(env):
     pack, models, base = env
 

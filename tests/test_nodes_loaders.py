@@ -69,6 +69,7 @@ def test_pt_entry_and_info(env):
     assert again.args[0].key == ema.args[0].key  # stable identity across re-execution: the memo keeps working
 
 
+@pytest.mark.slow
 def test_model_input_path_equals_file_path(env):
     """A ComfyUI MODEL (UNETLoader) wraps the same network: identical video to the pack's own file loader."""
     pack, classes = env
@@ -97,6 +98,7 @@ def test_file_loader_compile_option_reaches_the_dit(env):
     assert compiled.info.endswith(", compiled") and plain.key != compiled.key  # compiled numerics get their own memo entries
 
 
+@pytest.mark.slow
 def test_report_says_which_model_ran_compiled(env):
     """Plain run: 'compiled: no'. The same graph with the target's MODEL through TorchCompileModel: SDVG Generate's
     report says the target ran compiled with that backend (the drafter did not), recomputed rather than taken from

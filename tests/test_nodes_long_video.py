@@ -94,6 +94,7 @@ def test_recipe_per_role_reaches_engine_reservation_and_report(env, models):
         n.SDVGStart.execute(**base, recipe="krea", drafter_recipe="nope")
 
 
+@pytest.mark.slow
 def test_generate_runs_each_models_recipe(env, models):
     """The drafter's recipe changes the drafts (not the target's forced block 0); the report names both recipes;
     the node's result equals the core engine's with the same per-role config."""
@@ -134,6 +135,7 @@ def _lora_file(pack, base: Path, name: str, rank: int = 4, seed: int = 11, comfy
     return sd
 
 
+@pytest.mark.slow
 def test_drafter_kind_entry_lora_and_key(env):
     pack, _, base = env
     n = pack.nodes
@@ -198,6 +200,7 @@ def test_drafter_loader_validates_before_work(env):
         n.SDVGLoadDrafter.execute(ne.LONGLIVE_BASE, kind="longlive", lora_name="wrong_rank.safetensors")
 
 
+@pytest.mark.slow
 def test_comfy_lora_patched_model_as_drafter(env, models):
     """A MODEL from Load Diffusion Model -> LoraLoaderModelOnly keeps working as the drafter: ComfyUI writes the LoRA
     into the weights when it loads the model for SDVG's call, so the drafts equal those of the pack's own loader with
@@ -294,6 +297,7 @@ def test_prompt_schedule_needs_an_encoder_or_files(env):
     assert "which prompt would blocks 0..3 have" in fb(4, input_types={})
 
 
+@pytest.mark.slow
 def test_schedule_reaches_the_spec_of_generate_and_the_loop(env, models):
     """Generate with a schedule: each block under its own prompt (report prompts and each block's index); the loop
     with the same schedule at Start (the state carries it) commits the same video; the two schedule nodes agree."""
@@ -351,6 +355,7 @@ def test_schedule_errors_before_any_work(env, models):
         n.SDVGPromptFromBlock.execute([[torch.zeros(1, 4, 32), {}]], "", 0)
 
 
+@pytest.mark.slow
 def test_requeue_after_editing_the_second_prompt(env, models):
     """Editing the second prompt's text recomputes nothing before its first block (the memo keys hold each
     block's own prompt), through the schedule node and Generate's shared memo."""
@@ -374,6 +379,7 @@ def _decoded_frames(path: str) -> list:
         return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
 
 
+@pytest.mark.slow
 def test_generate_writes_each_block_as_it_commits(env, models, monkeypatch):
     """save_video: every block goes to the file right after its commit (never the whole video in memory: the
     engine's all-frames output is not called), 'frames' is an evenly spaced preview, the file lands in the output
@@ -433,6 +439,7 @@ def test_generate_writes_each_block_as_it_commits(env, models, monkeypatch):
     assert full_out_video(pack, models) == ""  # save_video off: no file
 
 
+@pytest.mark.slow
 def test_finish_saves_the_loop_video_block_by_block(env, models, monkeypatch):
     pack, _, base = env
     n = pack.nodes

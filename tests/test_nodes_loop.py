@@ -11,6 +11,7 @@ from mini_executor import MiniExecutor
 from node_env import EMB_FILE, PROMPT, REPO, SMALL, api_for, env, node_of, report_of  # noqa: F401 (env: fixture)
 
 
+@pytest.mark.slow
 def test_loop_workflow_lazy_and_requeue(env):
     pack, classes = env
     memo = pack.nodes.shared_memo.MEMO
@@ -67,6 +68,7 @@ def test_loop_workflow_lazy_and_requeue(env):
     assert fresh.executed == []
 
 
+# not slow although over a second: one workflow run through the nodes stays in the quick loop
 def test_loop_with_a_route_that_scores_itself(env):
     """Route without the 'scored' chain: it drafts, decodes and scores itself (and never asks for the input)."""
     pack, classes = env

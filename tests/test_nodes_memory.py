@@ -4,6 +4,7 @@ loaded per operation; a generation releases what it held outside the memo's budg
 RAM-pressure cache only the tensors they alone hold; importing the pack replaces nothing of the host."""
 from __future__ import annotations
 
+import pytest
 import sys
 
 import torch
@@ -97,6 +98,7 @@ def test_one_model_loaded_per_operation_and_progress(env):
     assert comfy.utils.PROGRESS[-1][0] == comfy.utils.PROGRESS[-1][1]
 
 
+@pytest.mark.slow
 def test_a_generation_releases_what_it_held(env):
     """What a generation holds outside the memo's budget (decoder cache head, newest pixels, text K/V) is released when
     it ends: after SDVG Generate, and after SDVG Finish in the step-by-step loop."""
@@ -125,6 +127,7 @@ def _storages(value, out: dict) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_state_outputs_show_the_host_the_tensors_only_they_hold(env):
     """ComfyUI 0.33's RAM-pressure output cache sizes an output by the tensors in its lists/tuples (the real cache:
     test_comfy_host). After the step-by-step loop, every SDVG_STATE output shows it, beside its GenerationState,

@@ -85,6 +85,7 @@ def core_run(pack, models, pixels):
     return state, engine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["start_image", "extend", "video_to_video"])
 def test_generate_is_the_cores_run_of_the_same_pixel_input(env, mode):
     pack, _, models, _ = env
@@ -131,6 +132,7 @@ def test_start_loop_and_finish_give_generates_video(env):
         assert sum(1 for _ in c.decode(video=0)) == frames.shape[0]
 
 
+@pytest.mark.slow
 def test_a_short_input_video_ends_the_run_and_says_so(env):
     pack, _, models, base = env
     video = _frames(VIDEO_FRAMES - 12, (H, W), seed=1)  # one block short
@@ -172,6 +174,7 @@ def api_of(classes: dict, name: str) -> dict:
     return wt.set_inputs(api, "SDVGGenerate", width=W, height=H, num_blocks=BLOCKS, tau=-5.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PIXEL_WORKFLOWS)
 def test_pixel_workflows_run_and_report_mode_and_strength(env, name):
     pack, classes, _, _ = env
@@ -189,6 +192,7 @@ def test_pixel_workflows_run_and_report_mode_and_strength(env, name):
     assert api[gen]["inputs"]["start_image" if mode == "start_image" else "input_video"][0] == ne.node_of(api, loader)
 
 
+@pytest.mark.slow
 def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
     """A workflow saved before SDVG Start / Generate had pixel inputs (no such sockets, no widget values): the
     frontend's conversion gives the defaults, and it runs as text-to-video."""
@@ -214,6 +218,7 @@ def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
     assert json.loads(ex.values[gen][3])["pixels"] is None
 
 
+@pytest.mark.slow
 def test_input_video_frames_at_their_own_fps_keep_the_videos_duration(env):
     """core Load Video + Get Video Components hand the frames at the file's rate and the rate on `fps`: the workflow
     connects it, so a 30 fps clip (60 frames, 2.0 s) is read on the 16 fps clock (32 frames: blocks of 9 + 12, a third
@@ -255,6 +260,7 @@ def test_target_only_video_to_video_counts_1x_with_the_plan_it_ran(env, recipe):
     assert {t for _, t, _, _ in comfy.utils.PROGRESS} == {BLOCKS * steps}  # the bar over the calls it makes
 
 
+@pytest.mark.slow
 def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_runs(env):
     """The sdvg_video_to_video graph as saved before SDVG Generate had `fps` (no such socket, no link): it validates
     against today's nodes (fps is a socket, so no widget value moves) and runs, its frames taken as they are."""
@@ -282,6 +288,7 @@ def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_r
     assert px["mode"] == "video_to_video" and px["frame_rate"] is None and px["given_frames"] == VIDEO_FRAMES
 
 
+@pytest.mark.slow
 def test_generate_starts_a_run_once_and_a_fresh_run_leaves_the_shared_cache_as_it_found_it(env, monkeypatch):
     """SDVG Generate builds one engine and starts the run once with it: a start image is encoded once (at the start;
     Krea's anchors are encoded later, during blocks), and with fresh_run into the run's own memo only, so the cache

@@ -24,6 +24,7 @@ def test_cancel_between_steps(env):
     assert not mm.processing_interrupted()
 
 
+@pytest.mark.slow
 def test_report_after_cancel_and_requeue_marks_node_cache_blocks(env):
     """Cancel before Finish, then queue again: the routes come from the executor's node cache (old run id), Finish
     runs now. Every block must say it was not computed by this execution, and the recomputed line must appear."""

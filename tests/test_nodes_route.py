@@ -35,6 +35,7 @@ def _generate(pack, route_vae=None, tau: float = -3.0):
     return out.args[0], json.loads(out.args[3])
 
 
+@pytest.mark.slow
 def test_generate_routes_on_a_tiny_decoder_from_vae_approx(env):
     pack, _ = env
     loader = pack.nodes.SDVGLoadRouteDecoder

@@ -98,6 +98,7 @@ def _start(pack, models, **kw):
     return pack.nodes.SDVGStart.execute(**{**args, **kw}).args[0]
 
 
+@pytest.mark.slow
 def test_a_run_sizes_its_calls_on_its_own_view_of_a_shared_model(env):
     """Two graphs share the loaded models: each Start sizes the calls of its own run (a LongLive drafter's window is
     not Krea's rebuild), and the loaded model keeps its load-time reservation."""

@@ -3,6 +3,7 @@ host's shape and loadable on the newest, the files the builder (scripts/build_wo
 shown on a text node, and every report and SDVG node readable at the saved view."""
 from __future__ import annotations
 
+import pytest
 import subprocess
 import sys
 
@@ -45,6 +46,7 @@ def test_workflows_valid(env):
                     assert v[0] in api and v[1] < len(specs[api[v[0]]["class_type"]]["output"]), (path.name, nid)
 
 
+@pytest.mark.slow
 def test_workflow_files_match_builder():
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "build_workflows.py"), "--check"], capture_output=True,
                          text=True, timeout=120, cwd=REPO)

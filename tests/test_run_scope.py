@@ -23,6 +23,8 @@ from sdvg_core.models.wan_config import PRESETS
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_scale import PATTERN_6_OF_8  # noqa: E402  (the benchmark's own decision pattern)
 
+pytestmark = pytest.mark.slow  # long runs: hundreds of blocks, full-size memo accounting over every configuration
+
 W, H, BLOCKS = 48, 32, 5
 PATTERN = (False, True, False, True, True)  # 3 of 4 drafts accepted after the forced block 0
 

@@ -139,6 +139,7 @@ def _storages(monkeypatch) -> list[tuple[int, int, int]]:
     return log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_a_run_keeps_one_kv_storage_per_role_after_its_first_block(models, name, monkeypatch):
     """Every call of a run writes and attends into one KV storage per role, allocated at its first block: Krea's
