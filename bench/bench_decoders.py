@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sdvg_core.demo.tiny import random_vae  # noqa: E402
 from sdvg_core.demo.tiny_taehv import random_taehv  # noqa: E402
+from sdvg_core.models.dtypes import DTYPES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK_FRAMES = 3  # latent frames per block (Self-Forcing / Krea)
 LATENT_CHANNELS = 16
 SPATIAL = 8  # pixels per latent, both decoders
 MMAP_THRESHOLD = 65536  # bytes: every larger buffer is its own mmap, unmapped when freed
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PAGE = os.sysconf("SC_PAGE_SIZE")
 DECODERS = ("wan_vae", "taehv")
 

@@ -120,5 +120,18 @@ def test_nothing_patches_tau_into_a_report_and_nodes_do_not_import_the_command_l
     for p in FRONT_ENDS:
         text = p.read_text()
         assert 'setdefault("tau"' not in text, p
-        if p.parent.name == "nodes":
-            assert "sdvg_core.demo" not in text and ".demo." not in text, p
+        if p.parent.name == "nodes":  # the command line is not a library of the nodes (a tooltip may name a command)
+            imported = [n.module or "" for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ImportFrom)]
+            assert not [m for m in imported if m.startswith("sdvg_core.demo") or ".demo" in m or m == "demo"], p
+
+
+def test_one_table_of_dtype_names():
+    """The dtype names every front end spells (`--dtype bf16`, a loader's weight_dtype) come from one table
+    (models/dtypes.py); a benchmark may take a subset of it, never write its own."""
+    own = []
+    for p in [*FRONT_ENDS, *sorted((REPO / "sdvg_core").rglob("*.py"))]:
+        for n in ast.walk(ast.parse(p.read_text())):
+            if (isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, ast.Dict)
+                    and any(isinstance(v, ast.Attribute) and v.attr in ("bfloat16", "float16") for v in n.value.values)):
+                own.append(f"{p.relative_to(REPO)}:{n.lineno}")
+    assert own == ["sdvg_core/models/dtypes.py:7"], own

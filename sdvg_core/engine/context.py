@@ -65,7 +65,10 @@ class ContextServices:
         generation (a sequential run never rebuilds from the start) and a snapshot offered to the memo's budget (a
         re-queue restarts from the block it changed). `prefix(view, part)`: what the view before block 0 holds
         besides nothing (given latents: docs/pixels.md §4)."""
-        appended = state.spec.block_frames(b)  # what block b's calls append (a short last block: fewer)
+        spec = state.spec
+        # what block b's calls append: its own frames (a short last block fewer); past the last block (the whole
+        # video's committed view, for a caller that reads it) a whole block
+        appended = spec.block_frames(b) if b < spec.num_blocks else spec.frames_per_block
         window, sink, rope = layout
 
         def start(part: Tally) -> KVCache:
