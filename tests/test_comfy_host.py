@@ -10,8 +10,9 @@ is queued through POST /prompt (converted to the API format; ComfyUI's `wan` tex
 which no test can load, so CLIP Loader + CLIP Text Encode are swapped for SDVG Load Prompt Embeddings reading
 an embeddings file of the right width); a re-queue with a moved tau recomputes only from the first flipped
 block (forward counts in the report) and equals a fresh server's run; the MODEL path (UNETLoader, default and
-fp8 weights) works; a missing model or embeddings file is refused by POST /prompt with the pack's message (folder,
-files there, source) in the node error the frontend shows; and, when chromium is installed, the real frontend loads each workflow without missing nodes
+fp8 weights; the target through ComfyUI's TorchCompileModel under the StrideAR policy) works; a missing model or
+embeddings file is refused by POST /prompt with the pack's message (folder, files there, source) in the node error
+the frontend shows; and, when chromium is installed, the real frontend loads each workflow without missing nodes
 and converts it to the same API prompt as tests/workflow_tools.py.
 """
 from __future__ import annotations
