@@ -4,9 +4,11 @@ Each mutation edits one line of sdvg_core in a private git worktree of HEAD (nev
 given tests with `-x`, records the first failing test (or "SURVIVED"), and restores the file. Every field of
 every memo key (sdvg_core/derived/keys.py) is dropped from equality and hashing in turn (`field(compare=False)`),
 so a new field gets checked without editing this list. A mutation whose text is no longer (exactly once) in its file,
-or whose file is gone (the code moved on), is stale: the script names every stale one and exits 1 before running any
-test, so an anchor that went out of date fails the run instead of being skipped (tests/test_check_mutations.py checks
-every anchor against the tree on each test run).
+or whose file is gone (the code moved on), is stale, and so is a test it names (its `tests`, or --tests) whose file or
+test function is gone (tests moved or renamed: pytest would answer "not found" and the mutation would read as
+caught): the script names every stale one and exits 1 before running any test, so an anchor that went out of date
+fails the run instead of being skipped (tests/test_check_mutations.py checks every anchor against the tree on each
+test run).
 
     .venv/bin/python scripts/check_mutations.py                   # all, markdown table on stdout
     .venv/bin/python scripts/check_mutations.py --only P1 P2 --tests tests/test_rules.py
@@ -545,6 +547,27 @@ def stale(mutations: list[Mutation], root: Path) -> list[str]:
     return out
 
 
+def missing_tests(mutations: list[Mutation], root: Path, default_tests: tuple[str, ...] | list[str] = DEFAULT_TESTS
+                  ) -> list[str]:
+    """'ids: test: why' for every test a mutation would run (its own `tests`, else `default_tests`) that is not in the
+    tree at `root`: a file that is gone, or a `file::name` whose test function is not defined in that file (a
+    parametrised id's `[...]` is not checked, its function is)."""
+    users: dict[str, list[str]] = {}
+    for m in mutations:
+        for test in m.tests or default_tests:
+            users.setdefault(test, []).append(m.id)
+    out = []
+    for test, ids in users.items():
+        path, _, name = test.partition("::")
+        func = name.split("[")[0]
+        named = ", ".join(ids[:5]) + (f" (+{len(ids) - 5} more)" if len(ids) > 5 else "")
+        if not (root / path).is_file():
+            out.append(f"{named}: {test}: the test file is gone")
+        elif func and not re.search(rf"^\s*(?:async\s+)?def {re.escape(func)}\(", (root / path).read_text(), re.MULTILINE):
+            out.append(f"{named}: {test}: no test function {func!r} in {path}")
+    return out
+
+
 def run_tests(worktree: Path, tests: list[str]) -> tuple[str, float]:
     t0 = time.time()
     try:
@@ -567,11 +590,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", help="mutation ids (K:Class.field for key fields)")
     ap.add_argument("--rev", default="HEAD", help="the commit to mutate (default HEAD)")
     ap.add_argument("--anchors-only", action="store_true",
-                    help="check that every mutation still applies to the working tree (no tests run); exit 1 if not")
+                    help="check that every mutation still applies to the working tree and every test it names is "
+                         "there (no tests run); exit 1 if not")
     a = ap.parse_args(argv)
     if a.anchors_only:
-        bad = stale([m for m in all_mutations(REPO) if not a.only or m.id in a.only], REPO)
-        print("\n".join(f"stale: {b}" for b in bad) or "every mutation's text is in the tree")
+        muts = [m for m in all_mutations(REPO) if not a.only or m.id in a.only]
+        bad = stale(muts, REPO) + missing_tests(muts, REPO, a.tests)
+        print("\n".join(f"stale: {b}" for b in bad) or "every mutation's text and every test it names is in the tree")
         return 1 if bad else 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: restore nothing, remove the worktree
     with tempfile.TemporaryDirectory(prefix="sdvg-mut-") as tmp:
@@ -581,9 +606,10 @@ def main(argv: list[str] | None = None) -> int:
             muts = all_mutations(wt)
             if a.only:
                 muts = [m for m in muts if m.id in a.only]
-            bad = stale(muts, wt)
+            bad = stale(muts, wt) + missing_tests(muts, wt, a.tests)
             if bad:  # an out-of-date anchor fails the run, before any test: never a silent skip
-                print("stale mutations (update their text to the code):\n  " + "\n  ".join(bad), file=sys.stderr)
+                print("stale mutations (update their text, or the tests they name, to the tree):\n  " + "\n  ".join(bad),
+                      file=sys.stderr)
                 return 1
             print("| id | mutation | file | first failing test | s |\n|---|---|---|---|---|", flush=True)
             for m in muts:

@@ -10,7 +10,7 @@ flow, and the time ratio pack / ComfyUI (best of `repeats`, interleaved, after a
 the host runs it: ComfyUI's `optimized_attention` injected (nodes/attention.py comfy_attention), ComfyUI's layers
 through nodes/comfy_model.py comfy_wan_view. Prints one JSON line.
 
-`--compiled` (issue 33 item 1) adds, in the same interleaved rounds: the pack's whole-block compile
+`--compiled` adds, in the same interleaved rounds: the pack's whole-block compile
 (CausalWan(compile=True): wan_block under torch.compile(fullgraph=True), inductor) and ComfyUI's WanModel compiled
 the way its TorchCompileModel node does (comfy_api/torch_helpers/torch_compile.py set_torch_compile_wrapper:
 torch.compile of the whole diffusion_model, backend inductor, its default options: fullgraph False, dynamic None);
@@ -33,7 +33,7 @@ ap.add_argument("--layers", type=int, default=2)
 ap.add_argument("--repeats", type=int, default=3)
 ap.add_argument("--latent", default="30x52", help="latent h x w of each frame (30x52 = 240x416 px, 1170 tokens)")
 ap.add_argument("--threads", type=int, default=1)
-ap.add_argument("--compiled", action="store_true", help="also both sides compiled with inductor (issue 33 item 1)")
+ap.add_argument("--compiled", action="store_true", help="also both sides compiled with inductor")
 ap.add_argument("--attention", choices=("host", "sdpa"), default="host",
                 help="host: ComfyUI's optimized_attention injected, as nodes/attention.py routes it; sdpa: CausalWan's default")
 a = ap.parse_args()

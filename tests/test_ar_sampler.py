@@ -20,7 +20,7 @@ import torch
 
 import fake_host
 from mini_executor import MiniExecutor
-from test_nodes import EMB_FILE, PROMPT, write_tiny_models
+from node_env import EMB_FILE, PROMPT, write_tiny_models
 
 SIZE = {"width": 64, "height": 48}
 SIGMAS = "1.0, 0.9375, 0.8333333, 0.625, 0.0"  # Self-Forcing's four steps as a ManualSigmas string
@@ -118,6 +118,7 @@ def test_cores_noise_rule_offsets_a_start_image_by_its_latent_frame():
 
 
 # ------------------------------------------------------------------------------------------------ sigmas and recipes
+@pytest.mark.slow
 def test_a_plan_of_given_sigmas_is_self_forcings_own_at_its_sigmas():
     from sdvg_core.demo.tiny import tiny_models
     from sdvg_core.engine.comfy_ar import sigma_plan, with_plan
@@ -302,6 +303,7 @@ def engine_run(pack, ex, prompt, policy, start_latents=None, emb=None):
     return pack.core_nodes.latent_out(comfy_ar.video_latents(state, start_latents)), state
 
 
+@pytest.mark.slow
 def test_target_only_equals_the_engine_on_cores_terms(env):
     pack, classes, _ = env
     from sdvg_pack.sdvg_core.engine.policy import TargetOnly
@@ -318,6 +320,7 @@ def test_target_only_equals_the_engine_on_cores_terms(env):
     assert [b["work"].get("vae_decode_frames", 0) for b in report["blocks"]] == [0, 0, 0]
 
 
+@pytest.mark.slow
 def test_the_first_step_starts_from_the_noise_core_hands_the_sampler(env):
     """Sigmas starting below 1: the sampler's first input is the Noise node's draw scaled to the first sigma (what
     core's KSAMPLER hands it), not a draw of its own."""
@@ -346,6 +349,7 @@ def test_the_first_step_starts_from_the_noise_core_hands_the_sampler(env):
     assert torch.allclose(out, want, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_with_a_drafter_the_blocks_are_the_engines_on_the_same_noise(env):
     pack, classes, _ = env
     from sdvg_pack.sdvg_core.engine.policy import ThresholdPolicy
@@ -362,6 +366,7 @@ def test_with_a_drafter_the_blocks_are_the_engines_on_the_same_noise(env):
     assert [b["work"].get("vae_decode_frames", 0) for b in report["blocks"]] == [0, 6, 3]
 
 
+@pytest.mark.slow
 def test_a_start_image_from_ar_video_i2v_starts_the_video(env):
     pack, classes, _ = env
     from sdvg_pack.sdvg_core.engine.policy import TargetOnly
@@ -387,6 +392,7 @@ def test_a_start_image_from_ar_video_i2v_starts_the_video(env):
     assert not torch.equal(flipped[:, :, 1:4], out[:, :, 1:4])
 
 
+@pytest.mark.slow
 def test_progress_decisions_and_the_report_files(env):
     pack, classes, base = env
     import server
@@ -403,6 +409,7 @@ def test_progress_decisions_and_the_report_files(env):
     assert ex.values["report"][0].startswith("report: output/sdvg_ar/") and ex.values["report"][1].shape[-1] == 3
 
 
+@pytest.mark.slow
 def test_the_compiler_is_off_while_sdvg_runs_and_restored_after(env, monkeypatch):
     """The newest hosts' switch (comfy.cli_args.args.disable_comfy_compiler, CUDA graphs likewise): every SDVG model
     call sees it off; afterwards it is as before, also after a Cancel mid-run; a graph recording on the thread is
@@ -507,6 +514,7 @@ def test_the_target_is_loaded_by_comfyui_before_its_layers_run(env, monkeypatch)
     assert loaded_when_called and all(loaded_when_called)
 
 
+@pytest.mark.slow
 def test_requests_core_loop_cannot_run_are_refused(env):
     pack, classes, _ = env
     errors = pack.nodes.surface.SDVGError
@@ -705,6 +713,7 @@ def test_a_guider_with_classifier_free_guidance_is_refused(env):
 AR_WORKFLOW = fake_host.REPO / "workflows" / "sdvg_core_ar_sampler.json"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_image", [False, True], ids=["text", "start_image"])
 def test_the_example_workflow_runs_as_saved_and_from_a_start_image(env, start_image):
     """sdvg_core_ar_sampler as the frontend queues it (the text encoder swapped for saved embeddings, a small size),

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # the benchmark runs its rounds
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -271,6 +273,7 @@ def test_compile_counters_per_recipe_and_role(tmp_path):
     row = data["rows"][0]["compile"]
     assert set(row) == {"self_forcing", "krea"}  # the row's own run (after the warm-up compiled)
     assert "torch.compile per recipe and role" in out.with_suffix(".md").read_text()
+
 
 
 def test_fork_isolation_reports_the_childs_own_peak():

@@ -26,6 +26,7 @@ def _spec(seed: int = 42) -> GenerationSpec:
     return GenerationSpec(PromptConditioning.make("a red fox in the snow", emb), 48, 32, 5, seed)
 
 
+@pytest.mark.slow
 def test_paired_scores_are_each_decoders_own_scores_on_the_full_vaes_history(models):
     """The reference scores are the default engine's at tau; the candidate scores are what an engine routing on the tiny
     decoder scores for the same drafts after the same committed blocks (its decisions forced to the reference's)."""
@@ -60,6 +61,7 @@ def test_paired_scores_refuses_engines_that_do_not_pair(models):
         paired_scores(ref, other, _spec(), ThresholdPolicy(tau=TAU))
 
 
+@pytest.mark.slow
 def test_the_command_writes_the_calibration_and_its_plot(tmp_path, capsys):
     out = tmp_path / "cal"
     assert cal_cli.main(["--blocks", "3", "--seeds", "42,43", "--prompt", "a red fox", "--out", str(out),

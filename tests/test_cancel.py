@@ -146,7 +146,7 @@ def test_self_forcing_window_is_the_whole_video():
     krea = estimate_for_spec(spec, recipe_by_name("krea"), dits, vae, torch.bfloat16)
     sf = estimate_for_spec(spec, recipe_by_name("self_forcing"), dits, vae, torch.bfloat16)
     assert krea.dits[0].window_tokens == 9360 and sf.dits[0].window_tokens == 42120
-    assert sf.dits[0].kv * 2 == krea.dits[0].kv * 9  # 4.5x the KV reservation (issue 9: was fixed at 9,360)
+    assert sf.dits[0].kv * 2 == krea.dits[0].kv * 9  # 4.5x the KV reservation (it was once fixed at 9,360 tokens)
 
 
 def test_refuses_a_size_that_cannot_fit_naming_estimate_and_limit():

@@ -10,8 +10,9 @@ is queued through POST /prompt (converted to the API format; ComfyUI's `wan` tex
 which no test can load, so CLIP Loader + CLIP Text Encode are swapped for SDVG Load Prompt Embeddings reading
 an embeddings file of the right width); a re-queue with a moved tau recomputes only from the first flipped
 block (forward counts in the report) and equals a fresh server's run; the MODEL path (UNETLoader, default and
-fp8 weights) works; a missing model or embeddings file is refused by POST /prompt with the pack's message (folder,
-files there, source) in the node error the frontend shows; and, when chromium is installed, the real frontend loads each workflow without missing nodes
+fp8 weights; the target through ComfyUI's TorchCompileModel under the StrideAR policy) works; a missing model or
+embeddings file is refused by POST /prompt with the pack's message (folder, files there, source) in the node error
+the frontend shows; and, when chromium is installed, the real frontend loads each workflow without missing nodes
 and converts it to the same API prompt as tests/workflow_tools.py.
 """
 from __future__ import annotations
@@ -37,7 +38,9 @@ import workflow_tools as wt
 from test_nodes_pixels import PHONE_CLIP, START_IMAGE, write_inputs
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
-pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
+pytestmark = [
+    pytest.mark.slow,  # starts a real ComfyUI server
+    pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")]
 # the pip-installable build (hiddenswitch's fork, 0.12.x) keeps ComfyUI under comfy/cmd/ and finds its workspace
 # (models/, custom_nodes/, output/) from the working directory; upstream runs main.py from its checkout
 PIP_BUILD = bool(COMFYUI_DIR) and (Path(COMFYUI_DIR) / "comfy" / "cmd" / "main.py").is_file()
@@ -112,7 +115,7 @@ def write_models(root: Path) -> None:
     (m / "text_encoders" / "umt5_xxl_fp8_e4m3fn_scaled.safetensors").write_bytes(b"")  # listed, never loaded
     # LongLive's layout (the long-video workflows' drafter): base under `generator` + a rank-256 LoRA in models/loras
     from sdvg_core.io import lora as lora_mod
-    from test_nodes import LONGLIVE_BASE, LONGLIVE_LORA, LONGLIVE_RANK, peft_lora
+    from node_env import LONGLIVE_BASE, LONGLIVE_LORA, LONGLIVE_RANK, peft_lora
 
     base = build_random(PRESETS["tiny-drafter"], seed=7)
     torch.save({"generator": prefixed(base)}, m / "diffusion_models" / LONGLIVE_BASE)
@@ -803,7 +806,7 @@ NOT_FRESH = "NOT a fresh run's time"
 
 
 def test_first_runs_on_a_fresh_server_are_fresh(root):
-    """Issue 17: reuse within one execution (a rejected block 2 taking the anchor the run made before it) is part of a
+    """Reuse within one execution (a rejected block 2 taking the anchor the run made before it) is part of a
     fresh run. On a freshly started server the first SDVG prompt and both fresh_run nodes of sdvg_vs_target_only
     report a fresh run (tau 5: every draft rejected, so that reuse happens); a re-queue at another tau takes blocks
     from the earlier execution and says its time is not a fresh run's."""
@@ -813,7 +816,7 @@ def test_first_runs_on_a_fresh_server_are_fresh(root):
         first = s.queue(gen_api)
         rep, text = next(iter(reports(first, probes).values())), next(iter(report_texts(gen_api, first).values()))
         assert rep["fresh_run"] is True and NOT_FRESH not in text, text
-        assert any(b["reused"] for b in rep["blocks"]), rep["blocks"]  # reuse within this execution (the issue's case)
+        assert any(b["reused"] for b in rep["blocks"]), rep["blocks"]  # reuse within this execution
         vs_api, vs_probes = with_report_probe(api_for(s, REPO / "workflows" / "sdvg_vs_target_only.json", tau=5.0))
         gens = {k for k, v in vs_api.items() if v["class_type"] == "SDVGGenerate"}
         assert len(gens) == 2 and all(vs_api[k]["inputs"]["fresh_run"] is True for k in gens)
@@ -1045,3 +1048,49 @@ def test_ar_sampler_gpu_phase_runs_here_on_the_cpu():
           f"target-only vs core max |diff| {r['target_only_max_abs_diff']:.2e} (bf16 weights, values up to "
           f"{r['scale']:.1f}); seconds core {r['core_seconds']:.1f}, SDVG {r['sdvg_target_only_seconds']:.1f} / "
           f"{r['sdvg_seconds']:.1f}")
+
+
+# the real TorchCompileModel's backend here: one of its two options; on a CPU-only server dynamo traces the block and
+# this backend leaves CPU graphs eager, so no inductor code generation runs (the request's path is what is tested)
+TORCH_COMPILE_MODEL_BACKEND = "cudagraphs"
+# what the pip build 0.12.1's TorchCompileModel logs when its own torch.compile call fails (every mode, torch 2.14)
+HOST_COMPILE_FAILED = "gracefully skipping compilation"
+
+
+def test_stride_policy_and_torch_compile_model_on_the_real_host(server):
+    """SDVG Generate's StrideAR policy (`stride_k2`: the target makes the even blocks, the drafter the odd ones, nothing
+    scored) with ComfyUI's own TorchCompileModel before the target loader's MODEL input: the report says the target
+    ran compiled with that node's backend (or, where the host's own TorchCompileModel fails, that it ran eager)."""
+    options = server.object_info["SDVGGenerate"]["input"]["required"]["policy"]
+    assert {"stride:k=2", "stride:k=3", "stride:k=4"} <= set(options[0] if isinstance(options[0], list)
+                                                              else options[1]["options"])
+    # both DiTs from ComfyUI's UNETLoader (its WanModel takes 4096-wide text), the target through TorchCompileModel
+    api = wt.swap_text_encoder(wt.to_api(wt.load(REPO / "workflows" / "sdvg_generate.json"), server.object_info),
+                               EMB_4096)
+    # the value a workflow saved before the policy grammar: the host validates it through the node's own check
+    api = wt.set_inputs(api, "SDVGGenerate", **SMALL, policy="stride_k2")
+    api["801"] = {"class_type": "UNETLoader", "inputs": {"unet_name": "tiny_wan_t2v.safetensors",
+                                                         "weight_dtype": "default"}}
+    api["802"] = {"class_type": "TorchCompileModel", "inputs": {"model": ["801", 0],
+                                                                "backend": TORCH_COMPILE_MODEL_BACKEND}}
+    for loader, source in (("SDVGLoadDrafter", ["801", 0]), ("SDVGLoadTarget", ["802", 0])):
+        api[next(k for k, v in api.items() if v["class_type"] == loader)]["inputs"]["model"] = source
+    api, probes = with_report_probe(api)
+    entry = server.queue(api)
+    rep = next(iter(reports(entry, probes).values()))
+    n = SMALL["num_blocks"]
+    assert rep["policy"].startswith("stride k=2")
+    assert [b["producer"] for b in rep["blocks"]] == ["target" if b % 2 == 0 else "drafter" for b in range(n)]
+    assert all(b["work"]["scored_frames"] == 0 for b in rep["blocks"])
+    if HOST_COMPILE_FAILED in Path(server.log.name).read_text():
+        # the host's own TorchCompileModel failed and handed the MODEL on without its compile request: SDVG must
+        # then say the target ran eager, not claim a compile that was never asked of it
+        assert rep["compiled"] is False and rep["compiled_models"] == {}
+        pytest.xfail("host bug: this build's TorchCompileModel passes torch.compile both `mode` and `options` "
+                     "(\"Either mode or options can be specified\"), logs that it skips compilation and returns the "
+                     "MODEL unchanged; SDVG's report says not compiled")
+    assert rep["compiled"] is True and rep["compiled_models"] == {"target": TORCH_COMPILE_MODEL_BACKEND}
+    assert rep["meta"]["target"].endswith(", compiled")
+    print(f"\nstride_k2 + TorchCompileModel({TORCH_COMPILE_MODEL_BACKEND}): decisions "
+          f"{[b['decision'] for b in rep['blocks']]}, compiled {rep['compiled_models']}, counted speedup "
+          f"{rep['counted_speedup']:.2f}x ({entry['seconds']:.1f} s)")

@@ -12,7 +12,9 @@ import pytest
 from test_comfy_host import (COMFYUI_DIR, PACK_DIR_NAME, REPO, Server, api_for, combo_options, probe, reports,
                              with_report_probe, write_models)
 
-pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
+pytestmark = [
+    pytest.mark.slow,  # starts a real ComfyUI server
+    pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")]
 LIGHT, TAEW = "lighttaew2_1.safetensors", "taew2_1.safetensors"  # names ComfyUI / the core read the latents from
 MAX_DIFF = 1e-4  # fp32 convolutions in two implementations of one network (measured: below 1e-6)
 

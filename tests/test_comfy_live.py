@@ -32,7 +32,8 @@ import pytest
 import workflow_tools as wt
 from test_comfy_host import COMFYUI_DIR, REPO, SCHEDULE_EMB, Events, Server, comfy_python, root  # noqa: F401
 
-pytestmark = pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")
+pytestmark = [pytest.mark.slow,  # a real ComfyUI and headless Chromium
+              pytest.mark.skipif(not COMFYUI_DIR, reason="set COMFYUI_DIR to a ComfyUI checkout to run real-host tests")]
 needs_chromium = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed")
 
 WORKFLOW = REPO / "workflows" / "sdvg_live.json"

@@ -1,4 +1,4 @@
-"""The whole-block compile (issue 33 item 3): `CausalWan(compile=...)` compiles `wan_block` (q/k/v + RoPE + KV write +
+"""The whole-block compile: `CausalWan(compile=...)` compiles `wan_block` (q/k/v + RoPE + KV write +
 self-attention + cross-attention + FFN) with fullgraph=True; one compiled function serves every layer and every
 block of a run, one graph per call shape (counted from torch._dynamo's own counters), and its output equals eager.
 
@@ -19,6 +19,8 @@ from sdvg_core.io.text import demo_embeddings
 from sdvg_core.models.kv_cache import attention_span
 from sdvg_core.models.wan import KVCache, attention, build_random, wan_block
 from sdvg_core.models.wan_config import PRESETS
+
+pytestmark = pytest.mark.slow  # torch.compile (dynamo) traces the whole block
 
 TOL = 1e-4  # fixtures README §5: the parity bound of every fp32 path
 RECIPES = {"krea": KreaRecipe(), "self_forcing": SelfForcingRecipe(), "longlive": LongLiveRecipe(window=9),
@@ -177,6 +179,7 @@ def test_the_functionalised_graph_keeps_the_in_place_kv_write(models):
         spec, FixedPattern(pattern, score_drafts=False)).committed_latents()
     assert (got - want).abs().max().item() <= TOL
     assert not counters["graph_break"]
+
 
 
 def test_past_the_variant_limit_new_shapes_run_eagerly_with_a_warning(monkeypatch, caplog):

@@ -1,10 +1,11 @@
-"""`--compile [BACKEND]` where users turn it on (issue 33 item 4): the demo, the eval and the benchmarks build their
+"""`--compile [BACKEND]` where users turn it on: the demo, the eval and the benchmarks build their
 CausalWans with compile=..., and what they write says "compiled": true and which models (report.json, the eval's
 run.json / summary.md, the bench JSON and table). Tests use the `eager` backend: dynamo traces, nothing is
 code-generated, so no inductor compile runs in CI.
 """
 from __future__ import annotations
 
+import pytest
 import importlib
 import json
 import sys
@@ -17,6 +18,8 @@ from sdvg_core.engine.report import compile_backend, compiled_line, compiled_mod
 from sdvg_core.io.text import demo_embeddings
 from sdvg_core.models.wan import build_random
 from sdvg_core.models.wan_config import PRESETS
+
+pytestmark = pytest.mark.slow  # the demo, eval and bench with torch.compile (eager backend)
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKEND = "eager"

@@ -10,6 +10,7 @@ from sdvg_core.demo.cli import main
 from sdvg_core import write_video
 
 
+@pytest.mark.slow
 def test_demo_tiny_writes_video_and_report(tmp_path, capsys):
     rc = main(["--out", str(tmp_path), "--blocks", "3", "--format", "webp", "--quiet"])
     assert rc == 0
@@ -100,6 +101,7 @@ def test_demo_usage_errors_exit_2(capsys):
     assert "has no parameter 'windw'; it has window (default 12), sink (default 3)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_demo_runs_a_recipe_with_its_parameters(tmp_path):
     """--drafter-recipe longlive:window=6,sink=0 runs that ring (its 6-frame window fills at block 2) and the
     report names it so."""
@@ -126,6 +128,7 @@ def test_write_mp4(tmp_path):
         write_video(torch.rand(2, 8, 8, 3), tmp_path / "v.avi")
 
 
+@pytest.mark.slow
 def test_demo_real_mode_runs_on_model_files(tmp_path):
     """Real-file mode end to end on tiny files: loaders give every model a stable key the engine accepts."""
     from safetensors.torch import save_file

@@ -1,4 +1,4 @@
-"""What a new user hits with the demo CLI (issue 27): checks that come before loading (embeddings width read from
+"""What a new user hits with the demo CLI: checks that come before loading (embeddings width read from
 the checkpoint headers, an output folder that cannot be written, --blocks past the node's bound), Ctrl-C that keeps
 a playable video and the report of the committed blocks, a fresh dated folder per run, a report naming every
 prompt of a schedule."""
@@ -53,7 +53,7 @@ def _tiny_dit_files(tmp_path: Path) -> tuple[Path, Path]:
     return target, drafter
 
 
-# ------------------------------------------------------------------------------------------ item 1: before loading
+# ------------------------------------------------------------------------------------------ before loading
 def test_embeddings_of_the_wrong_width_are_refused_before_the_tiny_models_load(tmp_path, capsys, monkeypatch):
     _no_loading(monkeypatch)
     emb = tmp_path / "narrow.safetensors"
@@ -100,7 +100,8 @@ def test_blocks_past_the_nodes_bound_are_refused(tmp_path, capsys, monkeypatch):
     assert "--blocks 10001 is more than 10,000" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------------------------------ item 6: no silent replace
+# ------------------------------------------------------------------------------------------ no silent replace
+@pytest.mark.slow
 def test_each_run_gets_a_fresh_dated_folder_and_an_explicit_one_is_not_replaced(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--blocks", "2", *SMALL]) == 0
@@ -119,7 +120,8 @@ def test_each_run_gets_a_fresh_dated_folder_and_an_explicit_one_is_not_replaced(
     assert json.loads(first.read_text())["num_blocks"] == 3
 
 
-# ------------------------------------------------------------------------------------------ item 5: report
+# ------------------------------------------------------------------------------------------ report
+@pytest.mark.slow
 def test_the_report_names_every_prompt_of_a_schedule(tmp_path):
     sched = tmp_path / "story.txt"
     sched.write_text("0: a red fox in the snow\n2: the fox runs into a forest\n")
@@ -128,7 +130,7 @@ def test_the_report_names_every_prompt_of_a_schedule(tmp_path):
     assert meta["prompt"] == "0: a red fox in the snow | 2: the fox runs into a forest"
 
 
-# ------------------------------------------------------------------------------------------ item 2: Ctrl-C
+# ------------------------------------------------------------------------------------------ Ctrl-C
 def _frames_in(video: Path) -> int:
     import imageio.v2 as imageio
 
@@ -165,6 +167,7 @@ def _stopped_mid_run(tmp_path: Path, send, extra: list[str] = (), blocks: int = 
     return rc, stdout, b"".join(err).decode(), out
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_committed_blocks_playable_with_their_report(tmp_path):
     """SIGINT to the demo's process group (what a terminal's Ctrl-C sends) mid-run: exit 130, one line naming the
     block and the video, no traceback; the mp4 holds exactly the committed blocks and plays; the report and plot
@@ -185,6 +188,7 @@ def test_ctrl_c_keeps_the_committed_blocks_playable_with_their_report(tmp_path):
     assert (out / "report.png").is_file() and "acceptance blocks 1..N-1" in stdout
 
 
+@pytest.mark.slow
 def test_sigterm_during_video_to_video_is_handled_as_ctrl_c_and_the_file_is_whole_when_the_process_ends(tmp_path):
     """SIGTERM to the process alone (what kill, timeout, systemd and docker stop send) during a video-to-video run:
     one message, the report of the committed blocks, exit 143, and by the time the process has exited the mp4 is

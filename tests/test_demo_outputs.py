@@ -19,6 +19,7 @@ from conftest import wait_for
 from sdvg_core.demo.cli import main
 from test_demo_edges import RUN_TIMEOUT, SIGINT_AFTER_BLOCK, _stopped_mid_run
 
+pytestmark = pytest.mark.slow  # the demo CLI in subprocesses: signals, hang-ups, two runs into one folder
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--width", "48", "--height", "32", "--quiet"]
 OUTPUTS = {"sdvg.mp4", "report.json", "report.png"}

@@ -114,8 +114,9 @@ def test_kept_encoder_equals_one_shot_encoding(umt5):
         assert torch.equal(kept(text), one) and torch.equal(enc.encode(text), one)
 
 
+@pytest.mark.slow
 def test_demo_prompt_schedule_encodes_each_prompt_with_umt5(umt5, tmp_path, monkeypatch):
-    """Real-model mode with --prompt-schedule and --umt5 (issue 16 item 6): every entry without an embeddings file
+    """Real-model mode with --prompt-schedule and --umt5: every entry without an embeddings file
     is encoded by the local umT5 (the same bits as encode_umt5 of its text), the engine gets one conditioning per
     entry at its first block, and the report lists the segments and each block's prompt."""
     import json

@@ -151,6 +151,7 @@ def test_self_forcing_recipe_matches_reference(fixtures_dir):
 # Baselines and invariants (both recipes)
 # ---------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
 def test_tau_above_every_score_is_target_only_bit_for_bit(models, recipe):
     """SDVG's real path (draft, decode, score, reject) at a tau above every score equals the target-only run."""
@@ -169,6 +170,7 @@ def test_tau_above_every_score_is_target_only_bit_for_bit(models, recipe):
     assert all(r.work["drafter_forwards"] == 0 and r.work["scored_frames"] == 0 for r in inf.blocks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
 def test_tau_minus_inf_is_drafter_with_block0_from_target(models, recipe):
     e = _engine(models, recipe)
@@ -182,6 +184,7 @@ def test_tau_minus_inf_is_drafter_with_block0_from_target(models, recipe):
     assert torch.equal(s.blocks[0].latents, t0.blocks[0].latents)
 
 
+@pytest.mark.slow
 def test_same_seed_same_bits_and_different_seed_differs(models):
     pol = ThresholdPolicy(tau=-0.5)
     a = _engine(models).generate(_spec(seed=7), pol)
@@ -198,6 +201,7 @@ def _scores_all_accepted(models, recipe):
     return [r.score for r in s.blocks]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
 def test_rerun_with_new_tau_reuses_prefix_and_equals_fresh_run(models, recipe):
     scores = _scores_all_accepted(models, recipe)
@@ -234,6 +238,7 @@ def test_rerun_with_new_tau_reuses_prefix_and_equals_fresh_run(models, recipe):
     assert [b.cost for b in third.blocks] == [b.cost for b in first.blocks]
 
 
+@pytest.mark.slow
 def test_rejected_draft_decode_leaves_no_trace(models):
     """Drafts decoded + scored + rejected (tau huge but finite) give exactly the target-only video."""
     e = _engine(models)
@@ -244,6 +249,7 @@ def test_rejected_draft_decode_leaves_no_trace(models):
     assert torch.equal(e.frames(s), _engine(models).frames(t))
 
 
+@pytest.mark.slow
 def test_lazy_saves_work_and_is_bit_identical_to_reference_mode(models):
     pol = ThresholdPolicy(tau=-0.5)
     lazy_e, ref_e = _engine(models), _engine(models, lazy=False)
@@ -270,6 +276,7 @@ def _live_tensors() -> int:
         return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_over_repeated_runs(models):
     e = _engine(models, memo_bytes=64 << 20)
     pol = ThresholdPolicy(tau=-0.5)
@@ -294,6 +301,7 @@ def test_force_reject_first_off_lets_block0_be_accepted(models):
     assert s.blocks[0].work["target_forwards"] == 0
 
 
+@pytest.mark.slow
 def test_operations_one_by_one_equal_generate(models):
     """The nodes' path: draft -> decode -> score -> route per block gives generate()'s output."""
     pol = ThresholdPolicy(tau=-0.5)
@@ -313,6 +321,7 @@ def test_operations_one_by_one_equal_generate(models):
     assert [ev.block for ev in blocks] == list(range(BLOCKS)) and blocks[-1].preview.shape == (H, W, 3)
 
 
+@pytest.mark.slow
 def test_random_policy_and_patterns(models):
     s = _engine(models).generate(_spec(), RandomPolicy(0.5, seed=3))
     assert s.blocks[0].producer == "target" and all(r.work["scored_frames"] == 0 for r in s.blocks)
@@ -323,6 +332,7 @@ def test_random_policy_and_patterns(models):
     assert p.blocks[2].work["drafter_forwards"] > 0  # a rejected block was drafted first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.name)
 def test_interrupt_leaves_no_partial_block_and_the_rerun_recomputes_exactly_it(models, recipe):
     """Cancel in the middle of block k's steps: nothing of block k is memoised, blocks < k are reused by the
@@ -399,6 +409,7 @@ def test_bad_inputs_give_clear_errors(models):
         e.decode_draft(e.start(_spec()))
 
 
+@pytest.mark.slow
 def test_zero_memo_budget_still_decodes_each_block_once(models):
     """The decoder cache after the newest block is held outside the budget: no re-decoding from the start; what
     the generation held is released when it ends."""
@@ -452,6 +463,7 @@ def test_engine_has_no_recipe_specific_branches():
     assert "SelfForcingRecipe" not in src  # the engine names no recipe but its default (KreaRecipe)
 
 
+@pytest.mark.slow
 def test_a_new_recipe_is_one_class(models):
     """A recipe with its own context rule (here: no context at all, every block starts fresh) plugs in as is."""
     from dataclasses import dataclass
@@ -506,6 +518,7 @@ def test_a_new_recipe_is_one_class(models):
         _engine(models, recipe).start(switching)
 
 
+@pytest.mark.slow
 def test_generation_under_inference_mode_equals_no_grad(models, tmp_path):
     """ComfyUI loads and runs models under torch.inference_mode (weights are inference tensors): same bits."""
     ref = _engine(models).generate(_spec(blocks=2), ThresholdPolicy(tau=-0.5))

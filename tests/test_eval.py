@@ -19,6 +19,8 @@ from sdvg_eval.config import PAPER_CONFIGS, parse_config, parse_configs
 from sdvg_eval.records import read_rows
 from sdvg_core import DraftOnly, RandomPolicy, TargetOnly, ThresholdPolicy
 
+pytestmark = pytest.mark.slow  # the eval harness end to end (sweeps, resumes, Ray actors)
+
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS = ["a red fox jumps over a frozen creek at dawn", "two astronauts play chess on the moon",
            "a paper boat drifts down a rainy street", "a hummingbird hovers near a purple flower"]
@@ -333,7 +335,7 @@ def test_fresh_timing_gives_every_config_a_measured_speedup(work, tmp_path, monk
     rows = read_rows(out / "rows.csv")
     assert rows and all(r["fresh_time"] == "1" for r in rows), [(r["config"], r["fresh_time"]) for r in rows]
     # sdvg:9 rejects every draft: from block 2 on the target reuses what this run computed for the block before
-    # (reuse within one execution, part of a fresh run), so the case the issue reported is exercised
+    # (reuse within one execution, part of a fresh run), so the case once reported as not fresh is exercised
     assert [r[f"b{i}"] for r in rows if r["config"] == "sdvg:9" for i in range(1, 4)] == ["0"] * 3
     summ = summarise(rows, metric_columns(list(rows[0])))
     assert all(s.speedup_measured is not None for s in summ)

@@ -1,8 +1,9 @@
-"""What a new user hits with sdvg_eval (issue 27): Ctrl-C keeps the finished rows and the same command resumes;
+"""What a new user hits with sdvg_eval: Ctrl-C keeps the finished rows and the same command resumes;
 metric problems are all named at once with the fix; the shared checks (--blocks bound, --out writability) run
 before anything loads. The Ray-join bound is in test_eval_ray.py."""
 from __future__ import annotations
 
+import pytest
 import os
 import signal
 import subprocess
@@ -13,6 +14,8 @@ from conftest import wait_for
 from sdvg_eval.eval import main
 from sdvg_eval.records import read_rows
 from test_demo_edges import sigint_ignored_at_start
+
+pytestmark = pytest.mark.slow  # the eval CLI in subprocesses, stopped by signals
 
 REPO = Path(__file__).resolve().parents[1]
 GEOMETRY = ["--width", "48", "--height", "32", "--blocks", "3"]

@@ -13,6 +13,8 @@ from sdvg_eval.prompts import PromptRowError, read_prompts
 from sdvg_eval.records import read_rows
 from test_pixels_cli import write_image, write_video
 
+pytestmark = pytest.mark.slow  # an eval sweep with pixel inputs
+
 GEOMETRY = ["--width", "48", "--height", "32", "--blocks", "2"]
 
 

@@ -19,6 +19,8 @@ import pytest
 
 from sdvg_eval.records import read_rows
 
+pytestmark = pytest.mark.slow  # Ray clusters started and joined
+
 pytest.importorskip("ray", reason="Ray not installed (pip install -r requirements-eval.txt); Ray join not tested")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,6 +145,7 @@ def _join_fails(tmp_path: Path, address: str, *extra: str) -> tuple[subprocess.C
                         "target-only", "--ray-address", address, "--out", str(tmp_path / "o"), *extra],
                        env=env, capture_output=True, text=True, timeout=JOIN_BOUND_S + 120)
     return r, time.monotonic() - t0
+
 
 
 def test_joining_an_unused_port_fails_at_once_and_writes_nothing(tmp_path):

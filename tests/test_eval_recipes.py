@@ -21,6 +21,8 @@ from sdvg_eval.records import read_rows
 from sdvg_eval.sweep import SweepOutcome
 from sdvg_eval.worker import frames_digest
 
+pytestmark = pytest.mark.slow  # eval sweeps on tiny models
+
 PROMPT = "a red fox runs through snow"
 STORY = [(0, "a red fox runs through snow"), (2, "the fox stops and looks around")]
 GEOMETRY = ["--width", "48", "--height", "32"]
@@ -394,6 +396,7 @@ def _bad_cases(d: Path, files: dict) -> list[tuple[list[str], str]]:
         (real + ["--drafter", str(files["drafter"]), "--drafter-kind", "longlive", "--drafter-lora",
                  str(files["lora"]), "--drafter-lora-alpha", "-1"], "--drafter-lora-alpha -1.0 must be a positive"),
     ]
+
 
 
 def test_bad_schedule_and_drafter_flags_exit_2_before_any_folder(tmp_path, files, capsys):

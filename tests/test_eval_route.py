@@ -18,6 +18,8 @@ from sdvg_eval.eval import main
 from sdvg_eval.records import read_rows
 from sdvg_eval.report import CALIBRATION_FILE, CALIBRATION_PLOT, PNG_KEY
 
+pytestmark = pytest.mark.slow  # eval sweeps with a routing decoder
+
 PROMPT = "a red fox jumps over a frozen creek at dawn"
 TAU = -0.1  # the tiny scorer at 48x32 accepts the first drafts of this prompt and rejects others (both kinds seen)
 CONFIGS = ["target-only", f"sdvg:{TAU}", f"sdvg:{TAU}@route", f"sdvg:{TAU}@calibrate"]
@@ -69,6 +71,7 @@ def test_rows_name_their_router_and_route_as_an_engine_would(sweep):
     assert paired["decoder"] == "taehv:tiny-taehv"
     assert [p[0] for p in paired["pairs"]] == [float(plain[f"s{b}"]) for b in (1, 2, 3)]
     assert plain["paired"] == ""
+
 
 
 def test_the_report_draws_the_tiny_router_as_its_own_curve_and_writes_the_calibration(sweep):

@@ -12,7 +12,9 @@ from sdvg_core.engine import heap
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
-pytestmark = pytest.mark.skipif(heap._libc() is None, reason="no glibc malloc_trim here: nothing to trim")
+pytestmark = [
+    pytest.mark.slow,  # whole runs to watch the heap trimmed
+    pytest.mark.skipif(heap._libc() is None, reason="no glibc malloc_trim here: nothing to trim")]
 
 # A clean process fills its heap with 48 KiB tensors (below glibc's 128 KiB mmap threshold, so from the heap, as the
 # memo's small entries are), frees 7 of every 8 (the LRU evicting around entries it keeps) and trims.

@@ -10,6 +10,8 @@ from sdvg_core import (Engine, EngineConfig, FixedPattern, GenerationSpec, KreaR
 from sdvg_core.demo.tiny import DEMO_PROMPT
 from sdvg_core.io.text import demo_embeddings
 
+pytestmark = pytest.mark.slow  # every test runs a generation twice, lazily and not
+
 BLOCKS = 4
 
 
@@ -43,6 +45,7 @@ def _run(m, recipe, policy, decode_committed: bool):
     state = engine.generate(_spec(), policy)
     during = vae.frames
     return state, during, engine.frames(state), vae
+
 
 
 # block 0 forced, then accept / reject / accept: every draft decoded and scored, as SDVG does

@@ -73,6 +73,7 @@ CHANGES = {1: {"tau": -5.0}, 2: {"prompt_index": 1}, 3: {"drafter": False}, 4: {
                                                                                   "prompt": PROMPTS[2]}}
 
 
+@pytest.mark.slow
 def test_settings_changed_mid_run_are_read_at_the_next_boundary_and_recorded(models):
     final, tl, _ = live_run(models, CHANGES)
     assert len(final.blocks) == BLOCKS and final.stopped is None
@@ -88,6 +89,7 @@ def test_settings_changed_mid_run_are_read_at_the_next_boundary_and_recorded(mod
     assert [s.settings_version for s in tl.blocks] == [0, 0, 1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_a_replay_of_the_timeline_makes_the_same_video_bit_for_bit(models):
     final, tl, engine = live_run(models, CHANGES)
     again = Timeline.from_dict(tl.to_dict())  # through the report's JSON, as a replay reads it
@@ -97,6 +99,7 @@ def test_a_replay_of_the_timeline_makes_the_same_video_bit_for_bit(models):
     assert torch.equal(engine2.frames(replay), engine.frames(final))
 
 
+@pytest.mark.slow
 def test_a_replay_on_another_schedule_differs(models):
     """The replay's equality is the schedule's doing: the same run with one tau change left out differs."""
     final, tl, _ = live_run(models, CHANGES)
@@ -106,6 +109,7 @@ def test_a_replay_on_another_schedule_differs(models):
     assert replay.blocks[5].decision == "accepted" and replay.lineage != final.lineage
 
 
+@pytest.mark.slow
 def test_stop_ends_the_run_after_the_block_in_progress(models):
     final, tl, engine = live_run(models, {2: {"stop": True}})
     assert len(final.blocks) == 3 and final.stopped == USER_STOPPED and final.stop_cause == USER_STOP
@@ -244,6 +248,7 @@ def live_v2v(m, tmp_path, changes: dict, memo=None, frames_per_push: int = 3, bl
     return final, run.timeline, source
 
 
+@pytest.mark.slow
 def test_a_live_input_is_recorded_and_its_replay_is_bit_for_bit(models, tmp_path):
     final, tl, source = live_v2v(models, tmp_path, {1: {"strength": 0.5}})
     assert len(final.blocks) == 4 and final.spec.pixels.digest == source.digest
@@ -256,6 +261,7 @@ def test_a_live_input_is_recorded_and_its_replay_is_bit_for_bit(models, tmp_path
     assert replay.lineage == final.lineage
 
 
+@pytest.mark.slow
 def test_a_block_made_at_another_strength_is_not_taken_from_the_memo(models, tmp_path):
     """Two live runs of the same input share a memo; one lowers the strength after block 1: its block 2 is denoised
     from another step plan, so it must be computed, not found under the same lineage (the block key names the plan)."""
@@ -274,6 +280,7 @@ def test_a_block_made_at_another_strength_is_not_taken_from_the_memo(models, tmp
     assert {"drafter", "target"} & set(b.blocks[1].reused)  # the shared memo is used: block 1 came from run a
 
 
+@pytest.mark.slow
 def test_the_demo_replays_a_live_report_bit_for_bit(models, tmp_path):
     """`python -m sdvg_core.demo --replay report.json`: the recorded seed, size, recipe and blocks, each block under its
     recorded settings, on the demo's own tiny models, give the recorded lineage."""

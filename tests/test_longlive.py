@@ -183,6 +183,7 @@ def _run_fixture(ll: LongLiveFixture, run: str):
 _LABEL = re.compile(r"b(\d+)(?:s(\d+)|(c))$")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", ["single", "infinity", "switch_globalsink", "switch_localsink"])
 def test_longlive_matches_reference(ll, run):
     """Every tensor of the run: outputs, x0 per step, commit outputs, recache output and x0, KV snapshots and the
@@ -348,6 +349,7 @@ OTHER = {  # name: (recipe, frames per block, blocks, first block of each later 
 OTHER_CFG = WanDiTConfig(name="ll-other", dim=96, ffn_dim=160, num_heads=3, num_layers=3, text_dim=24)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(OTHER), ids=list(OTHER))
 def test_append_cache_recipes_match_slow_reference(case):
     """Other model sizes, windows, sinks (none, one block, more than a block, not block-aligned evictions), frames per
@@ -424,6 +426,7 @@ def _record_writes(monkeypatch) -> list[tuple[int, int, int, int]]:
     return log
 
 
+@pytest.mark.slow
 def test_400_blocks_flat_cost_and_rope_past_the_table(monkeypatch):
     """LongLive's default variant over 400 blocks (absolute RoPE positions up to 1199, past Wan's 1024-row table):
     it runs end to end, every call attends to the same number of keys once the window is full, writes one block,
@@ -456,6 +459,7 @@ def test_400_blocks_flat_cost_and_rope_past_the_table(monkeypatch):
     assert moved[10] == moved[300] and attended[10] == attended[300]
 
 
+@pytest.mark.slow
 def test_infinity_variant_positions_stay_in_the_window():
     """The infinity cache rotates by slot: after 30 blocks queries still sit at window-F..window-1 and keys at
     0..window-1 (nothing grows), and the output differs from the absolute-RoPE default (the variant is real)."""
@@ -495,6 +499,7 @@ PAIRS = {  # name: (drafter recipe, target recipe, first block of a second promp
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", list(PAIRS), ids=list(PAIRS))
 def test_requeue_with_windowed_caches_equals_a_fresh_run(models, pair):
     """Run with every draft accepted, re-queue with a middle block rejected (as moving tau does): the result is

@@ -123,6 +123,7 @@ def base() -> nn.Module:
 # ---------------------------------------------------------------------------------------------------------------
 # the merge equals the LoRA model
 # ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_peft_file_merged_equals_the_unmerged_lora_model(tmp_path, base):
     """LongLive's layout (base .pt entry generator with `model.`, lora.pt entry generator_lora saved by peft):
     every adapted layer and the whole forward equal peft's unmerged model and the definition W x + s B(A x)."""

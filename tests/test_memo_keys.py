@@ -64,6 +64,7 @@ SDVG = ThresholdPolicy(tau=-1e9)  # every draft drafted, decoded, scored and kep
 # What identifies a generation: seed, prompt, size, block geometry
 # ---------------------------------------------------------------------------------------------------------
 
+# not slow although over a second: a memo key's guard end to end stays in the quick loop
 @pytest.mark.parametrize("policy", [TargetOnly(), SDVG], ids=["target-only", "sdvg"])
 def test_two_seeds_on_one_engine_never_share_a_cached_video(models, policy):
     m = models
@@ -80,6 +81,7 @@ def test_two_seeds_on_one_engine_never_share_a_cached_video(models, policy):
     assert all(not torch.equal(x.latents, y.latents) for x, y in zip(a.blocks, b.blocks))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", [KreaRecipe(), SelfForcingRecipe()], ids=lambda r: r.name)
 def test_another_prompt_on_one_engine(models, recipe):
     m = models
@@ -90,6 +92,7 @@ def test_another_prompt_on_one_engine(models, recipe):
         _same_as_fresh(e, _engine(m.target, m.vae, m.drafter, m.scorer, recipe=recipe), other, SDVG)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", [KreaRecipe(), SelfForcingRecipe()], ids=lambda r: r.name)
 def test_another_prompt_schedule_on_one_engine(models, recipe):
     """Schedules that agree up to a switch share that prefix, and nothing from the switch on."""
@@ -104,6 +107,7 @@ def test_another_prompt_schedule_on_one_engine(models, recipe):
                        _spec(prompt=fox, switches=switches), SDVG)
 
 
+@pytest.mark.slow
 def test_same_embeddings_other_text_gets_its_own_scores(models):
     """A host may key a prompt by its embeddings alone (PromptConditioning.key); ImageReward reads the text."""
     m, emb = models, _emb(1)
@@ -113,6 +117,7 @@ def test_same_embeddings_other_text_gets_its_own_scores(models):
     _same_as_fresh(e, _engine(m.target, m.vae, m.drafter, m.scorer), other, SDVG)
 
 
+@pytest.mark.slow
 def test_another_size_on_one_engine(models):
     m = models
     e = _engine(m.target, m.vae, m.drafter, m.scorer)
@@ -121,6 +126,7 @@ def test_another_size_on_one_engine(models):
     _same_as_fresh(e, _engine(m.target, m.vae, m.drafter, m.scorer), _spec(h=48), SDVG)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", [KreaRecipe(), SelfForcingRecipe()], ids=lambda r: r.name)
 def test_another_block_count_or_block_length_on_one_engine(models, recipe):
     m = models
@@ -134,6 +140,7 @@ def test_another_block_count_or_block_length_on_one_engine(models, recipe):
 # What computes it: models, recipe, VAE and decode rule, noise source, scorer (engines sharing one memo)
 # ---------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_another_target_sharing_the_memo(models, others):
     m, o = models, others
     memo = Memo(MEMO)
@@ -142,6 +149,7 @@ def test_another_target_sharing_the_memo(models, others):
     _same_as_fresh(e, _engine(o.target, m.vae, m.drafter, m.scorer), _spec(), TargetOnly())
 
 
+@pytest.mark.slow
 def test_another_drafter_sharing_the_memo(models, others):
     m, o = models, others
     memo = Memo(MEMO)
@@ -151,6 +159,7 @@ def test_another_drafter_sharing_the_memo(models, others):
     _same_as_fresh(e, _engine(m.target, m.vae, o.drafter, m.scorer), _spec(), pol)
 
 
+@pytest.mark.slow
 def test_the_same_model_as_drafter_and_target(models):
     """Self-speculation (one model in both roles): the role keeps their results and counted costs apart."""
     m = models
@@ -163,6 +172,7 @@ def test_the_same_model_as_drafter_and_target(models):
     assert [dict(r.cost) for r in got.blocks] == [dict(r.cost) for r in want.blocks]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first,second", [
     (KreaRecipe(), KreaRecipe(anchor=False)),  # same plan and window, another context rule from block 2 on
     (KreaRecipe(), SelfForcingRecipe()),
@@ -180,6 +190,7 @@ def test_another_recipe_sharing_the_memo(models, first, second):
     _same_as_fresh(e, _engine(m.target, m.vae, m.drafter, m.scorer, recipe=second), _spec(), SDVG)
 
 
+@pytest.mark.slow
 def test_roles_with_different_anchor_frames_in_one_engine(models):
     """Drafter and target under Krea recipes with 3 and 2 context frames re-encode different pixel frames as their
     anchor for the same history: the target must not take the drafter's (drafted first, then rejected)."""
@@ -201,6 +212,7 @@ def test_another_vae_sharing_the_memo(models, others):
     _same_as_fresh(e, _engine(m.target, o.vae, m.drafter, m.scorer), _spec(), SDVG)
 
 
+@pytest.mark.slow
 def test_another_decode_rule_sharing_the_memo(models):
     m = models
     memo = Memo(MEMO)
@@ -220,6 +232,7 @@ class ShiftedNoise:
         return block_noise(spec.seed + 1000, b, (1, spec.frames_per_block, 16, h, w), 4)
 
 
+@pytest.mark.slow
 def test_another_noise_source_sharing_the_memo(models):
     m = models
     assert m.target.cfg.in_dim == 16
@@ -241,6 +254,7 @@ def test_another_scorer_sharing_the_memo(models, others):
 # Which history: lineage of the committed blocks
 # ---------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", [KreaRecipe(), SelfForcingRecipe()], ids=lambda r: r.name)
 def test_other_decisions_on_one_engine(models, recipe):
     """Histories that part at block 1 (drafter's vs target's block) share nothing after it."""

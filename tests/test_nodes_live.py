@@ -19,7 +19,7 @@ from aiohttp import web  # noqa: E402
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
 import fake_host  # noqa: E402
-import test_nodes as tn  # noqa: E402
+import node_env as ne  # noqa: E402
 
 W, H = 64, 48
 SECOND_PROMPT = "a lighthouse on a cliff at dusk"
@@ -30,8 +30,8 @@ HANG_S = 600  # a hang guard for waiting on the run's events, not a speed check
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy_live")
     with fake_host.installed(base) as pack:
-        tn.write_tiny_models(base, pack.sdvg_core)
-        yield pack, tn.loaded_models(pack), base
+        ne.write_tiny_models(base, pack.sdvg_core)
+        yield pack, ne.loaded_models(pack), base
 
 
 def prompts_of(pack, models):
@@ -40,7 +40,7 @@ def prompts_of(pack, models):
     prompts = __import__(core.__name__ + ".engine.prompts", fromlist=["x"])
     text = __import__(core.__name__ + ".io.text", fromlist=["x"])
     first = pack.nodes.session.conditioning_embeddings(models["positive"])[0]
-    return prompts.PromptSchedule.of([(0, prompts.PromptConditioning.make(tn.PROMPT, first)),
+    return prompts.PromptSchedule.of([(0, prompts.PromptConditioning.make(ne.PROMPT, first)),
                                       (1, prompts.PromptConditioning.make(SECOND_PROMPT,
                                                                           text.demo_embeddings(SECOND_PROMPT, 32)))])
 
@@ -111,13 +111,14 @@ def run_with_page(pack, args: dict, page_script) -> tuple[object, Page, dict]:
     return result["out"], page, answers
 
 
+@pytest.mark.slow
 def test_a_page_moves_tau_switches_the_prompt_and_stops_and_the_replay_is_bit_for_bit(env):
     pack, models, base = env
 
     async def script(page: Page):
         run = await page.run_id()
         start = page.of("sdvg.live.start")[-1]
-        assert start["prepared"] == [tn.PROMPT, SECOND_PROMPT] and start["fps"] == 16 and not start["camera"]
+        assert start["prepared"] == [ne.PROMPT, SECOND_PROMPT] and start["fps"] == 16 and not start["camera"]
         await page.blocks(2)
         sent = {"tau": len(page.of("sdvg.live.block"))}
         status, body = await page.control(run, {"tau": -5.0})
@@ -198,6 +199,8 @@ def _jpeg(i: int) -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.slow
+@pytest.mark.slow  # a camera flood over real HTTP for several blocks
 def test_a_camera_run_takes_frames_drops_a_flood_and_replays_from_its_recording(env):
     pack, models, base = env
 

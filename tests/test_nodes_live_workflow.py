@@ -17,7 +17,7 @@ import pytest
 
 import workflow_tools as wt
 from mini_executor import MiniExecutor
-from test_nodes import EMB_FILE, REPO, env  # noqa: F401 (the tiny models' fake host)
+from node_env import EMB_FILE, REPO, env  # noqa: F401 (the tiny models' fake host)
 
 WORKFLOW = REPO / "workflows" / "sdvg_live.json"
 W, H, MAX_BLOCKS = 48, 32, 8

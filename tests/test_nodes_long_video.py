@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import fake_host
-import test_nodes as tn
+import node_env as ne
 import workflow_tools as wt
 from mini_executor import MiniExecutor
 
@@ -29,7 +29,7 @@ W, H = 64, 48
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy_long")
     with fake_host.installed(base) as pack:
-        tn.write_tiny_models(base, pack.sdvg_core)
+        ne.write_tiny_models(base, pack.sdvg_core)
         classes = {c.GET_SCHEMA().node_id: c for c in list(pack.nodes.NODES) + list(pack.core_nodes.CORE_NODES)}
         yield pack, classes, base
 
@@ -47,7 +47,7 @@ def models(env):
     drafter = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt").args[0]
     reward = n.SDVGLoadImageReward.execute("ImageReward.pt", "auto", 16).args[0]
     vae = pack.core_nodes.VAELoader.execute("wan_2.1_vae.safetensors").args[0]
-    cond, _ = n.SDVGLoadPromptEmbeddings.execute(tn.EMB_FILE).args
+    cond, _ = n.SDVGLoadPromptEmbeddings.execute(ne.EMB_FILE).args
     return {"target": target, "drafter": drafter, "image_reward": reward, "vae": vae, "positive": cond}
 
 
@@ -94,6 +94,7 @@ def test_recipe_per_role_reaches_engine_reservation_and_report(env, models):
         n.SDVGStart.execute(**base, recipe="krea", drafter_recipe="nope")
 
 
+@pytest.mark.slow
 def test_generate_runs_each_models_recipe(env, models):
     """The drafter's recipe changes the drafts (not the target's forced block 0); the report names both recipes;
     the node's result equals the core engine's with the same per-role config."""
@@ -127,13 +128,14 @@ def _lora_file(pack, base: Path, name: str, rank: int = 4, seed: int = 11, comfy
     from safetensors.torch import save_file
 
     wan, cfgm, lora = core(pack, "models.wan"), core(pack, "models.wan_config"), core(pack, "io.lora")
-    sd = tn.peft_lora(wan.build_random(cfgm.PRESETS["tiny-drafter"], seed=0), lora, rank, seed, scale=0.2)
+    sd = ne.peft_lora(wan.build_random(cfgm.PRESETS["tiny-drafter"], seed=0), lora, rank, seed, scale=0.2)
     if comfy_format:
         sd = {"diffusion_model." + k[len(lora.PEFT_PREFIX):]: v for k, v in sd.items()}
     save_file({k: v.contiguous() for k, v in sd.items()}, str(base / "models" / "loras" / name))
     return sd
 
 
+@pytest.mark.slow
 def test_drafter_kind_entry_lora_and_key(env):
     pack, _, base = env
     n = pack.nodes
@@ -159,12 +161,12 @@ def test_drafter_kind_entry_lora_and_key(env):
     cf = n.SDVGLoadDrafter.execute("self_forcing_dmd.pt", kind="causal_forcing").args[0]
     assert "entry 'generator'" in cf.info and cf.key != plain.key
     # LongLive: base + its rank-256 LoRA, LongLive's recipe by default
-    ll = n.SDVGLoadDrafter.execute(tn.LONGLIVE_BASE, kind="longlive", lora_name=tn.LONGLIVE_LORA).args[0]
+    ll = n.SDVGLoadDrafter.execute(ne.LONGLIVE_BASE, kind="longlive", lora_name=ne.LONGLIVE_LORA).args[0]
     assert ll.own_recipe == "longlive" and "rank 256" in ll.info
     run = n.SDVGStart.execute(target=n.SDVGLoadTarget.execute("krea-realtime-video-14b.safetensors", "generator_ema",
                                                               "auto").args[0],
                               vae=pack.core_nodes.VAELoader.execute("wan_2.1_vae.safetensors").args[0],
-                              positive=n.SDVGLoadPromptEmbeddings.execute(tn.EMB_FILE).args[0], width=W, height=H,
+                              positive=n.SDVGLoadPromptEmbeddings.execute(ne.EMB_FILE).args[0], width=W, height=H,
                               num_blocks=2, drafter=ll).args[0]
     assert run.session.config.recipe_for("drafter").name == "longlive"
     assert run.session.config.recipe_for("target").name == "krea"
@@ -176,10 +178,10 @@ def test_drafter_loader_validates_before_work(env):
     n = pack.nodes
     v = n.SDVGLoadDrafter.validate_inputs
     assert v("self_forcing_dmd.pt", "self_forcing", "none") is True
-    assert v(tn.LONGLIVE_BASE, "longlive", tn.LONGLIVE_LORA) is True
-    msg = v(tn.LONGLIVE_BASE, "longlive", "none")
+    assert v(ne.LONGLIVE_BASE, "longlive", ne.LONGLIVE_LORA) is True
+    msg = v(ne.LONGLIVE_BASE, "longlive", "none")
     assert isinstance(msg, str) and "needs its LoRA" in msg and "LongLive-1.3B" in msg
-    msg = v("missing.pt", "longlive", tn.LONGLIVE_LORA)
+    msg = v("missing.pt", "longlive", ne.LONGLIVE_LORA)
     assert "missing.pt" in msg and "models/diffusion_models" in msg and "Efficient-Large-Model/LongLive-1.3B" in msg
     msg = v("self_forcing_dmd.pt", "self_forcing", "gone.safetensors")
     assert "gone.safetensors" in msg and "models/loras" in msg
@@ -190,14 +192,15 @@ def test_drafter_loader_validates_before_work(env):
     assert isinstance(msg, str) and "frame-wise" in msg and "chunkwise/causal_forcing.pt" in msg
     # a connected MODEL replaces the file; a LoRA file beside it would be silently unused: refused
     assert v("missing.pt", "self_forcing", "none", input_types={"model": "MODEL"}) is True
-    msg = v("missing.pt", "self_forcing", tn.LONGLIVE_LORA, input_types={"model": "MODEL"})
+    msg = v("missing.pt", "self_forcing", ne.LONGLIVE_LORA, input_types={"model": "MODEL"})
     assert isinstance(msg, str) and "LoraLoaderModelOnly" in msg
     # a LoRA that does not fit the kind (LongLive's is rank 256) is refused by the loader with the reason
     _lora_file(pack, base, "wrong_rank.safetensors")
     with pytest.raises(n.surface.SDVGError, match="rank 4, but this drafter's LoRA has rank 256"):
-        n.SDVGLoadDrafter.execute(tn.LONGLIVE_BASE, kind="longlive", lora_name="wrong_rank.safetensors")
+        n.SDVGLoadDrafter.execute(ne.LONGLIVE_BASE, kind="longlive", lora_name="wrong_rank.safetensors")
 
 
+@pytest.mark.slow
 def test_comfy_lora_patched_model_as_drafter(env, models):
     """A MODEL from Load Diffusion Model -> LoraLoaderModelOnly keeps working as the drafter: ComfyUI writes the LoRA
     into the weights when it loads the model for SDVG's call, so the drafts equal those of the pack's own loader with
@@ -261,9 +264,9 @@ def test_prompt_schedule_node_encodes_each_prompt_once(env):
     n.SDVGPromptSchedule.execute(SCHEDULE.replace("jumps over", "sniffs"), clip)
     assert clip.calls[2:] == ["the corgi sniffs a log"]
     # JSON entries may name a saved embeddings file (no text encoder needed for them)
-    js = json.dumps([{"block": 0, "prompt": "first", "embeddings": tn.EMB_FILE}, {"block": 1, "prompt": "second"}])
+    js = json.dumps([{"block": 0, "prompt": "first", "embeddings": ne.EMB_FILE}, {"block": 1, "prompt": "second"}])
     s2 = n.SDVGPromptSchedule.execute(js, clip).args[0]
-    saved = core(pack, "io.text").load_embeddings(Path(n.folders.full_path("sdvg_prompts", tn.EMB_FILE)))[1]
+    saved = core(pack, "io.text").load_embeddings(Path(n.folders.full_path("sdvg_prompts", ne.EMB_FILE)))[1]
     assert torch.equal(s2[0].prompt.embeddings, saved) and clip.calls[-1] == "second"
 
 
@@ -285,7 +288,7 @@ def test_prompt_schedule_needs_an_encoder_or_files(env):
     v = pack.nodes.SDVGPromptSchedule.validate_inputs
     msg = v("0: a fox", input_types={})
     assert isinstance(msg, str) and "connect Load CLIP" in msg
-    ok = json.dumps([{"block": 0, "prompt": "a", "embeddings": tn.EMB_FILE}])
+    ok = json.dumps([{"block": 0, "prompt": "a", "embeddings": ne.EMB_FILE}])
     assert v(ok, input_types={}) is True
     msg = v(json.dumps([{"block": 0, "prompt": "a", "embeddings": "gone.safetensors"}]), input_types={})
     assert isinstance(msg, str) and "gone.safetensors" in msg and "models/sdvg_prompts" in msg
@@ -294,6 +297,7 @@ def test_prompt_schedule_needs_an_encoder_or_files(env):
     assert "which prompt would blocks 0..3 have" in fb(4, input_types={})
 
 
+@pytest.mark.slow
 def test_schedule_reaches_the_spec_of_generate_and_the_loop(env, models):
     """Generate with a schedule: each block under its own prompt (report prompts and each block's index); the loop
     with the same schedule at Start (the state carries it) commits the same video; the two schedule nodes agree."""
@@ -351,6 +355,7 @@ def test_schedule_errors_before_any_work(env, models):
         n.SDVGPromptFromBlock.execute([[torch.zeros(1, 4, 32), {}]], "", 0)
 
 
+@pytest.mark.slow
 def test_requeue_after_editing_the_second_prompt(env, models):
     """Editing the second prompt's text recomputes nothing before its first block (the memo keys hold each
     block's own prompt), through the schedule node and Generate's shared memo."""
@@ -374,6 +379,7 @@ def _decoded_frames(path: str) -> list:
         return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
 
 
+@pytest.mark.slow
 def test_generate_writes_each_block_as_it_commits(env, models, monkeypatch):
     """save_video: every block goes to the file right after its commit (never the whole video in memory: the
     engine's all-frames output is not called), 'frames' is an evenly spaced preview, the file lands in the output
@@ -433,6 +439,7 @@ def test_generate_writes_each_block_as_it_commits(env, models, monkeypatch):
     assert full_out_video(pack, models) == ""  # save_video off: no file
 
 
+@pytest.mark.slow
 def test_finish_saves_the_loop_video_block_by_block(env, models, monkeypatch):
     pack, _, base = env
     n = pack.nodes

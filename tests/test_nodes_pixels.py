@@ -1,4 +1,4 @@
-"""Pixels in through the nodes (issue 26 item 4; docs/pixels.md): SDVG Start and SDVG Generate take a start image or an
+"""Pixels in through the nodes (docs/pixels.md): SDVG Start and SDVG Generate take a start image or an
 input video (IMAGE frames) with its mode and strength, build sdvg_core's `PixelInput` from them and nothing more, and
 give what the engine gives through its public API; the two example workflows (core Load Image / Load Video + Get Video
 Components) run on tiny models against the fake host, their report saying the mode and the strength."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fake_host
-import test_nodes as tn
+import node_env as ne
 import workflow_tools as wt
 from mini_executor import MiniExecutor
 
@@ -59,10 +59,10 @@ def _write_mp4(path: Path, frames: int, fps: int) -> None:
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy_pixels")
     with fake_host.installed(base) as pack:
-        tn.write_tiny_models(base, pack.sdvg_core)
+        ne.write_tiny_models(base, pack.sdvg_core)
         write_inputs(base / "input")
         classes = {c.GET_SCHEMA().node_id: c for c in list(pack.nodes.NODES) + list(pack.core_nodes.CORE_NODES)}
-        models = tn.loaded_models(pack)
+        models = ne.loaded_models(pack)
         yield pack, classes, models, base
 
 
@@ -85,6 +85,7 @@ def core_run(pack, models, pixels):
     return state, engine
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["start_image", "extend", "video_to_video"])
 def test_generate_is_the_cores_run_of_the_same_pixel_input(env, mode):
     pack, _, models, _ = env
@@ -131,6 +132,7 @@ def test_start_loop_and_finish_give_generates_video(env):
         assert sum(1 for _ in c.decode(video=0)) == frames.shape[0]
 
 
+@pytest.mark.slow
 def test_a_short_input_video_ends_the_run_and_says_so(env):
     pack, _, models, base = env
     video = _frames(VIDEO_FRAMES - 12, (H, W), seed=1)  # one block short
@@ -168,17 +170,18 @@ PIXEL_WORKFLOWS = {"sdvg_image_to_video.json": "start_image", "sdvg_video_to_vid
 
 def api_of(classes: dict, name: str) -> dict:
     specs = wt.object_info_from_classes(classes.values())
-    api = wt.swap_text_encoder(wt.to_api(wt.load(REPO / "workflows" / name), specs), tn.EMB_FILE)
+    api = wt.swap_text_encoder(wt.to_api(wt.load(REPO / "workflows" / name), specs), ne.EMB_FILE)
     return wt.set_inputs(api, "SDVGGenerate", width=W, height=H, num_blocks=BLOCKS, tau=-5.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PIXEL_WORKFLOWS)
 def test_pixel_workflows_run_and_report_mode_and_strength(env, name):
     pack, classes, _, _ = env
     api = api_of(classes, name)
     ex = MiniExecutor(classes)
     ex.run(api)
-    gen = tn.node_of(api, "SDVGGenerate")
+    gen = ne.node_of(api, "SDVGGenerate")
     rep, text = json.loads(ex.values[gen][3]), ex.values[gen][1]
     mode = PIXEL_WORKFLOWS[name]
     assert rep["pixels"]["mode"] == mode and len(rep["blocks"]) == BLOCKS
@@ -186,9 +189,10 @@ def test_pixel_workflows_run_and_report_mode_and_strength(env, name):
     frames = ex.values[gen][0]
     assert frames.shape[1:] == (H, W, 3) and int(rep["meta"]["frames"]) == frames.shape[0]
     loader = {"start_image": "LoadImage", "video_to_video": "GetVideoComponents"}[mode]
-    assert api[gen]["inputs"]["start_image" if mode == "start_image" else "input_video"][0] == tn.node_of(api, loader)
+    assert api[gen]["inputs"]["start_image" if mode == "start_image" else "input_video"][0] == ne.node_of(api, loader)
 
 
+@pytest.mark.slow
 def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
     """A workflow saved before SDVG Start / Generate had pixel inputs (no such sockets, no widget values): the
     frontend's conversion gives the defaults, and it runs as text-to-video."""
@@ -205,8 +209,8 @@ def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
                 if link[3] == node["id"]:
                     link[4] = slots[link[0]]
     assert wt.validate(wf, specs, host_newer=True) == []
-    api = wt.swap_text_encoder(wt.to_api(wf, specs), tn.EMB_FILE)
-    gen = tn.node_of(api, "SDVGGenerate")
+    api = wt.swap_text_encoder(wt.to_api(wf, specs), ne.EMB_FILE)
+    gen = ne.node_of(api, "SDVGGenerate")
     assert api[gen]["inputs"]["video_mode"] == "video_to_video" and api[gen]["inputs"]["strength"] == 0.7
     api = wt.set_inputs(api, "SDVGGenerate", width=W, height=H, num_blocks=2, tau=-5.0)
     ex = MiniExecutor(classes)
@@ -214,14 +218,15 @@ def test_workflows_saved_before_the_pixel_inputs_still_load_and_run(env):
     assert json.loads(ex.values[gen][3])["pixels"] is None
 
 
+@pytest.mark.slow
 def test_input_video_frames_at_their_own_fps_keep_the_videos_duration(env):
     """core Load Video + Get Video Components hand the frames at the file's rate and the rate on `fps`: the workflow
     connects it, so a 30 fps clip (60 frames, 2.0 s) is read on the 16 fps clock (32 frames: blocks of 9 + 12, a third
     would need 33); the node's tensor path does the same with `fps` given, and without it takes the frames as they are."""
     pack, classes, models, _ = env
     api = wt.set_inputs(api_of(classes, "sdvg_video_to_video.json"), "LoadVideo", file=PHONE_CLIP)
-    gen = tn.node_of(api, "SDVGGenerate")
-    assert api[gen]["inputs"]["fps"][0] == tn.node_of(api, "GetVideoComponents")  # the workflow connects the rate
+    gen = ne.node_of(api, "SDVGGenerate")
+    assert api[gen]["inputs"]["fps"][0] == ne.node_of(api, "GetVideoComponents")  # the workflow connects the rate
     ex = MiniExecutor(classes)
     ex.run(api)
     rep = json.loads(ex.values[gen][3])
@@ -255,6 +260,7 @@ def test_target_only_video_to_video_counts_1x_with_the_plan_it_ran(env, recipe):
     assert {t for _, t, _, _ in comfy.utils.PROGRESS} == {BLOCKS * steps}  # the bar over the calls it makes
 
 
+@pytest.mark.slow
 def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_runs(env):
     """The sdvg_video_to_video graph as saved before SDVG Generate had `fps` (no such socket, no link): it validates
     against today's nodes (fps is a socket, so no widget value moves) and runs, its frames taken as they are."""
@@ -272,9 +278,9 @@ def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_r
         if link[3] == gen["id"]:
             link[4] = next(k for k, i in enumerate(gen["inputs"]) if i["link"] == link[0])
     assert wt.validate(wf, specs, host_newer=True) == []
-    api = wt.set_inputs(wt.swap_text_encoder(wt.to_api(wf, specs), tn.EMB_FILE), "SDVGGenerate", width=W, height=H,
+    api = wt.set_inputs(wt.swap_text_encoder(wt.to_api(wf, specs), ne.EMB_FILE), "SDVGGenerate", width=W, height=H,
                         num_blocks=BLOCKS, tau=-5.0)
-    node = tn.node_of(api, "SDVGGenerate")
+    node = ne.node_of(api, "SDVGGenerate")
     assert "fps" not in api[node]["inputs"]
     ex = MiniExecutor(classes)
     ex.run(api)
@@ -282,6 +288,7 @@ def test_a_video_to_video_graph_saved_before_the_fps_input_still_validates_and_r
     assert px["mode"] == "video_to_video" and px["frame_rate"] is None and px["given_frames"] == VIDEO_FRAMES
 
 
+@pytest.mark.slow
 def test_generate_starts_a_run_once_and_a_fresh_run_leaves_the_shared_cache_as_it_found_it(env, monkeypatch):
     """SDVG Generate builds one engine and starts the run once with it: a start image is encoded once (at the start;
     Krea's anchors are encoded later, during blocks), and with fresh_run into the run's own memo only, so the cache

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fake_host
-from test_nodes import EMB_FILE, PROMPT, loaded_models, write_tiny_models
+from node_env import EMB_FILE, PROMPT, loaded_models, write_tiny_models
 
 TINY_FILE = "taew2_1_tiny.safetensors"  # a taew2_1 name (the DiT's normalised latents) at the tiny widths
 SIZE = {"width": 64, "height": 48, "num_blocks": 3}
@@ -35,6 +35,7 @@ def _generate(pack, route_vae=None, tau: float = -3.0):
     return out.args[0], json.loads(out.args[3])
 
 
+@pytest.mark.slow
 def test_generate_routes_on_a_tiny_decoder_from_vae_approx(env):
     pack, _ = env
     loader = pack.nodes.SDVGLoadRouteDecoder

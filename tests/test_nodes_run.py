@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import fake_host
-import test_nodes as tn
+import node_env as ne
 from test_layers import circles, imported_modules
 
 NODES_DIR = Path(__file__).resolve().parents[1] / "nodes"
@@ -88,8 +88,8 @@ def test_choice_lists_and_bounds_are_the_cores():
 def env(tmp_path_factory):
     base = tmp_path_factory.mktemp("comfy_run")
     with fake_host.installed(base) as pack:
-        tn.write_tiny_models(base, pack.sdvg_core)
-        models = tn.loaded_models(pack)
+        ne.write_tiny_models(base, pack.sdvg_core)
+        models = ne.loaded_models(pack)
         yield pack, models
 
 
@@ -98,6 +98,7 @@ def _start(pack, models, **kw):
     return pack.nodes.SDVGStart.execute(**{**args, **kw}).args[0]
 
 
+@pytest.mark.slow
 def test_a_run_sizes_its_calls_on_its_own_view_of_a_shared_model(env):
     """Two graphs share the loaded models: each Start sizes the calls of its own run (a LongLive drafter's window is
     not Krea's rebuild), and the loaded model keeps its load-time reservation."""

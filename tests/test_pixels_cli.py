@@ -1,4 +1,4 @@
-"""Pixels in from the demo CLI (issue 26 item 5): --start-image, --extend, --input-video --strength refused in
+"""Pixels in from the demo CLI: --start-image, --extend, --input-video --strength refused in
 preflight (exit 2, one message, no model loaded) when unusable, and each mode run end to end on the tiny default,
 its video beginning with the given frames and its report naming the mode."""
 from __future__ import annotations
@@ -101,6 +101,7 @@ def test_a_crop_of_exactly_half_is_allowed(tmp_path, capsys, monkeypatch):
         main(["--start-image", str(image), "--out", str(tmp_path / "o"), *SMALL])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["start_image", "extend", "video_to_video"])
 def test_each_pixel_mode_runs_end_to_end_on_the_tiny_default(tmp_path, capsys, mode):
     out = tmp_path / "o"
@@ -127,6 +128,7 @@ def test_each_pixel_mode_runs_end_to_end_on_the_tiny_default(tmp_path, capsys, m
         assert _frames_in(out / "sdvg.mp4") == given + generated - 3 == int(report["meta"]["frames"])
 
 
+@pytest.mark.slow
 def test_a_30_fps_input_video_keeps_its_duration(tmp_path, capsys):
     """A 30 fps phone clip (60 frames, 2.0 s) is read on the run's 16 fps clock: 32 frames, so blocks of 9 + 12 and a
     third would need 33; the report and the printed table say the source rate and the frames used."""
@@ -168,6 +170,7 @@ def test_a_file_cut_short_is_refused_before_any_model_loads(tmp_path, capsys, mo
         main(["--input-video", str(cut), "--blocks", "4", *out, *SMALL])
 
 
+@pytest.mark.slow
 def test_a_frame_that_cannot_be_decoded_mid_run_ends_the_run_like_an_input_that_runs_out(tmp_path, capsys):
     """The committed blocks stay written and playable, report.json / report.png / the table say which frame could
     not be read, one message on stderr, no traceback, exit status 3."""
@@ -199,6 +202,7 @@ def test_a_transparent_start_image_is_noted_once_before_anything_loads(tmp_path,
     assert err.count("transparent pixels: composited over white") == 1, err
 
 
+@pytest.mark.slow
 def test_the_demo_starts_a_run_once_and_encodes_its_start_image_once(tmp_path, monkeypatch):
     """The demo starts the run once (its checks and its generation use that one state): the start image is encoded
     once, not again when the blocks begin."""

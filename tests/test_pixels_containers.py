@@ -115,6 +115,7 @@ RATES = ("12", "16", "24", "25", "30000/1001", "30", "60")
 FRAMES = (48, 49, 50, 73, 90, 91)  # at these rates: whole seconds and fractions of them
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".mp4", ".webm"])
 def test_frames_on_the_16_fps_clock_are_as_many_as_ffmpegs_fps_filter_makes(tmp_path, suffix):
     """For every rate and length of the table (whole and fractional durations, exact and millisecond timestamps),

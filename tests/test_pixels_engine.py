@@ -13,7 +13,7 @@ from pixels_reference import PixelsFixture, load_fixture
 from sdvg_core import (BlockNoise, CausalWan, DraftOnly, Engine, EngineConfig, GenerationSpec, KreaRecipe, PixelInput,
                        PixelInputError, PromptConditioning, SelfForcingRecipe, TargetOnly, build_report)
 
-TOL = 1e-4  # issue 26: each fixture run matches at <= 1e-4 through the public API
+TOL = 1e-4  # each pixels-in fixture run matches at <= 1e-4 through the public API
 SF_RUNS = ("start_frame", "extend")
 KREA_RUNS = ("v2v_s070", "v2v_s050", "v2v_stream", "krea_start_frame")
 
@@ -202,6 +202,7 @@ def test_text_to_video_report_has_no_pixels_and_the_identity_is_unchanged(models
     assert build_report(state, "", e.recipe, e.recipe.plan.num_steps).pixels is None and state.given is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", ["krea", "self_forcing", "longlive"])
 def test_requeue_after_moving_tau_reuses_every_block_before_the_first_flip(models, name, mode):
@@ -226,6 +227,7 @@ def test_requeue_after_moving_tau_reuses_every_block_before_the_first_flip(model
     assert _forwards(third) == 0 and torch.equal(third.committed_latents(), first.committed_latents())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", ["krea", "self_forcing"])
 def test_changing_the_given_pixels_or_the_strength_reuses_nothing(models, name, mode):
@@ -354,6 +356,7 @@ def test_an_extension_shorter_than_a_block_is_refused_when_the_run_starts(models
         e.start(_tiny_spec(PixelInput.extend(_video(8))))
 
 
+@pytest.mark.slow
 def test_self_forcing_extends_from_the_last_whole_blocks_of_the_video(models):
     """53 frames encode to 14 latents: SF takes the last 4 blocks' worth (12 latents = the last 45 frames), so the
     continuation follows the video's last frame; Krea encodes the clip whole (53 frames)."""
@@ -370,6 +373,7 @@ def test_self_forcing_extends_from_the_last_whole_blocks_of_the_video(models):
     assert torch.equal(state.given.of(k.recipe.given_encoding), encode_clip(models.vae, as_vae_frames(clip, (H, W)), (H, W)))
 
 
+@pytest.mark.slow
 def test_given_and_input_latents_are_keyed_by_encoding_size_vae_and_decode_rule(models):
     """One memo shared by engines (a ComfyUI server): the given latents of each recipe's encoding, each size and
     each VAE are their own entries, and so are a video-to-video input's blocks and the decoder cache after the given

@@ -42,6 +42,7 @@ def _engine(models, memo=None, scorer=None, **cfg):
                   memo=memo or Memo(1 << 40))
 
 
+@pytest.mark.slow
 def test_single_prompt_is_the_one_entry_schedule(models):
     """A spec with no switch is the schedule of one entry: same bits as before schedules existed."""
     p = _p(TEXTS[0])
@@ -54,6 +55,7 @@ def test_single_prompt_is_the_one_entry_schedule(models):
     assert torch.equal(a.committed_latents(), b.committed_latents())
 
 
+@pytest.mark.slow
 def test_each_block_is_generated_and_routed_under_its_own_prompt(models):
     spec = _spec()
     assert [spec.segment_of(b) for b in range(BLOCKS)] == [0, 0, 1, 1, 2, 2]
@@ -73,6 +75,7 @@ def test_each_block_is_generated_and_routed_under_its_own_prompt(models):
     assert render_report_plot(rep, tau=-0.8).size == (640, 360)
 
 
+@pytest.mark.slow
 def test_text_kv_is_encoded_once_per_prompt_and_model(models):
     """Held for the whole run (one slot entry per prompt): a 0-byte memo encodes each prompt once per model."""
     calls = []
@@ -90,6 +93,7 @@ def _work(state):
     return [r.work["drafter_forwards"] + r.work["target_forwards"] for r in state.blocks]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe_name", ["krea", "longlive", "self_forcing"])
 @pytest.mark.parametrize("edit", ["text of prompt 1", "first block of prompt 1 later", "first block of prompt 1 earlier"])
 def test_requeue_after_editing_a_prompt_recomputes_from_its_first_block(models, edit, recipe_name):
@@ -141,6 +145,7 @@ def test_a_schedule_wider_than_the_model_is_refused_at_start(models):
         _engine(models).start(GenerationSpec(PromptSchedule.of(wide), W, H, 3, 0))
 
 
+@pytest.mark.slow
 def test_krea_rebuilds_each_block_under_its_own_prompt(models):
     """Krea's per-block rebuild (drafter's, then the target's after a rejection) runs under the block's own prompt."""
     seen = []
@@ -152,6 +157,7 @@ def test_krea_rebuilds_each_block_under_its_own_prompt(models):
     assert seen == [_spec().prompt_at(b).text for b in range(1, BLOCKS) for _role in ("drafter", "target")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe_name", ["krea", "self_forcing", "longlive"])
 def test_target_only_baseline_counts_each_recipes_switch_work(models, recipe_name):
     """The counted target-only baseline equals a target-only run's real forwards, switches included (a recache per
@@ -164,6 +170,7 @@ def test_target_only_baseline_counts_each_recipes_switch_work(models, recipe_nam
     assert rep.target_only_cost == rep.target_forwards == sum(r.cost["target_forwards"] for r in state.blocks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe_name", ["longlive", "self_forcing"])
 def test_each_role_recaches_lazily_when_it_next_generates(models, recipe_name):
     """At a switch each model recaches only when it next generates a block, and the recache is counted as one more

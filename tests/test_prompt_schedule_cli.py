@@ -55,6 +55,7 @@ def test_entries_are_encoded_once_per_prompt_or_read_from_their_file(tmp_path):
     assert [(first, p.text) for first, p in sched] == [(0, "a"), (2, "b"), (4, "a")]
 
 
+@pytest.mark.slow
 def test_demo_runs_a_thirty_block_three_prompt_video(tmp_path, capsys):
     sched = tmp_path / "schedule.txt"
     sched.write_text("0: a red fox runs through snow\n10: the fox stops and looks around\n20: the fox jumps into a river\n")

@@ -53,6 +53,7 @@ def test_import_sdvg_core_imports_no_comfyui_no_ray_and_no_torch():
     assert got == {"comfy": [], "ray": [], "torch": False}  # lazy: torch only when a name is used
 
 
+@pytest.mark.slow
 def test_using_every_public_name_still_imports_no_comfyui_and_no_ray():
     got = _fresh_interpreter(_PROBE.format(body="import sdvg_core\nfor n in sdvg_core.__all__: getattr(sdvg_core, n)"))
     assert got["comfy"] == [] and got["ray"] == [] and got["torch"] is True

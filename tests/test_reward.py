@@ -259,6 +259,7 @@ def test_float_frames_64x96_match_uint8(scorer, golden, meta):
     assert d <= ATOL
 
 
+@pytest.mark.slow
 def test_float_frames_1080x1920(scorer, meta):
     g = torch.Generator().manual_seed(0)
     h, w = 1080, 1920

@@ -63,6 +63,7 @@ def scorer(tmp_path_factory):
     return tiny_models(seed=0, workdir=tmp_path_factory.mktemp("vocab")).scorer
 
 
+@pytest.mark.slow
 def test_scorer_tensor_path_gives_the_pil_rewards_on_real_size_frames(scorer):
     frames = natural_frames(4, REAL_H, REAL_W, seed=5)
     assert scorer.preprocessing == "pil"

@@ -58,6 +58,7 @@ def _stream(decoder, latents: list[torch.Tensor]) -> tuple[torch.Tensor, object]
     return pixels, cache
 
 
+@pytest.mark.slow
 def test_drafts_are_scored_on_the_routing_decoders_frames_after_the_committed_blocks(models, taehv):
     """Each accepted draft was scored on the tiny decoder's frames, decoded after exactly the committed blocks (block
     1 after the target's block 0; block 3 after the target's block 2, not after the rejected draft of block 2)."""
@@ -131,6 +132,7 @@ def test_the_default_routing_is_the_vae_and_counts_nothing_apart(models):
     assert "routing decoder" not in report.table()
 
 
+@pytest.mark.slow
 def test_draft_decodes_and_scores_are_keyed_by_the_routing_decoder(models, taehv):
     """On one memo: the tiny decoder's run takes the drafts the VAE's run made, but none of its decodes or scores
     (scores of two decoders are never mixed); a second tiny-decoder run at another tau takes its scores."""
@@ -152,6 +154,7 @@ def test_draft_decodes_and_scores_are_keyed_by_the_routing_decoder(models, taehv
     assert isinstance(key, ScoreKey) and isinstance(key.draft, DraftDecodeKey) and key.draft.vae == taehv.key
 
 
+@pytest.mark.slow
 def test_a_branch_from_an_earlier_state_decodes_from_the_branchs_memory(models, taehv):
     """The tiny decoder's memory is keyed by lineage like every cache: routing block 2 again from the state after
     block 1 (now accepting it) gives block 3 the draft decode a fresh run with those decisions gives."""
@@ -186,6 +189,7 @@ def test_a_fast_preview_decodes_the_video_with_the_routing_decoder(models, taehv
     assert torch.equal(previews[0], want[first - 1]) and torch.equal(previews[-1], want[-1])
 
 
+@pytest.mark.slow
 def test_a_fast_preview_with_krea_still_takes_the_anchor_from_the_vae(models, taehv):
     """Krea's anchor is a VAE-decoded frame re-encoded: with the tiny decoder as the output the latents are the
     default run's (the recipe's pixels are the VAE's)."""

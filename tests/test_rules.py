@@ -131,6 +131,7 @@ def test_baseline_policy_branches():
 # The rule through the engine (stand-in scorer, tiny random DiTs and VAE)
 # ---------------------------------------------------------------------------------------------------------
 
+# not slow although over a second: the routing rule through the engine stays in the quick loop
 @pytest.mark.parametrize("recipe", [KreaRecipe(), SelfForcingRecipe()], ids=lambda r: r.name)
 def test_engine_keeps_a_draft_whose_min_score_equals_tau(models, recipe):
     tau = -0.5
@@ -144,6 +145,7 @@ def test_engine_keeps_a_draft_whose_min_score_equals_tau(models, recipe):
     assert [r.decision for r in s2.blocks] == ["forced"] + ["rejected"] * (BLOCKS - 1)
 
 
+# not slow although over a second: the min-over-frames rule through the engine stays in the quick loop
 def test_engine_rejects_a_block_with_one_bad_frame(models):
     scorer = StandInScorer(one_bad_frame)
     s = _engine(models, scorer).generate(_spec(), ThresholdPolicy(tau=TAU_BETWEEN))
@@ -156,6 +158,7 @@ def test_engine_rejects_a_block_with_one_bad_frame(models):
     assert all(r.score == pytest.approx(sum(one_bad_frame(12)) / 12) for r in m.blocks[1:])
 
 
+# not slow although over a second: the forced block 0 through the engine stays in the quick loop
 def test_block0_is_forced_to_the_target_without_drafting(models):
     scorer = StandInScorer(flat(GOOD))
     s = _engine(models, scorer).generate(_spec(), ThresholdPolicy(tau=-1e9))
@@ -186,6 +189,7 @@ def test_a_forced_block_is_never_accepted_even_if_the_policy_would(models):
     assert s.blocks[0].decision == "forced"
 
 
+@pytest.mark.slow
 def test_score_blind_policies_never_call_the_scorer(models):
     for pol in (ThresholdPolicy(tau=-math.inf), DraftOnly(force_reject_first=True), RandomPolicy(0.5, seed=1),
                 FixedPattern((False, True, False), score_drafts=False), TargetOnly()):
@@ -194,6 +198,7 @@ def test_score_blind_policies_never_call_the_scorer(models):
         assert scorer.calls == [] and all(r.work["scored_frames"] == 0 and r.score is None for r in s.blocks), pol
 
 
+@pytest.mark.slow
 def test_tau_plus_inf_drafts_nothing(models):
     scorer = StandInScorer(flat(GOOD))
     s = _engine(models, scorer).generate(_spec(), ThresholdPolicy(tau=math.inf))
@@ -201,11 +206,13 @@ def test_tau_plus_inf_drafts_nothing(models):
     assert all(r.work["drafter_forwards"] == 0 for r in s.blocks) and scorer.calls == []
 
 
+@pytest.mark.slow
 def test_tau_minus_inf_keeps_every_draft_after_block0(models):
     s = _engine(models, StandInScorer(flat(BAD))).generate(_spec(), ThresholdPolicy(tau=-math.inf))
     assert [r.decision for r in s.blocks] == ["forced"] + ["accepted"] * (BLOCKS - 1)
 
 
+@pytest.mark.slow
 def test_lazy_false_drafts_and_scores_forced_blocks_but_decides_the_same(models):
     """The reference's work (lazy=False) drafts and scores block 0 and every target-only block; decisions and
     bits are those of the lazy engine."""
@@ -222,6 +229,7 @@ def test_lazy_false_drafts_and_scores_forced_blocks_but_decides_the_same(models)
     assert all(r.decision == "forced" and r.producer == "target" and r.work["drafter_forwards"] > 0 for r in t.blocks)
 
 
+@pytest.mark.slow
 def test_lazy_engine_rebuilds_the_target_context_only_when_the_target_generates(models):
     """Krea: the reference rebuilds the target's KV every block; the lazy engine only for blocks it generates."""
     pat = FixedPattern((False, True, True))
@@ -231,11 +239,13 @@ def test_lazy_engine_rebuilds_the_target_context_only_when_the_target_generates(
     assert all(r.work.get("target_context_forwards", 0) == 1 for r in ref.blocks[1:])
 
 
+@pytest.mark.slow
 def test_an_accepted_draft_is_decoded_once(models):
     s = _engine(models, StandInScorer(flat(GOOD))).generate(_spec(), ThresholdPolicy(tau=-1e9))
     assert all(r.decision == "accepted" and r.work["vae_decode_frames"] == 3 for r in s.blocks[1:])
 
 
+@pytest.mark.slow
 def test_each_role_runs_its_own_recipe(models):
     """EngineConfig.drafter_recipe / target_recipe: each model builds its context with its own recipe."""
     sf, krea = SelfForcingRecipe(), KreaRecipe()

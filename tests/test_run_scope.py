@@ -23,6 +23,8 @@ from sdvg_core.models.wan_config import PRESETS
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_scale import PATTERN_6_OF_8  # noqa: E402  (the benchmark's own decision pattern)
 
+pytestmark = pytest.mark.slow  # long runs: hundreds of blocks, full-size memo accounting over every configuration
+
 W, H, BLOCKS = 48, 32, 5
 PATTERN = (False, True, False, True, True)  # 3 of 4 drafts accepted after the forced block 0
 
@@ -45,7 +47,7 @@ FULL_SIZE_MEMO = 2 * GIB  # the engine's and the nodes' default budget before th
 
 
 def full_size_bytes(key, value) -> int:
-    """The memo's sizer that charges every entry the bytes it would have at 832x480 (the issue's emulation)."""
+    """The memo's sizer that charges every entry the bytes it would have at 832x480 (a full-size run emulated on tiny models)."""
     return FULL_SIZE_BYTES.get(key_kind(key), nbytes_of(value))
 
 
@@ -114,16 +116,16 @@ def test_full_size_bytes_give_the_work_of_an_unbounded_memo(models, pair):
         assert decoded <= 3 * BLOCKS + (3 * (BLOCKS - 1) if drafts_scored else 0), (name, decoded)
 
 
-# The issue's table: 9 blocks, 6 of blocks 1-8 accepted (the benchmark's pattern), tiny models; per config the
+# The recorded table: 9 blocks, 6 of blocks 1-8 accepted (the benchmark's pattern), tiny models; per config the
 # decoded frames, text encodes and target forwards of an unbounded memo (Krea recipe)
-ISSUE_TABLE_KREA = {"target-only": (27, 1, 53), "reference algorithm (lazy=False)": (36, 2, 23),
+TINY_COUNTS_KREA = {"target-only": (27, 1, 53), "reference algorithm (lazy=False)": (36, 2, 23),
                     "this engine": (33, 2, 17), "all-reject": (51, 2, 53)}
 
 
 @pytest.mark.parametrize("recipe", ["krea", "self_forcing"])
 def test_full_size_bytes_at_the_benchmarks_nine_blocks(models, recipe):
     """The benchmark's own geometry (9 blocks, 6 of 8 accepted): a memo charged full-size bytes gives exactly the
-    unbounded memo's work for every configuration, and for Krea those are the issue table's tiny counts."""
+    unbounded memo's work for every configuration, and for Krea those are the recorded tiny counts."""
     blocks = len(PATTERN_6_OF_8)
     configs = {"target-only": (TargetOnly(), True),
                "reference algorithm (lazy=False)": (FixedPattern(PATTERN_6_OF_8), False),
@@ -140,8 +142,8 @@ def test_full_size_bytes_at_the_benchmarks_nine_blocks(models, recipe):
             assert memo.pinned_bytes == 0
         assert counts["tiered, full-size bytes"] == counts["unbounded"], (recipe, name, counts)
         u = counts["unbounded"]
-        if recipe == "krea" and name in ISSUE_TABLE_KREA:
-            assert (u["vae_decode_frames"], u["text_encodes"], u["target_forwards"]) == ISSUE_TABLE_KREA[name], name
+        if recipe == "krea" and name in TINY_COUNTS_KREA:
+            assert (u["vae_decode_frames"], u["text_encodes"], u["target_forwards"]) == TINY_COUNTS_KREA[name], name
 
 
 def test_held_memory_is_bounded_and_released(models):

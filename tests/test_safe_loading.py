@@ -2,6 +2,7 @@
 otherwise run code when it is opened. Checked on the source with ast, calls inside functions and tests too."""
 from __future__ import annotations
 
+import pytest
 import ast
 from pathlib import Path
 
@@ -30,6 +31,7 @@ def _files():
         yield from ([p] if p.is_file() else sorted(p.rglob("*.py")))
 
 
+@pytest.mark.slow
 def test_every_torch_load_is_weights_only():
     found = {str(p.relative_to(REPO)): lines for p in _files() if (lines := unsafe_loads(p.read_text()))}
     assert not found, f"torch.load without weights_only=True: {found}"

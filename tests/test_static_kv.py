@@ -1,4 +1,4 @@
-"""Static-shape KV (issue 33 item 2): one KV buffer per run and role, reused by every block; attention over a fixed
+"""Static-shape KV: one KV buffer per run and role, reused by every block; attention over a fixed
 span of it with the empty slots masked as data (models/kv_cache.py), equal to attention over the occupied prefix;
 the mask reaches an injected kernel only when it takes one."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sdvg_core.models.wan_config import PRESETS
 
 RECIPES = {"krea": KreaRecipe(), "self_forcing": SelfForcingRecipe(), "longlive": LongLiveRecipe(window=9),
            "longlive_infinity": LongLiveRecipe(window=9, variant="infinity")}
-EXACT = 1e-6  # issue 33: masked attention over the padded span equals the prefix attention to fp32 rounding
+EXACT = 1e-6  # masked attention over the padded span equals the prefix attention to fp32 rounding
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +139,7 @@ def _storages(monkeypatch) -> list[tuple[int, int, int]]:
     return log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_a_run_keeps_one_kv_storage_per_role_after_its_first_block(models, name, monkeypatch):
     """Every call of a run writes and attends into one KV storage per role, allocated at its first block: Krea's

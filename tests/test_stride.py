@@ -1,4 +1,4 @@
-"""StrideAR as a baseline (issue 33 item 5): the target makes every k-th block (block 0 included), the drafter the
+"""StrideAR as a baseline: the target makes every k-th block (block 0 included), the drafter the
 rest, and nothing is decoded or scored for routing. The policy's rule, the engine's work and counted speedup under
 it, the eval's `stride:k=K` configs, their own Pareto series and the equal-cost comparison with SDVG's tau curve.
 """
@@ -68,6 +68,7 @@ class Counted:
         setattr(obj, name, counted)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", [KreaRecipe(), SelfForcingRecipe()], ids=lambda r: r.name)
 def test_engine_runs_the_rule_without_decoding_or_scoring_a_draft(models, recipe):
     k, n = 2, 5
@@ -94,6 +95,7 @@ def test_engine_runs_the_rule_without_decoding_or_scoring_a_draft(models, recipe
         models.scorer.__dict__.pop("score_frames", None)
 
 
+@pytest.mark.slow
 def test_counted_speedup_k2_over_9_blocks_is_the_forward_arithmetic(models):
     """Krea: a block costs S steps plus one context rebuild after block 0, whoever makes it. k=2 over 9 blocks: the
     target makes 0, 2, 4, 6, 8 (S + 4 (S + 1) forwards), the drafter 1, 3, 5, 7 (4 (S + 1)); target-only costs

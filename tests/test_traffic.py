@@ -1,4 +1,4 @@
-"""bench/traffic.py: the host-device traffic counter the GPU check runs (issue 19 item 3).
+"""bench/traffic.py: the host-device traffic counter the GPU check runs.
 
 A CPU has no second device, so the counter's bookkeeping is exercised with the meta device standing in: copies
 between CPU and meta, and host reads of values on the side that is not the host."""
@@ -60,6 +60,7 @@ def test_reads_of_device_values_are_counted_as_syncs():
     assert {r["kind"]: r["count"] for r in s["sites"]} == {"to host": 1, "read": 3}
 
 
+@pytest.mark.slow
 def test_measure_generation_tallies_every_block_and_changes_nothing(tmp_path):
     """On the tiny CPU engine: one tally per block with its decision, no crossings on a CPU, and the committed
     latents of the observed run equal an unobserved one's (the counter only watches)."""
@@ -95,12 +96,14 @@ def test_a_cuda_generation_crosses_devices(tmp_path):
         assert run["cuda_reported_syncs"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["krea", "self_forcing", "longlive", "longlive_infinity"])
 def test_the_block_loop_reads_no_value_between_its_model_calls(tmp_path, name):
-    """Graph readiness (issue 33 item 3): every recipe, both roles (a forced, an accepted and two rejected blocks: the
-    drafter's and the target's calls in one block), a prompt switch (a recache): between a block's first and last
-    model call nothing reads a tensor's value back to Python, on any device (a CPU run shows what would be a sync on a
-    GPU): no .item()/float()/bool(), equal, nonzero, .tolist(), .numpy(), .cpu(); the router's scoring apart."""
+    """Graph readiness (what a whole-block compile or CUDA graph needs): every recipe, both roles (a forced, an
+    accepted and two rejected blocks: the drafter's and the target's calls in one block), a prompt switch (a
+    recache): between a block's first and last model call nothing reads a tensor's value back to Python, on any
+    device (a CPU run shows what would be a sync on a GPU): no .item()/float()/bool(), equal, nonzero, .tolist(),
+    .numpy(), .cpu(); the router's scoring apart."""
     from sdvg_core.engine.prompts import PromptSchedule
     from sdvg_core.engine.recipes import recipe_by_name
 
@@ -116,6 +119,7 @@ def test_the_block_loop_reads_no_value_between_its_model_calls(tmp_path, name):
     assert blocks[2]["score_reads"] >= 1 and blocks[3]["score_reads"] >= 1  # the router reads inside the block
 
 
+@pytest.mark.slow
 def test_the_routers_tensor_path_reads_only_the_scores(tmp_path):
     """ImageReward's tensor path keeps the frames on the device and its text mask prepared (transformers 5 would read
     whether the prompt is padded): scoring a rejected draft reads one value set back, the scores."""

@@ -233,6 +233,7 @@ def _peak_bytes(vae: WanVAE, frames: int, stream: bool) -> int:
     return live.peak
 
 
+@pytest.mark.slow
 def test_streaming_encode_memory_is_flat_in_the_videos_length():
     """Peak live tensor bytes encoding N vs 4N frames read piece by piece: the same (one piece, the causal histories
     and one chunk's activations), while the whole video as one tensor grows with it. scripts/encode_memory_probe.py
