@@ -27,9 +27,10 @@ from ..given.pixels import GivenPixels, given_output
 from ..derived.keys import ROUTE_ROLE, RunKeys, require_key
 from ..derived.memo import Memo, Memoiser, TieredMemo
 from .noise import BlockNoise, NoiseSource, noise_identity
-from .decoded import DecodeEntry, PixelStore
+from .decoded import DecodeEntry
 from .config import ROLES, EngineConfig
-from .route_decoder import check_route_vae, decoder_name
+from .route_decoder import Decoders, check_route_vae
+from .router import Router
 from .policy import Policy, aggregate
 from .recipes import Recipe, check_prompt_switches
 from ..sampling.timesteps import StepPlan
@@ -97,36 +98,15 @@ class Engine:
         self.callbacks = Callbacks()
         self._auto_run = uuid.uuid4().hex  # this engine's run id when the host gives none (a new one per start)
         history = max(r.pixel_history(vae.config.temporal_compression) for r in self.recipes.values())
-        routed_output = config.output_decoder == "route"
-        if routed_output and self.route_vae is None:
-            raise ValueError("output_decoder 'route' decodes the video with the routing decoder, but none was given: "
-                             "pass route_vae (a tiny decoder), or leave output_decoder 'vae'")
-        self.pixels = PixelStore(vae, self.model_keys["vae"], config.decode_rule, self.memoiser, lambda: self.callbacks.interrupt,
-                                 history_frames=history, decode_on_commit=config.decode_committed and not routed_output)
-        # the routing decoder's decodes: the VAE's store, or one of its own (its memory, its holds, its work count)
-        self.route_pixels = self.pixels if self.route_vae is None else PixelStore(
-            self.route_vae, self.model_keys[ROUTE_ROLE], config.decode_rule, self.memoiser,
-            lambda: self.callbacks.interrupt, decode_on_commit=config.decode_committed and routed_output,
-            role="route_", work_key="route_decode_frames", keeps_pixels=routed_output)
-        self.output_pixels = self.route_pixels if routed_output else self.pixels  # what the video is decoded by
+        self.decoders = Decoders(vae, self.route_vae, self.model_keys, config, self.memoiser,
+                                 lambda: self.callbacks.interrupt, history)
+        # the VAE's store (the video, the recipes' pixels), the routing decoder's (the drafts), the output's
+        self.pixels, self.route_pixels, self.output_pixels = self.decoders.vae, self.decoders.route, self.decoders.output
+        self.route_decoder, self.output_decoder = self.decoders.route_name, self.decoders.output_name  # report names
         self.services = ContextServices(self.memoiser, vae, self.pixels, self.model_keys["vae"], config.decode_rule,
                                         tracer, self.callbacks, kv_copies)
         self.given = GivenPixels(vae, self.model_keys["vae"], self.memoiser, self.recipes, lambda: self.callbacks.interrupt)
-
-    @property
-    def route_decoder(self) -> str:
-        """The routing decoder's name in the report: `wan_vae` or `taehv:<name>`."""
-        return decoder_name(self.route_pixels.vae)
-
-    @property
-    def output_decoder(self) -> str:
-        """The name of the decoder the committed video is decoded by."""
-        return decoder_name(self.output_pixels.vae)
-
-    @property
-    def _route_phase(self) -> str:
-        """The phase a draft's decode is timed in: `decode` where the VAE routes, else `route_decode`."""
-        return "decode" if self.route_pixels is self.pixels else "route_decode"
+        self.router = Router(self.decoders, scorer, self.keys, self.memoiser, self._tally, to_image)
 
     @property
     def run_id(self) -> str:
@@ -170,47 +150,16 @@ class Engine:
         return self._draft(state, tally)
 
     def decode_draft(self, state: GenerationState) -> GenerationState:
-        """Operation: decode the pending draft from the committed decoder cache, leaving it unchanged (pending.frames)."""
-        p = self._need_pending(state, "latents")
-        if p.frames is not None:
-            return state
-        tally = self._tally()
-        with tally.phase(self._route_phase):  # by the routing decoder, from its committed memory
-            entry = self.route_pixels.decode_draft(state, p.latents, self.keys.draft_decode(state), tally)
-        return state.with_pending(p.then(tally.account(), frames=to_image(entry.pixels)))
+        """Operation: decode the pending draft from the committed decoder cache, leaving it unchanged (router.py)."""
+        return self.router.decode_draft(state)
 
     def score_draft(self, state: GenerationState) -> GenerationState:
-        """Operation: ImageReward per frame of the decoded draft, all frames in one batch (pending.frame_scores)."""
-        p = self._need_pending(state, "frames")
-        if p.frame_scores is not None:
-            return state
-        if self.scorer is None:
-            raise ValueError("this policy scores drafts, but the engine was built without an ImageReward scorer")
-        tally = self._tally()
-        key = self.keys.score(state)
-
-        def score(part: Tally) -> tuple[float, ...]:
-            scores = tuple(float(s) for s in self.scorer.score_frames(p.frames, key.prompt_text))
-            part.add("scored_frames", len(scores))
-            return scores
-
-        with tally.phase("score"):
-            scores = self.memoiser.memoised(key, "score", tally, score)
-        return state.with_pending(p.then(tally.account(), frame_scores=scores))
+        """Operation: ImageReward per frame of the decoded draft, all frames in one batch (router.py)."""
+        return self.router.score_draft(state)
 
     def scored(self, state: GenerationState) -> tuple[GenerationState, bool]:
-        """The pending draft with its scores. Scores memoised by an earlier pass come without decoding the draft
-        again (a re-run after moving tau: the prefix costs no decode but the commit's); returns whether the
-        draft's decode was skipped."""
-        p = state.pending
-        if p.frame_scores is not None:
-            return state, False
-        if p.frames is None and self.scorer is not None:
-            tally = self._tally()
-            found = self.memoiser.recall((self.keys.score(state),), "score", tally)
-            if found is not None:
-                return state.with_pending(p.then(tally.account(), frame_scores=found[0])), True
-        return self.score_draft(self.decode_draft(state)), False
+        """The pending draft with its scores, and whether its decode was skipped (scores memoised earlier)."""
+        return self.router.scored(state)
 
     def route(self, state: GenerationState, policy: Policy) -> GenerationState:
         """Operation: the block step, top to bottom. Read the block's input, draft, decode and score what the work mode
@@ -246,7 +195,7 @@ class Engine:
         latents = latents.to("cpu")
         lineage = extend_lineage(state.lineage, latents, producer, state.spec.prompt_at(b).key)
         draft = self.keys.draft_decode(state) if accepted and p.frames is not None else None
-        pixels = self._commit_decodes(state, latents, lineage, draft, tally)
+        pixels = self.decoders.commit(state, latents, lineage, draft, tally)
         record = BlockRecord(index=b, latents=latents, producer=producer, decision=decision, score=score,
                              frame_scores=tuple(p.frame_scores or ()),  # block 0 also carries the given encode
                              account=p.account + tally.account() + self.given.start_account(state, b),
@@ -278,21 +227,6 @@ class Engine:
         finally:
             self.release_run()
         return state
-
-    def _commit_decodes(self, state: GenerationState, latents: torch.Tensor, lineage: str, draft, tally: Tally
-                        ) -> torch.Tensor | None:
-        """The committed block's decodes; its output pixels (None: not decoded now). Each decoder takes the accepted
-        draft's decode when it made it (`draft`: its key, the routing decoder's), else decodes the block now when it
-        decodes the output (and decode_committed is on); a routing decoder of its own decodes a block it did not draft
-        when the next draft needs its memory after it."""
-        routed = None
-        if self.route_pixels is not self.pixels:
-            with tally.phase("route_decode"):
-                routed = self.route_pixels.commit(state, latents, lineage, draft, tally)
-            draft = None  # the VAE did not decode the draft
-        with tally.phase("decode"):  # the accepted draft's decode, else decoded now (unless decode_committed is off)
-            pixels = self.pixels.commit(state, latents, lineage, draft, tally)
-        return routed if self.output_pixels is not self.pixels else pixels
 
     # ------------------------------------------------------------------------------------------ outputs
     def committed_pixels(self, state: GenerationState, b: int) -> torch.Tensor:
@@ -368,13 +302,6 @@ class Engine:
 
     def _tally(self) -> Tally:
         return Tally(sync_cuda=self.config.sync_timing, run_id=self.run_id)
-
-    def _need_pending(self, state: GenerationState, what: str) -> PendingBlock:
-        p = state.pending
-        if p is None or getattr(p, what) is None:
-            need = {"latents": "draft the block first", "frames": "decode the draft first"}[what]
-            raise ValueError(f"no pending {what} for block {state.next_block}: {need}")
-        return p
 
 
 def role_identities(target: CausalWan, vae, drafter: CausalWan | None, scorer: Scorer | None,

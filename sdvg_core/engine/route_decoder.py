@@ -9,7 +9,11 @@ and score key and its name is in the report (`route_decoder`).
 """
 from __future__ import annotations
 
+import torch
+
+from ..derived.keys import ROUTE_ROLE
 from ..models.taehv import TAEHVConfig
+from .decoded import PixelStore
 
 WAN_VAE = "wan_vae"  # the report's name of the full Wan 2.1 VAE (the default routing and output decoder)
 
@@ -38,3 +42,43 @@ def check_route_vae(route_vae: object, vae: object, latent_channels: int) -> Non
         if mine is not None and theirs is not None and mine != theirs:
             raise ValueError(f"the routing decoder's {what.replace('_', ' ')} is {mine}, the VAE's {theirs}: its "
                              f"frames would not be the output's frames")
+
+
+class Decoders:
+    """A run's decoders and what each decodes: the VAE's store (the committed video and the pixels the recipes read
+    back), the routing decoder's (the drafts the scorer sees: the VAE's own store unless a decoder of its own routes),
+    and the store the output video is decoded by (the routing decoder's for a fast preview, `output_decoder` "route")."""
+
+    def __init__(self, vae, route_vae, model_keys: dict, config, memoiser, interrupt, history_frames: int):
+        routed_output = config.output_decoder == "route"
+        if routed_output and route_vae is None:
+            raise ValueError("output_decoder 'route' decodes the video with the routing decoder, but none was given: "
+                             "pass route_vae (a tiny decoder), or leave output_decoder 'vae'")
+        self.vae = PixelStore(vae, model_keys["vae"], config.decode_rule, memoiser, interrupt,
+                              history_frames=history_frames, decode_on_commit=config.decode_committed and not routed_output)
+        # a decoder of its own: its memory, its holds (never the VAE's), its work count
+        self.route = self.vae if route_vae is None else PixelStore(
+            route_vae, model_keys[ROUTE_ROLE], config.decode_rule, memoiser, interrupt,
+            decode_on_commit=config.decode_committed and routed_output, role="route_", work_key="route_decode_frames",
+            keeps_pixels=routed_output)
+        self.output = self.route if routed_output else self.vae
+        self.route_name, self.output_name = decoder_name(self.route.vae), decoder_name(self.output.vae)
+
+    @property
+    def draft_phase(self) -> str:
+        """The phase a draft's decode is timed in: `decode` where the VAE routes, else `route_decode`."""
+        return "decode" if self.route is self.vae else "route_decode"
+
+    def commit(self, state, latents: torch.Tensor, lineage: str, draft, tally) -> torch.Tensor | None:
+        """The committed block's decodes; its output pixels (None: not decoded now). Each decoder takes the accepted
+        draft's decode when it made it (`draft`: its key, the routing decoder's), else decodes the block now when it
+        decodes the output (and decode_committed is on); a routing decoder of its own decodes a block it did not draft
+        when the next draft needs its memory after it."""
+        routed = None
+        if self.route is not self.vae:
+            with tally.phase("route_decode"):
+                routed = self.route.commit(state, latents, lineage, draft, tally)
+            draft = None  # the VAE did not decode the draft
+        with tally.phase("decode"):  # the accepted draft's decode, else decoded now (unless decode_committed is off)
+            pixels = self.vae.commit(state, latents, lineage, draft, tally)
+        return routed if self.output is not self.vae else pixels
