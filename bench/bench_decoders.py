@@ -22,24 +22,22 @@ import argparse
 import ctypes
 import json
 import os
-import pickle
 import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the other benchmarks
 
 from sdvg_core.demo.tiny import random_vae  # noqa: E402
 from sdvg_core.demo.tiny_taehv import random_taehv  # noqa: E402
 from sdvg_core.models.dtypes import DTYPES  # noqa: E402
+from bench_scale import run_forked  # noqa: E402 (a forked child per measurement, as the scale benchmark runs)
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCK_FRAMES = 3  # latent frames per block (Self-Forcing / Krea)
@@ -75,35 +73,6 @@ def malloc_trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except OSError:
         pass
-
-
-def in_child(fn: Callable[[], dict]) -> dict:
-    """Run fn in a forked child; return its result (an exception in the child is raised here with its traceback)."""
-    with tempfile.NamedTemporaryFile(prefix="sdvg-bench-dec-", suffix=".pkl", delete=False) as f:
-        out = Path(f.name)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            payload = ("ok", fn())
-        except BaseException:  # noqa: BLE001 (reported by the parent)
-            payload, code = ("error", traceback.format_exc()), 1
-        try:
-            out.write_bytes(pickle.dumps(payload))
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    try:
-        kind, value = pickle.loads(out.read_bytes())
-    except (OSError, EOFError, pickle.UnpicklingError) as e:
-        raise RuntimeError(f"benchmark child {pid} died (wait status {status}, killed for memory?)") from e
-    finally:
-        out.unlink(missing_ok=True)
-    if kind != "ok":
-        raise RuntimeError(f"benchmark child failed:\n{value}")
-    return value
 
 
 WARMUP_LATENT = (1, LATENT_CHANNELS, 1, 4, 4)  # [B, C, T, h, w]: two of these run first in each measuring child
@@ -163,7 +132,7 @@ def bench_size(size: str, rounds: dict[str, int], dtype: torch.dtype, models: di
         for name in order:
             if r >= rounds[name]:
                 continue
-            result = in_child(lambda: measure(models[name], block, caches[name]))
+            result = run_forked(lambda: measure(models[name], block, caches[name]))
             runs[name].append(result)
             peak = "?" if result["peak_delta_bytes"] is None else f"{result['peak_delta_bytes'] / 2**20:.0f} MiB"
             print(f"  {size} {name} round {r}: {result['seconds']:.2f} s, peak +{peak}", flush=True)
@@ -228,7 +197,7 @@ def main() -> None:
             "threads": torch.get_num_threads(), "dtype": args.dtype, "cpu": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(), "memory_method": "forked child: VmHWM after clear_refs 5, minus RSS before",
             "params": {k: sum(t.numel() for t in m.parameters()) for k, m in models.items()}}
-    meta["floor_bytes"] = in_child(floor)["peak_delta_bytes"]  # what an empty measurement reads
+    meta["floor_bytes"] = run_forked(floor)["peak_delta_bytes"]  # what an empty measurement reads
     print(f"commit {meta['commit']}, torch {meta['torch']}, {meta['threads']} thread, {args.dtype}; an empty "
           f"measurement reads +{meta['floor_bytes'] / 2**20:.1f} MiB", flush=True)
     results = []

@@ -299,29 +299,9 @@ def test_generate_starts_a_run_once_and_a_fresh_run_leaves_the_shared_cache_as_i
     engine_mod = import_module(pack.__name__ + ".sdvg_core.engine.engine")
     wan_vae = import_module(pack.__name__ + ".sdvg_core.models.vae").WanVAE
     shared = pack.nodes.shared_memo.MEMO
-    counts = {"engines": 0, "starts": 0, "encodes_at_start": 0}
-    starting = []
-    real_init, real_start, real_encode = engine_mod.Engine.__init__, engine_mod.Engine.start, wan_vae.encode_stream
+    from run_starts import count_starts
 
-    def init(self, *a, **kw):
-        counts["engines"] += 1
-        real_init(self, *a, **kw)
-
-    def start(self, spec):
-        counts["starts"] += 1
-        starting.append(True)
-        try:
-            return real_start(self, spec)
-        finally:
-            starting.pop()
-
-    def encode(self, *a, **kw):
-        counts["encodes_at_start"] += bool(starting)
-        return real_encode(self, *a, **kw)
-
-    monkeypatch.setattr(engine_mod.Engine, "__init__", init)
-    monkeypatch.setattr(engine_mod.Engine, "start", start)
-    monkeypatch.setattr(wan_vae, "encode_stream", encode)
+    counts = count_starts(monkeypatch, engine_mod.Engine, wan_vae)
     image = _frames(1, IMAGE_HW, seed=5)  # an image no other test encodes
     before = (len(shared), shared.kinds(), shared.bytes)
     frames, report, _ = generate(pack, models, start_image=image, fresh_run=True)

@@ -209,25 +209,10 @@ def test_the_demo_starts_a_run_once_and_encodes_its_start_image_once(tmp_path, m
     import sdvg_core.engine.engine as engine_mod
     from sdvg_core.models.vae import WanVAE
 
-    counts = {"starts": 0, "encodes_at_start": 0}
-    starting = []
-    real_start, real_encode = engine_mod.Engine.start, WanVAE.encode_stream
+    from run_starts import count_starts
 
-    def start(self, spec):
-        counts["starts"] += 1
-        starting.append(True)
-        try:
-            return real_start(self, spec)
-        finally:
-            starting.pop()
-
-    def encode(self, *a, **kw):
-        counts["encodes_at_start"] += bool(starting)
-        return real_encode(self, *a, **kw)
-
-    monkeypatch.setattr(engine_mod.Engine, "start", start)
-    monkeypatch.setattr(WanVAE, "encode_stream", encode)
+    counts = count_starts(monkeypatch, engine_mod.Engine, WanVAE)
     image = write_image(tmp_path / "start.png")
     assert main(["--start-image", str(image), "--blocks", "2", "--out", str(tmp_path / "out"), *SMALL]) == 0
-    assert counts == {"starts": 1, "encodes_at_start": 1}, counts
+    assert counts == {"engines": 1, "starts": 1, "encodes_at_start": 1}, counts
     assert json.loads((tmp_path / "out" / "report.json").read_text())["pixels"]["mode"] == "start_image"
