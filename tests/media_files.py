@@ -51,6 +51,15 @@ def late_start_ts(path: Path, seconds: int = 3) -> Path:
     return pattern_clip(path, 25, 25 * seconds, extra=("-g", "100000", "-bf", "0", "-x264-params", "scenecut=0"))
 
 
+def late_start_clip(path: Path, rate: int = 60, seconds: int = 3, offset: str = "1.4") -> Path:
+    """A clip whose timestamps start at `offset` s (a cut or remuxed recording); a keyframe every half second. A
+    WebM / MKV header then says the stream ends at offset + seconds (Matroska counts from time 0); an MP4 keeps its
+    length."""
+    extra = ("-g", str(rate // 2), "-output_ts_offset", offset)
+    return pattern_clip(path, rate, rate * seconds, extra=extra + (("-movflags", "+faststart") if path.suffix == ".mp4"
+                                                                   else ()))
+
+
 def raw_h264(path: Path, frames: int = 75) -> Path:
     """An H.264 elementary stream: frames without timestamps (as a camera module or `-f h264` writes)."""
     return pattern_clip(path, 25, frames, extra=("-f", "h264"))

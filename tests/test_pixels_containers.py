@@ -12,11 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from media_files import (duration_less_webm, ffmpeg_fps16_count, late_start_ts, non_square_mp4, pattern_clip, raw_h264)
+from media_files import (duration_less_webm, ffmpeg_fps16_count, late_start_clip, late_start_ts, non_square_mp4,
+                         pattern_clip, raw_h264)
 from sdvg_core.demo.cli import main
 from sdvg_core.given.errors import PixelInputError
 from sdvg_core.given.sources import video_source
-from sdvg_core.given.videos import check_video, count_frames, read_video
+from sdvg_core.given.videos import check_video, count_frames, probe_video, read_video
 
 av = pytest.importorskip("av")
 
@@ -79,6 +80,25 @@ def test_an_mpeg_ts_whose_timestamps_start_late_with_one_keyframe_passes(tmp_pat
     for mode in MODES:
         _passes_checks([*mode, str(clip)], tmp_path)
     assert count_frames(clip, 16) == ffmpeg_fps16_count(clip) == 48
+
+
+@pytest.mark.parametrize("suffix", [".webm", ".mkv", ".mp4"])
+def test_a_recording_whose_timestamps_start_late_passes_whole_and_is_refused_cut_short(tmp_path, capsys, monkeypatch,
+                                                                                        suffix):
+    """A 3 s clip whose timestamps start at 1.4 s (a cut or remuxed recording): a WebM / MKV header then says it ends
+    at 4.4 s (Matroska counts from time 0), an MP4 that it lasts 3 s; whole it passes in both modes, and with its
+    last 40% gone (its frames stop 1.2-1.6 s after the first, i.e. at 2.6-3.0 s on the stream's clock, before the
+    2.0 s 3 blocks read) it is refused: the end is looked for on the stream's own clock."""
+    _no_loading(monkeypatch)
+    whole = late_start_clip(tmp_path / f"late{suffix}")
+    assert probe_video(whole).seconds == pytest.approx(3.0) and probe_video(whole).start == pytest.approx(1.4)
+    for mode in MODES:
+        _passes_checks([*mode, str(whole)], tmp_path)
+    data = whole.read_bytes()
+    cut = tmp_path / f"cut{suffix}"
+    cut.write_bytes(data[:len(data) * 6 // 10])
+    for mode in MODES:
+        _refused(capsys, [*mode, str(cut)], tmp_path, "cut short", cut.name)
 
 
 def test_a_stream_without_timestamps_is_refused_before_loading_naming_keep_frames(tmp_path, capsys, monkeypatch):

@@ -45,6 +45,7 @@ END_SLACK_MIN = Fraction(2, 1000)
 # PyAV's name for a demuxer that reads one picture (png_pipe, jpeg_pipe, webp_pipe, ...; image2 for a pattern).
 PICTURE_DEMUXERS = re.compile(r"(.+_pipe|image2)$")
 MATROSKA_DURATION = re.compile(r"^(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")  # a WebM / MKV track's DURATION tag
+MATROSKA_DEMUXER = re.compile(r"(^|,)(matroska|webm)(,|$)")  # its durations are the segment's end, not a length
 T = TypeVar("T")
 
 
@@ -163,13 +164,19 @@ def _header_end(container, stream) -> Fraction | None:
     begin = Fraction(stream.start_time) * tb if tb and stream.start_time is not None else Fraction(0)
     if tb and stream.duration:
         return begin + Fraction(stream.duration) * tb
+    # Matroska's segment duration and its muxers' DURATION tags run from time 0, so they end a stream that starts
+    # late (a cut or remuxed recording) where they say; a value before the stream's start can only be a length
+    segment_end = bool(MATROSKA_DEMUXER.search(container.format.name or ""))
     tag = MATROSKA_DURATION.match(str((stream.metadata or {}).get("DURATION", "")).strip())
     if tag:
         h, m, s = tag.groups()
-        return begin + int(h) * 3600 + int(m) * 60 + Fraction(s)
-    if container.duration:
-        return Fraction(container.start_time or 0, 1_000_000) + Fraction(container.duration, 1_000_000)
-    return None
+        said = int(h) * 3600 + int(m) * 60 + Fraction(s)
+    elif container.duration:
+        begin = Fraction(container.start_time or 0, 1_000_000)
+        said = Fraction(container.duration, 1_000_000)
+    else:
+        return None
+    return said if segment_end and said > begin else begin + said
 
 
 def _pixel_aspect(stream, frame) -> float:
