@@ -45,12 +45,7 @@ def main() -> int:
 
     root = Path(tempfile.mkdtemp(prefix="sdvg-rss-"))
     h.write_models(root)
-    for d in ("custom_nodes", "output", "temp", "user"):
-        (root / d).mkdir()
-    (root / "custom_nodes" / h.PACK_DIR_NAME).symlink_to(Path(a.pack).resolve(), target_is_directory=True)
-    (root / "extra_model_paths.yaml").write_text(
-        f"sdvg_test:\n    base_path: {root / 'models'}\n    is_default: true\n    diffusion_models: diffusion_models\n"
-        f"    vae: vae\n    text_encoders: text_encoders\n    image_reward: image_reward\n    sdvg_prompts: sdvg_prompts\n")
+    h.lay_out_host(root, Path(a.pack).resolve())
     server = h.Server(root, "rss")
     pid = server.proc.pid
     other = {"1": {"class_type": "EmptyImage", "inputs": {"width": a.width, "height": a.height, "batch_size": 1, "color": 0}},

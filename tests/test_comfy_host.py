@@ -278,19 +278,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+MODEL_FOLDERS = ("diffusion_models", "vae", "text_encoders", "image_reward", "sdvg_prompts", "loras")
+
+
+def lay_out_host(root: Path, pack: Path = REPO, folders: tuple[str, ...] = MODEL_FOLDERS) -> Path:
+    """A ComfyUI base folder around models already written under root/models: the pack linked into custom_nodes,
+    the output / temp / user folders, and an extra_model_paths.yaml naming each model folder."""
+    for d in ("custom_nodes", "output", "temp", "user"):
+        (root / d).mkdir()
+    (root / "custom_nodes" / PACK_DIR_NAME).symlink_to(pack, target_is_directory=True)
+    lines = "".join(f"    {f}: {f}\n" for f in folders)
+    (root / "extra_model_paths.yaml").write_text(
+        f"sdvg_test:\n    base_path: {root / 'models'}\n    is_default: true\n{lines}")
+    return root
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("comfy_host")
     write_models(root)
-    for d in ("custom_nodes", "output", "temp", "user"):
-        (root / d).mkdir()
     write_inputs(root / "input")  # the start image and input video the pixels-in workflows load
-    (root / "custom_nodes" / PACK_DIR_NAME).symlink_to(REPO, target_is_directory=True)
-    (root / "extra_model_paths.yaml").write_text(
-        f"sdvg_test:\n    base_path: {root / 'models'}\n    is_default: true\n    diffusion_models: diffusion_models\n"
-        f"    vae: vae\n    text_encoders: text_encoders\n    image_reward: image_reward\n    sdvg_prompts: sdvg_prompts\n"
-        f"    loras: loras\n")
-    return root
+    return lay_out_host(root)
 
 
 @pytest.fixture(scope="module")

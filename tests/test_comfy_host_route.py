@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from test_comfy_host import (COMFYUI_DIR, PACK_DIR_NAME, REPO, Server, api_for, combo_options, probe, reports,
-                             with_report_probe, write_models)
+from test_comfy_host import (COMFYUI_DIR, MODEL_FOLDERS, REPO, Server, api_for, combo_options, lay_out_host, probe,
+                             reports, with_report_probe, write_models)
 
 pytestmark = [
     pytest.mark.slow,  # starts a real ComfyUI server
@@ -31,14 +31,7 @@ def root(tmp_path_factory):
     # ComfyUI builds its TAEHV at taew2_1's widths: the file has them (random weights, fp32: no latent format)
     for name, seed in ((LIGHT, 1), (TAEW, 2)):
         save_state_dict(random_taehv("taew2_1", seed=seed).state_dict(), approx / name)
-    for d in ("custom_nodes", "output", "temp", "user"):
-        (root / d).mkdir()
-    (root / "custom_nodes" / PACK_DIR_NAME).symlink_to(REPO, target_is_directory=True)
-    (root / "extra_model_paths.yaml").write_text(
-        f"sdvg_test:\n    base_path: {root / 'models'}\n    is_default: true\n    diffusion_models: diffusion_models\n"
-        f"    vae: vae\n    vae_approx: vae_approx\n    text_encoders: text_encoders\n    image_reward: image_reward\n"
-        f"    sdvg_prompts: sdvg_prompts\n    loras: loras\n")
-    return root
+    return lay_out_host(root, folders=(*MODEL_FOLDERS, "vae_approx"))
 
 
 @pytest.fixture(scope="module")
