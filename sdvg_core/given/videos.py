@@ -221,9 +221,9 @@ def check_video(path: str | os.PathLike, run_hw: tuple[int, int], what: str = "i
     return info
 
 
-def _end_after_seek(info: VideoInfo, target: Fraction) -> Fraction | None:
-    """The latest end (time + duration) of the frames decoded from a seek to `target` on, stopping at the first that
-    reaches it; None when the seek decodes no frame (few keyframes: a decoder needs one before it gives a frame)."""
+def _latest_end(info: VideoInfo, target: Fraction, ends) -> Fraction | None:
+    """The latest of the end times `ends(container, stream, time_base)` yields, stopping at the first that reaches
+    `target`; None when it yields none (or the stream has no time base). A read error ends the walk."""
     av = _av()
     best = None
     with _open(info.path) as container:
@@ -231,43 +231,38 @@ def _end_after_seek(info: VideoInfo, target: Fraction) -> Fraction | None:
         if not stream.time_base:
             return None
         try:
-            container.seek(math.floor(target / Fraction(stream.time_base)), stream=stream, backward=True,
-                           any_frame=False)
-            for frame in container.decode(stream):
-                t = _time(frame)
-                if t is None:
-                    continue
-                end = t + (_duration(frame) or _frame_time(info))
+            for end in ends(container, stream, Fraction(stream.time_base)):
                 best = end if best is None else max(best, end)
                 if best >= target:
                     break
         except (av.error.FFmpegError, OSError, ValueError):
             pass
     return best
+
+
+def _end_after_seek(info: VideoInfo, target: Fraction) -> Fraction | None:
+    """The latest end (time + duration) of the frames decoded from a seek to `target` on, stopping at the first that
+    reaches it; None when the seek decodes no frame (few keyframes: a decoder needs one before it gives a frame)."""
+    def ends(container, stream, tb):
+        container.seek(math.floor(target / tb), stream=stream, backward=True, any_frame=False)
+        for frame in container.decode(stream):
+            t = _time(frame)
+            if t is not None:
+                yield t + (_duration(frame) or _frame_time(info))
+
+    return _latest_end(info, target, ends)
 
 
 def _end_of_packets(info: VideoInfo, target: Fraction) -> Fraction | None:
     """The latest end of the video packets read from the start (no decoding), stopping at the first that reaches
     `target`: where the data itself stops."""
-    av = _av()
-    best = None
-    with _open(info.path) as container:
-        stream = container.streams.video[0]
-        tb = Fraction(stream.time_base) if stream.time_base else None
-        if tb is None:
-            return None
-        try:
-            for packet in container.demux(stream):
-                ts = packet.pts if packet.pts is not None else packet.dts
-                if ts is None:
-                    continue
-                end = Fraction(ts) * tb + (Fraction(packet.duration) * tb if packet.duration else _frame_time(info))
-                best = end if best is None else max(best, end)
-                if best >= target:
-                    break
-        except (av.error.FFmpegError, OSError, ValueError):
-            pass
-    return best
+    def ends(container, stream, tb):
+        for packet in container.demux(stream):
+            ts = packet.pts if packet.pts is not None else packet.dts
+            if ts is not None:
+                yield Fraction(ts) * tb + (Fraction(packet.duration) * tb if packet.duration else _frame_time(info))
+
+    return _latest_end(info, target, ends)
 
 
 def _frame_time(info: VideoInfo) -> Fraction:
