@@ -733,7 +733,9 @@ function ensureStyle() {
 
 app.registerExtension({
   name: "SDVG.Live",
-  async setup() {
+  // init, not setup: a frontend runs init before it registers the node types and setup after, so a host whose
+  // registration throws (the pip build 0.12.1: two core nodes without python_module) never runs setup
+  async init() {
     ensureStyle();
     api.addEventListener(EVENT.start, e => onStart(e.detail));
     api.addEventListener(EVENT.block, e => onBlock(e.detail));
