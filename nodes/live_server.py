@@ -31,6 +31,7 @@ JPEG_QUALITY = 85  # the frames sent to the page (encoded once per committed blo
 # A camera sends at the run's 16 fps; frames closer together than this are dropped unread (counted), so a page that
 # floods the route costs the server no decoding: twice the run's rate.
 MIN_FRAME_GAP_S = 1.0 / 32
+clock = time.monotonic  # the gap's clock (a test steps its own)
 KEPT_BLOCK_EVENTS = 8  # the newest block events a page that opens mid-run gets (GET /sdvg/live/runs)
 
 
@@ -141,7 +142,7 @@ async def frame(request) -> Any:
         if request.content_length is not None and request.content_length > MAX_FRAME_BYTES:
             raise LiveRequestError(413, f"the frame is {request.content_length:,} bytes; a frame takes at most "
                                         f"{MAX_FRAME_BYTES:,}")
-        now = time.monotonic()
+        now = clock()
         if now - handle.last_frame_at < MIN_FRAME_GAP_S:  # a flood: dropped unread, counted
             handle.flood_dropped += 1
             await request.content.read(MAX_FRAME_BYTES + 1)

@@ -198,20 +198,17 @@ def test_what_a_hostile_page_sends_is_refused_and_the_run_goes_on(server):
             if status is not None:
                 assert got == status and data.get("error"), (what, got, data)
         print("\nrefused: " + "; ".join(f"{w}: {s} {d.get('error', '')[:70]!r}" for w, (s, d) in answers.items()))
-        # a flood: 160 frames at once from 8 threads; frames closer than the rule's gap (twice the run's 16 fps) are
-        # dropped unread and counted, however fast this machine answers
+        # a flood: 160 frames at once from 8 threads, every one answered, the ones closer than the rule's gap
+        # dropped unread and counted (the gap itself is tested on a stepped clock: test_nodes_live_workflow.py)
         flood, body = [], jpeg(1)
         threads = [threading.Thread(target=lambda: [flood.append(request(server, "POST", frame, body, "image/jpeg"))
                                                     for _ in range(20)]) for _ in range(8)]
-        t0 = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        flood_s = time.monotonic() - t0
         assert all(s == 200 for s, _ in flood), {s for s, _ in flood}
         dropped_here = sum(not d["accepted"] for _, d in flood)
-        assert len(flood) - dropped_here <= flood_s * 32 + 1, (dropped_here, flood_s)
         assert dropped_here > 0 and max(d["dropped"] for _, d in flood) >= dropped_here, dropped_here
         camera.paused.clear()
         assert server.get("/sdvg/live/runs")["runs"][0]["settings"]["version"] >= before["version"]

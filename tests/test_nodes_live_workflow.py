@@ -139,3 +139,32 @@ def test_a_replay_of_the_report_is_the_same_video_bit_for_bit(live_run):
     assert [b["decision"] for b in replay["blocks"]] == [b["decision"] for b in report["blocks"]]
     assert [(b["tau"], b["prompt"]) for b in replay["live"]["blocks"]] == \
         [(b["tau"], b["prompt"]) for b in report["live"]["blocks"]]
+
+
+def test_camera_frames_closer_than_the_gap_are_dropped_unread_on_the_servers_clock(env, monkeypatch):  # noqa: F811
+    """The flood rule on a stepped clock, not the machine's: a frame less than MIN_FRAME_GAP_S after the last one
+    taken is dropped unread and counted; one at the gap or later is decoded into the run's buffer."""
+    from PIL import Image
+
+    from sdvg_core.live.controls import LiveControls, LiveSettings
+    from sdvg_core.live.frames import FrameBuffer
+
+    live_server = env[0].nodes.live_server
+    gap = live_server.MIN_FRAME_GAP_S
+    buf = io.BytesIO()
+    Image.new("RGB", (W, H), (200, 40, 10)).save(buf, "JPEG")
+    body = buf.getvalue()
+    handle = live_server.LiveHandle("flood", None, LiveControls(LiveSettings(tau=TAU, prompt="a")), (H, W),
+                                    FrameBuffer(capacity=16))
+    live_server.register(handle)
+    try:
+        taken = []
+        for t in (100.0, 100.0 + gap / 2, 100.0 + gap * 0.99, 100.0 + gap, 100.0 + gap * 1.5, 100.0 + gap * 3):
+            monkeypatch.setattr(live_server, "clock", lambda t=t: t)
+            resp = asyncio.run(live_server.frame(Request("flood", body)(body)))
+            assert resp.status == 200
+            taken.append(json.loads(resp.body)["accepted"])
+        assert taken == [True, False, False, True, False, True]
+        assert handle.frames.received == 3 and handle.flood_dropped == 3
+    finally:
+        live_server.unregister("flood")
