@@ -107,6 +107,21 @@ def test_a_shorter_last_block_runs_and_the_blocks_before_it_are_the_whole_runs(m
     assert short.committed_latents().shape[1] == 7
 
 
+@pytest.mark.parametrize("recipe,held", [(SelfForcingRecipe(), 7), (LongLiveRecipe(window=6, sink=3), 6)],
+                         ids=["self_forcing", "longlive"])
+def test_the_committed_view_past_a_short_last_block_holds_the_video_and_nothing_more(models, recipe, held):
+    """Asked past the last block (the whole video's committed view: a caller that reads it), an append-cache recipe
+    commits the short last block's own frame and says the video ends at 7 latent frames, not at 3 whole blocks' 9;
+    every commit of the run extended its cache (nothing rebuilt from the start)."""
+    from sdvg_core.derived.tally import Tally
+
+    engine, state = run(models, spec(7), recipe)
+    tally = Tally()
+    kv, end = recipe.context(engine.services, "target", engine.target, state, state.spec.num_blocks, tally)
+    assert (kv.frames, end) == (held, 7)  # LongLive keeps its 6-frame window of the 7
+    assert tally.work["target_context_forwards"] == 1  # the last block's one commit, onto the cached view
+
+
 @pytest.mark.parametrize("F,frames", [(1, 3), (2, 5), (4, 7)])
 def test_any_block_size_runs_and_a_rerun_recomputes_nothing(models, F, frames):
     s = spec(frames, F)

@@ -129,7 +129,7 @@ class AppendCacheRecipe:
             return kv
 
         return host.extend_kv(role, dit, self, state, b, tally, self.cache_layout(spec, g), commit,
-                              prefix=prefix if g else None), g + spec.block_start(b)
+                              prefix=prefix if g else None), g + spec.frames_before(b)
 
     def recache(self, host: ContextHost, role: str, dit: CausalWan, state: GenerationState, b: int, kv: KVCache,
                 tally: Tally, given: torch.Tensor | None = None) -> KVCache:
