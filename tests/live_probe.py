@@ -174,6 +174,16 @@ class LivePage(fp.Page):
     async def drawn(self, run_id: str, blocks: int, what: str) -> None:
         await self.wait(f"window.__sdvgLive[{json.dumps(run_id)}].stats.blocksDrawn >= {blocks}", what)
 
+    async def change(self, run_id: str, name: str, value, n: int, what: str,
+                     events: tuple[str, ...] = ("input", "change")) -> dict:
+        """Change a panel control as a person does, wait for the server's answer (the run's n-th control request)
+        and for 2 more blocks drawn after it; the request as the page logged it."""
+        await self.control(name, value, events=events)
+        sent = await self.confirmed(run_id, n, f"the server confirms the new {what}")
+        drawn = (await self.run_state(run_id))["stats"]["blocksDrawn"]
+        await self.drawn(run_id, drawn + 2, f"2 more blocks after the {what} change")
+        return sent
+
     async def text(self) -> dict:
         """What the panel shows, element by element."""
         return json.loads(await self.eval(
@@ -268,15 +278,9 @@ async def controls_scenario(br: Browser, url: str, a: argparse.Namespace, out: d
     out["run_id"] = run
     await tab_a.drawn(run, 4, "4 blocks drawn in tab A")
     # tau: the slider, as a person drags it (input events, then the release's change)
-    await tab_a.control("tau", a.tau[1])
-    out["tau_change"] = await tab_a.confirmed(run, 1, "the server confirms the new tau")
-    drawn = (await tab_a.run_state(run))["stats"]["blocksDrawn"]
-    await tab_a.drawn(run, drawn + 2, "2 more blocks after the tau change")
+    out["tau_change"] = await tab_a.change(run, "tau", a.tau[1], 1, "tau")
     # the prompt: the second prepared prompt, picked in the select
-    await tab_a.control("prompt", 1, events=("change",))
-    out["prompt_change"] = await tab_a.confirmed(run, 2, "the server confirms the prompt switch")
-    drawn = (await tab_a.run_state(run))["stats"]["blocksDrawn"]
-    await tab_a.drawn(run, drawn + 2, "2 more blocks after the prompt switch")
+    out["prompt_change"] = await tab_a.change(run, "prompt", 1, 2, "prompt", events=("change",))
     out["panel_a"] = await tab_a.text()
     if a.shots:
         await tab_a.shot(a.shots, "controls")
@@ -317,10 +321,7 @@ async def camera_scenario(br: Browser, url: str, a: argparse.Namespace, out: dic
     run = await p.new_run([], "the camera run's start event")
     out["run_id"] = run
     await p.drawn(run, 4, "4 blocks of the camera run drawn")
-    await p.control("strength", a.strength)
-    out["strength_change"] = await p.confirmed(run, 1, "the server confirms the new strength")
-    drawn = (await p.run_state(run))["stats"]["blocksDrawn"]
-    await p.drawn(run, drawn + 2, "2 more blocks after the strength change")
+    out["strength_change"] = await p.change(run, "strength", a.strength, 1, "strength")
     out["panel"] = await p.text()
     if a.shots:
         await p.shot(a.shots, "camera")
