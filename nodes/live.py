@@ -19,7 +19,8 @@ from ..sdvg_core.engine.report import build_report, compiled_models
 from ..sdvg_core.engine.state import MAX_BLOCKS
 from ..sdvg_core.given.request import PixelInput, VideoToVideo
 from ..sdvg_core.live.controls import LiveControls, LiveSettings
-from ..sdvg_core.live.frames import RECORDING_SUFFIX, FrameBuffer, LiveSource, live_digest, open_recording
+from ..sdvg_core.live.frames import (FRAMES_PER_BLOCK_PIXELS, RECORDING_SUFFIX, FrameBuffer, LiveSource, live_digest,
+                                    open_recording)
 from ..sdvg_core.live.session import LIVE_RECIPES, LiveRun, live_policy, replay_settings
 from ..sdvg_core.live.timeline import Timeline
 from . import live_server, shared_memo
@@ -177,7 +178,7 @@ class SDVGLive(io.ComfyNode):
         # the bar only: the panel plays the blocks (a preview image would repeat the player under it)
         engine.callbacks.progress = BlockProgress(max_blocks, block_steps(engine, spec), previews=False)
         feeder = VideoFeeder(buffer, input_video, (height, width)) if buffer is not None and input == "video" else None
-        video = StreamingVideo(f"{rel}/video", width, height, total_frames=max_blocks * 12,
+        video = StreamingVideo(f"{rel}/video", width, height, total_frames=max_blocks * FRAMES_PER_BLOCK_PIXELS,
                                metadata=metadata_of(cls.hidden))
         live_server.register(handle)
         live_server.send(live_server.EVENT_START, start_event)

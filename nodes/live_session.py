@@ -15,7 +15,7 @@ import folder_paths
 from ..sdvg_core.engine.prompts import PromptConditioning
 from ..sdvg_core.given.fit import fit_frames
 from ..sdvg_core.io.text import fit_text_len
-from ..sdvg_core.live.frames import FrameBuffer
+from ..sdvg_core.live.frames import FRAMES_PER_BLOCK_PIXELS, FrameBuffer
 from ..sdvg_core.live.session import PromptBook
 from ..sdvg_core.live.timeline import Timeline
 from . import live_server
@@ -24,7 +24,7 @@ from .surface import SDVGError, sentence
 from .video_file import WAN_FPS
 
 WHAT = "SDVG Live"
-BLOCK_SECONDS = 12 / WAN_FPS  # 12 frames a block at 16 fps: the real time a block's video lasts
+BLOCK_SECONDS = FRAMES_PER_BLOCK_PIXELS / WAN_FPS  # 12 frames a block at 16 fps: the real time a block's video lasts
 
 
 class LiveStream:
